@@ -1,0 +1,210 @@
+"""Encode the input once into integer codes and counts; everything after works on counts.
+
+A *cell* is one (finest dimension vector, informative value) combination. Cells are kept as one
+sorted ``int64`` key per cell — the dimension leaf codes and the informative code packed in a
+mixed radix, informative code least significant — plus a row count. Generalizing to a lattice
+node then only rewrites digits of the keys and merges equal keys (see ``lattice.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from medrelease.config import DatasetConfig
+from medrelease.errors import InputValidationError, format_rows
+from medrelease.taxonomy import Taxonomy
+
+MAX_KEY = 2**62
+
+
+def group_sum(keys: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted distinct keys and the summed (non-negative integer) weights per key.
+
+    Three strategies, fastest first (measured on 1M-cell roll-ups: dense 4 ms, packed sort
+    20 ms, pandas hashing 100-160 ms):
+    * dense counting when the key range is small (output comes out sorted);
+    * otherwise, when ``key * (max weight + 1) + weight`` fits in 63 bits, one in-place stable
+      sort of that packed value; roll-ups of sorted tables are concatenations of sorted runs,
+      which timsort merges in near-linear time;
+    * else an argsort.
+    """
+    keys = np.asarray(keys, dtype=np.int64)
+    weights = np.asarray(weights, dtype=np.int64)
+    if keys.size == 0:
+        return keys, weights
+    low = int(keys.min())
+    span = int(keys.max()) - low + 1
+    if span <= max(4 * keys.size, 1 << 20):
+        sums = np.bincount(keys - low, weights=weights, minlength=span)
+        present = np.flatnonzero(sums)
+        return present.astype(np.int64) + low, np.rint(sums[present]).astype(np.int64)
+    top_weight = int(weights.max()) + 1
+    if span * top_weight < MAX_KEY:
+        packed = (keys - low) * top_weight + weights
+        packed.sort(kind="stable")
+        sorted_keys, sorted_weights = np.divmod(packed, top_weight)
+    else:
+        order = np.argsort(keys, kind="stable")
+        sorted_keys, sorted_weights = keys[order] - low, weights[order]
+    is_start = np.empty(sorted_keys.size, dtype=bool)
+    is_start[0] = True
+    np.not_equal(sorted_keys[1:], sorted_keys[:-1], out=is_start[1:])
+    starts = np.flatnonzero(is_start)
+    return sorted_keys[starts] + low, np.add.reduceat(sorted_weights, starts)
+
+
+@dataclass(frozen=True)
+class CountTable:
+    """The input, aggregated: sorted cell keys, their row counts, and how to unpack keys.
+
+    ``radices[i]`` is the place value of dimension ``i`` in a key (the informative code has place
+    value 1 and ``n_inf`` distinct values). ``informative`` holds one row per informative code
+    with the raw informative columns (so released rows carry raw values).
+    """
+
+    dimensions: tuple[str, ...]
+    taxonomies: tuple[Taxonomy, ...]
+    cell_keys: np.ndarray
+    counts: np.ndarray
+    informative: pd.DataFrame
+    n_rows: int
+
+    @property
+    def n_inf(self) -> int:
+        return len(self.informative)
+
+    @property
+    def radices(self) -> np.ndarray:
+        return place_values(self.taxonomies, self.n_inf)
+
+    def dimension_codes(self, keys: np.ndarray | None = None) -> np.ndarray:
+        """Leaf (or node-level) codes per dimension, shape (cells, q)."""
+        keys = self.cell_keys if keys is None else keys
+        radices = self.radices
+        sizes = [t.n_leaves for t in self.taxonomies]
+        return np.stack(
+            [(keys // radices[i]) % sizes[i] for i in range(len(sizes))], axis=1
+        ) if sizes else np.zeros((len(keys), 0), dtype=np.int64)
+
+    def inf_codes(self, keys: np.ndarray | None = None) -> np.ndarray:
+        keys = self.cell_keys if keys is None else keys
+        return keys % self.n_inf
+
+
+def place_values(taxonomies: tuple[Taxonomy, ...], n_inf: int) -> np.ndarray:
+    """Mixed-radix place value of each dimension in a cell key."""
+    radices = np.zeros(len(taxonomies), dtype=np.int64)
+    place = max(n_inf, 1)
+    for i in range(len(taxonomies) - 1, -1, -1):
+        radices[i] = place
+        place *= taxonomies[i].n_leaves
+    return radices
+
+
+def key_space(taxonomies: tuple[Taxonomy, ...], n_inf: int) -> int:
+    size = max(n_inf, 1)
+    for t in taxonomies:
+        size *= t.n_leaves
+    return size
+
+
+def prepare_table(table: pd.DataFrame, config: DatasetConfig) -> pd.DataFrame:
+    """Check the columns the config needs are present and apply the missing-value policy.
+
+    Returns the declared dimension and informative columns only; undeclared columns never go
+    further than this function.
+    """
+    if len(table.columns) != len(set(table.columns)):
+        dup = table.columns[table.columns.duplicated()].unique().tolist()
+        raise InputValidationError(f"input has duplicated column(s): {', '.join(map(str, dup))}")
+    needed = config.dimensions + config.informative
+    missing = [c for c in needed if c not in table.columns]
+    if missing:
+        raise InputValidationError(
+            f"input lacks column(s) {', '.join(repr(c) for c in missing)} declared in dataset "
+            f"config {config.name!r}; input has: {', '.join(map(str, table.columns))}",
+            [{"column": c, "problem": "missing column"} for c in missing],
+        )
+    frame = table[needed]
+    if frame.empty:
+        raise InputValidationError("input table has no rows: there is nothing to release")
+    nulls = frame.isna()
+    if nulls.to_numpy().any():
+        if config.missing == "drop_rows":
+            frame = frame[~nulls.any(axis=1)]
+            if frame.empty:
+                raise InputValidationError(
+                    "every row has a missing value in a declared column; nothing is left to release"
+                )
+        else:
+            problems, lines = [], []
+            for column in needed:
+                rows = np.flatnonzero(nulls[column].to_numpy())
+                if rows.size:
+                    problems.append({"column": column, "value": None, "rows": int(rows.size),
+                                     "first_rows": [int(r) + 1 for r in rows[:5]],
+                                     "problem": "missing value"})
+                    lines.append(f"  column {column!r}: {rows.size} missing value(s), first at "
+                                 f"row(s) {format_rows(rows.tolist())}")
+            raise InputValidationError(
+                "missing values where the dataset config does not allow them "
+                "(missing: reject):\n" + "\n".join(lines), problems
+            )
+    return frame
+
+
+def aggregate(table: pd.DataFrame, config: DatasetConfig) -> CountTable:
+    """Encode ``table`` per its config and count rows per (finest dimension vector, informative)."""
+    frame = prepare_table(table, config)
+    taxonomies = tuple(config.taxonomies[c] for c in config.dimensions)
+    return aggregate_frame(frame, config.dimensions, config.informative, taxonomies)
+
+
+def aggregate_frame(
+    frame: pd.DataFrame,
+    dimensions: list[str],
+    informative: list[str],
+    taxonomies: tuple[Taxonomy, ...],
+) -> CountTable:
+    """Aggregation proper, for an already checked frame (also used on chunks)."""
+    if informative:
+        inf_codes, inf_domain = _factorize_informative(frame, informative)
+    else:
+        inf_codes = np.zeros(len(frame), dtype=np.int64)
+        inf_domain = pd.DataFrame(index=pd.RangeIndex(1))
+    n_inf = max(len(inf_domain), 1)
+    if key_space(taxonomies, n_inf) >= MAX_KEY:
+        raise InputValidationError(
+            "the combined domain of the dimensions and the informative values is too large to "
+            "encode in 64 bits; coarsen a taxonomy's finest level"
+        )
+    radices = place_values(taxonomies, n_inf)
+    keys = inf_codes.astype(np.int64)
+    for column, taxonomy, radix in zip(dimensions, taxonomies, radices, strict=True):
+        keys += taxonomy.encode(frame[column]).astype(np.int64) * radix
+    cell_keys, counts = group_sum(keys, np.ones(len(keys), dtype=np.int64))
+    return CountTable(
+        dimensions=tuple(dimensions),
+        taxonomies=taxonomies,
+        cell_keys=cell_keys,
+        counts=counts,
+        informative=inf_domain,
+        n_rows=len(frame),
+    )
+
+
+def _factorize_informative(
+    frame: pd.DataFrame, informative: list[str]
+) -> tuple[np.ndarray, pd.DataFrame]:
+    """One code per distinct informative value (or value tuple), in order of first appearance."""
+    if len(informative) == 1:
+        codes, uniques = pd.factorize(frame[informative[0]], sort=False)
+        domain = pd.DataFrame({informative[0]: np.asarray(uniques, dtype=object)})
+        return codes.astype(np.int64), domain
+    grouped = frame.groupby(informative, sort=False, dropna=False)
+    codes = grouped.ngroup().to_numpy(dtype=np.int64)
+    domain = grouped.size().reset_index()[informative]
+    return codes, domain.reset_index(drop=True)

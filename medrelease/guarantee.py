@@ -1,0 +1,98 @@
+"""Privacy guarantees as data, and the accountant that keeps a release inside its budget.
+
+Every mechanism states what it delivers (``Guarantee``) and how it spends its budget
+(``BudgetStep`` list). The steps are charged to a ``PrivacyAccountant`` before any noise is
+drawn; the manifest, the ledger and the artifacts are all written from these objects, so what
+is claimed and what was spent can never drift apart.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+from medrelease.errors import BudgetExceededError
+
+ADD_REMOVE_ONE_ROW = "add/remove one row"
+TOLERANCE = 1e-9
+
+
+@dataclass(frozen=True)
+class BudgetStep:
+    """One use of the data that costs privacy budget."""
+
+    step: str
+    epsilon: float
+    delta: float
+    mechanism: str
+    description: str = ""
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Guarantee:
+    """What a release may be said to guarantee.
+
+    ``proven`` is False when the mechanism's published claim does not hold (``ipa-paper``) or when
+    there is no differential-privacy claim at all (syntactic models, pseudonymization); then
+    ``epsilon``/``delta`` are the *claimed* values, and ``label`` says so in words.
+    """
+
+    mechanism: str
+    epsilon: float | None
+    delta: float | None
+    neighbouring: str
+    proven: bool
+    label: str
+    notes: str = ""
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def statement(self) -> str:
+        """One plain sentence for summaries."""
+        if self.epsilon is None:
+            return f"{self.label}."
+        core = f"(epsilon={self.epsilon:g}, delta={self.delta:g})-differential privacy"
+        if self.proven:
+            return f"{core} under {self.neighbouring} ({self.label})."
+        return f"Claimed {core} under {self.neighbouring} — {self.label}."
+
+
+@dataclass
+class PrivacyAccountant:
+    """Keeps the spends of one release within its total (sequential composition).
+
+    ``spend`` refuses a step that would push the total past the limit and records nothing then.
+    """
+
+    epsilon_limit: float
+    delta_limit: float = 0.0
+    steps: list[BudgetStep] = field(default_factory=list)
+
+    @property
+    def epsilon_spent(self) -> float:
+        return math.fsum(s.epsilon for s in self.steps)
+
+    @property
+    def delta_spent(self) -> float:
+        return math.fsum(s.delta for s in self.steps)
+
+    def spend(self, step: BudgetStep) -> None:
+        if step.epsilon < 0 or step.delta < 0:
+            raise BudgetExceededError(f"step {step.step!r} has a negative budget")
+        eps_after = self.epsilon_spent + step.epsilon
+        delta_after = self.delta_spent + step.delta
+        if eps_after > self.epsilon_limit * (1 + TOLERANCE) + TOLERANCE:
+            raise BudgetExceededError(
+                f"step {step.step!r} needs epsilon {step.epsilon:g}; spent {self.epsilon_spent:g} "
+                f"of {self.epsilon_limit:g}"
+            )
+        if delta_after > self.delta_limit * (1 + TOLERANCE) + 1e-15:
+            raise BudgetExceededError(
+                f"step {step.step!r} needs delta {step.delta:g}; spent {self.delta_spent:g} "
+                f"of {self.delta_limit:g}"
+            )
+        self.steps.append(step)

@@ -1,0 +1,23 @@
+"""Registry of release mechanisms by name (the name is what configs, flows and the CLI use)."""
+
+from __future__ import annotations
+
+from medrelease.errors import ParameterError
+from medrelease.mechanisms.base import LatticeMechanism, NodeSummary, ReleaseContext
+from medrelease.mechanisms.ipa import IPA
+from medrelease.mechanisms.ipa_paper import IPAPaper
+
+MECHANISMS: dict[str, LatticeMechanism] = {m.name: m for m in (IPA(), IPAPaper())}
+DEFAULT_MECHANISM = "ipa"
+
+
+def get_mechanism(name: str) -> LatticeMechanism:
+    try:
+        return MECHANISMS[name]
+    except KeyError:
+        raise ParameterError(
+            f"unknown mechanism {name!r}; available: {', '.join(sorted(MECHANISMS))}"
+        ) from None
+
+
+__all__ = ["DEFAULT_MECHANISM", "MECHANISMS", "NodeSummary", "ReleaseContext", "get_mechanism"]

@@ -1,0 +1,183 @@
+"""What every lattice mechanism provides, and the pieces they share.
+
+A mechanism is a small object with a pydantic ``Params`` model and four functions:
+``guarantee`` and ``budget_steps`` (its privacy map, as data), ``perturb_node`` (one candidate's
+perturbation, returning counts only) and ``materialize`` (the cells released for the chosen
+node). The release driver and the Prefect tasks call these and nothing else.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any, ClassVar, Protocol
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from medrelease.aggregate import CountTable
+from medrelease.errors import ParameterError
+from medrelease.guarantee import BudgetStep, Guarantee
+from medrelease.lattice import Lattice, Node, NodeTable
+from medrelease.metrics import ReleasedCells, class_ncp, information_loss
+
+SHARE_TOLERANCE = 1e-9
+
+
+class MechanismParams(BaseModel):
+    """Common base: unknown parameters are an error, not silently ignored."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+@dataclass(frozen=True)
+class NodeSummary:
+    """A candidate as the selection sees it: small, never a table."""
+
+    index: int
+    node: Node
+    height: int
+    ncp: float
+    emd: float
+    rate: float
+    il: float
+    classes: int
+    suppressed_classes: int
+    suppressed_rows: int
+    noise_rows: int
+    released_rows: int
+
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["node"] = list(self.node)
+        return out
+
+
+class LatticeMechanism(Protocol):
+    name: ClassVar[str]
+    Params: ClassVar[type[MechanismParams]]
+
+    def parse_params(self, raw: dict[str, Any], n_rows: int) -> MechanismParams: ...
+
+    def guarantee(self, params: MechanismParams) -> Guarantee: ...
+
+    def budget_steps(self, params: MechanismParams) -> list[BudgetStep]: ...
+
+    def perturb_node(
+        self, context: ReleaseContext, table: NodeTable, seed: np.random.SeedSequence,
+        params: MechanismParams,
+    ) -> ReleasedCells: ...
+
+    def materialize(
+        self, context: ReleaseContext, table: NodeTable, seed: np.random.SeedSequence,
+        params: MechanismParams,
+    ) -> ReleasedCells: ...
+
+
+@dataclass
+class ReleaseContext:
+    """The aggregated input and its lattice: everything a node perturbation reads."""
+
+    counts: CountTable
+    lattice: Lattice
+
+    @classmethod
+    def from_counts(cls, counts: CountTable) -> ReleaseContext:
+        return cls(counts=counts, lattice=Lattice(counts))
+
+    @property
+    def n_inf(self) -> int:
+        return self.counts.n_inf
+
+    def class_ncp(self, table: NodeTable, class_keys: np.ndarray) -> np.ndarray:
+        codes = self.lattice.class_codes(table, class_keys)
+        return class_ncp(self.lattice.taxonomies, table.node, codes)
+
+
+def summarize(index: int, node: Node, cells: ReleasedCells) -> NodeSummary:
+    released = cells.class_released()
+    parts = information_loss(cells, released)
+    sup = cells.suppressed_class
+    return NodeSummary(
+        index=index,
+        node=tuple(int(x) for x in node),
+        height=int(sum(node)),
+        ncp=parts.ncp,
+        emd=parts.emd,
+        rate=parts.rate,
+        il=parts.il,
+        classes=int((released > 0).sum()),
+        suppressed_classes=int(sup.sum()),
+        suppressed_rows=int(released[sup].sum()),
+        noise_rows=int(cells.class_noise.sum()),
+        released_rows=int(released.sum()),
+    )
+
+
+def parse(params_model: type[MechanismParams], raw: dict[str, Any], mechanism: str):
+    """Validate raw parameters into the mechanism's model with a readable error."""
+    try:
+        return params_model(**raw)
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            where = ".".join(str(p) for p in err["loc"]) or "parameters"
+            lines.append(f"  {where}: {err['msg']} (got {err.get('input')!r})")
+        raise ParameterError(f"invalid parameters for {mechanism!r}:\n" + "\n".join(lines)) from None
+
+
+def split_budget(
+    mechanism: str, epsilon: float, given: dict[str, float | None], defaults: dict[str, float]
+) -> dict[str, float]:
+    """Absolute epsilon per step: given values must add up to ``epsilon``; none given = default shares.
+
+    Giving only some shares is ambiguous, so it is refused with the sum that was found.
+    """
+    if not (isinstance(epsilon, (int, float)) and math.isfinite(epsilon) and epsilon > 0):
+        raise ParameterError(f"{mechanism}: epsilon must be a positive finite number, got {epsilon}")
+    provided = {k: v for k, v in given.items() if v is not None}
+    if not provided:
+        return {k: share * epsilon for k, share in defaults.items()}
+    missing = [k for k in given if given[k] is None]
+    if missing:
+        raise ParameterError(
+            f"{mechanism}: give all of {', '.join(given)} or none (missing: {', '.join(missing)})"
+        )
+    for key, value in provided.items():
+        if not (math.isfinite(value) and value > 0):
+            raise ParameterError(f"{mechanism}: {key} must be positive and finite, got {value}")
+    total = math.fsum(provided.values())
+    if abs(total - epsilon) > SHARE_TOLERANCE * max(1.0, epsilon):
+        parts = " + ".join(f"{k}={v:g}" for k, v in provided.items())
+        raise ParameterError(
+            f"{mechanism}: the budget shares must add up to epsilon={epsilon:g}, but "
+            f"{parts} = {total:g}"
+        )
+    return dict(provided)
+
+
+def in_class_draws(
+    rng: np.random.Generator,
+    class_of_cell: np.ndarray,
+    cell_weights: np.ndarray,
+    draws_per_class: np.ndarray,
+) -> np.ndarray:
+    """For each class, draw ``draws_per_class`` cells of that class with prob. ∝ weight.
+
+    Vectorized inverse-CDF over one global cumulative sum; returns the count drawn per cell.
+    """
+    n_cells = class_of_cell.size
+    total = int(draws_per_class.sum())
+    if total == 0:
+        return np.zeros(n_cells, dtype=np.int64)
+    n_classes = draws_per_class.size
+    starts = np.searchsorted(class_of_cell, np.arange(n_classes), side="left")
+    ends = np.searchsorted(class_of_cell, np.arange(n_classes), side="right")
+    cumulative = np.cumsum(cell_weights)
+    before = np.concatenate(([0.0], cumulative))[starts]
+    class_weight = np.concatenate(([0.0], cumulative))[ends] - before
+    which = np.repeat(np.arange(n_classes), draws_per_class)
+    target = before[which] + rng.random(total) * class_weight[which]
+    picked = np.searchsorted(cumulative, target, side="right")
+    picked = np.clip(picked, starts[which], ends[which] - 1)
+    return np.bincount(picked, minlength=n_cells).astype(np.int64)

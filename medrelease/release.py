@@ -1,0 +1,271 @@
+"""The release driver: plan -> score every lattice node -> select privately -> materialize.
+
+Each stage is a plain function over small objects so that the Prefect flow can run the same
+stages as tasks (``tasks/``) and fan the scoring out over batches of nodes; ``release()`` runs
+them in-process, optionally on a thread pool.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from medrelease.aggregate import CountTable, aggregate
+from medrelease.config import DatasetConfig
+from medrelease.guarantee import BudgetStep, Guarantee, PrivacyAccountant
+from medrelease.lattice import Node
+from medrelease.mechanisms import DEFAULT_MECHANISM, get_mechanism
+from medrelease.mechanisms.base import MechanismParams, NodeSummary, ReleaseContext, summarize
+from medrelease.metrics import ILParts, ReleasedCells, information_loss
+from medrelease.randomness import RandomSource, exponential_mechanism, selection_probabilities
+from medrelease.taxonomy import SUPPRESSED
+
+SELECTION_SENSITIVITY = 3.0
+Progress = Callable[[int, int], None]
+
+
+@dataclass
+class ReleasePlan:
+    """A mechanism with validated parameters, its privacy map, and the seeds of every stage.
+
+    Seeds are internal: they determine the noise and must never be logged or published.
+    """
+
+    mechanism: str
+    params: MechanismParams
+    guarantee: Guarantee
+    budget_steps: list[BudgetStep]
+    random: RandomSource
+    node_seeds: list[np.random.SeedSequence] = field(repr=False)
+    selection_seed: np.random.SeedSequence = field(repr=False)
+    release_seed: np.random.SeedSequence = field(repr=False)
+    shuffle_seed: np.random.SeedSequence = field(repr=False)
+
+    @property
+    def selection_epsilon(self) -> float:
+        return float(self.params.eps_candidates)
+
+
+def plan_release(
+    mechanism: str, params: dict[str, Any] | None, n_rows: int, n_nodes: int,
+    seed: int | None = None,
+) -> ReleasePlan:
+    """Validate parameters, state the guarantee and charge the steps to a fresh accountant.
+
+    Raises ``ParameterError`` before anything random exists if a parameter is wrong.
+    """
+    impl = get_mechanism(mechanism)
+    parsed = impl.parse_params(dict(params or {}), n_rows)
+    guarantee = impl.guarantee(parsed)
+    steps = impl.budget_steps(parsed)
+    accountant = PrivacyAccountant(guarantee.epsilon or 0.0, guarantee.delta or 0.0)
+    for step in steps:
+        accountant.spend(step)
+    source = RandomSource(seed)
+    seeds = source.spawn(n_nodes + 3)
+    return ReleasePlan(
+        mechanism=impl.name,
+        params=parsed,
+        guarantee=guarantee,
+        budget_steps=list(accountant.steps),
+        random=source,
+        node_seeds=seeds[:n_nodes],
+        selection_seed=seeds[n_nodes],
+        release_seed=seeds[n_nodes + 1],
+        shuffle_seed=seeds[n_nodes + 2],
+    )
+
+
+def node_batches(context: ReleaseContext, batch_size: int) -> list[list[Node]]:
+    """Lattice nodes in depth-first roll-up order, cut into batches (each rolls up cheaply)."""
+    if batch_size < 1:
+        raise ValueError(f"batch size must be at least 1, got {batch_size}")
+    order = context.lattice.dfs_order()
+    return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+
+
+def score_nodes(
+    context: ReleaseContext, plan: ReleasePlan, nodes: Sequence[Node]
+) -> list[NodeSummary]:
+    """Perturb and score a batch of nodes; returns summaries only."""
+    impl = get_mechanism(plan.mechanism)
+    lattice = context.lattice
+    out = []
+    for table in lattice.iter_tables(nodes):
+        index = lattice.index(table.node)
+        cells = impl.perturb_node(context, table, plan.node_seeds[index], plan.params)
+        out.append(summarize(index, table.node, cells))
+    return out
+
+
+def select_node(plan: ReleasePlan, summaries: Sequence[NodeSummary]) -> tuple[int, np.ndarray]:
+    """Exponential mechanism over u = 3 - IL (sensitivity 3); returns the index and the probabilities."""
+    ordered = sorted(summaries, key=lambda s: s.index)
+    utility = np.array([3.0 - s.il for s in ordered])
+    rng = np.random.default_rng(plan.selection_seed)
+    chosen = exponential_mechanism(rng, utility, plan.selection_epsilon, SELECTION_SENSITIVITY)
+    probs = selection_probabilities(utility, plan.selection_epsilon, SELECTION_SENSITIVITY)
+    return ordered[chosen].index, probs
+
+
+def materialize(context: ReleaseContext, plan: ReleasePlan, index: int) -> ReleasedCells:
+    """The released cells of the chosen node (replayed or fresh, as the mechanism says)."""
+    impl = get_mechanism(plan.mechanism)
+    node = context.lattice.nodes[index]
+    table = context.lattice.from_finest(node) if sum(node) else context.lattice.bottom()
+    seed = plan.node_seeds[index] if plan.mechanism == "ipa-paper" else plan.release_seed
+    return impl.materialize(context, table, seed, plan.params)
+
+
+def cells_to_table(
+    context: ReleaseContext, node: Node, cells: ReleasedCells, shuffle_seed: np.random.SeedSequence
+) -> pd.DataFrame:
+    """Rows from released cell counts: readable labels for dimensions, raw informative values.
+
+    Rows are shuffled so that their order says nothing about which rows are noise.
+    """
+    counts = cells.released_counts
+    nonzero = np.flatnonzero(counts > 0)
+    counts = counts[nonzero]
+    cell_class = cells.class_of_cell[nonzero]
+    cell_keys = cells.class_keys[cell_class]
+    suppressed = cell_keys < 0
+    codes = context.lattice.class_codes_from_keys(np.where(suppressed, 0, cell_keys))
+    rng = np.random.default_rng(shuffle_seed)
+    order = rng.permutation(int(counts.sum()))
+    columns: dict[str, Any] = {}
+    for i, (name, taxonomy) in enumerate(
+        zip(context.counts.dimensions, context.lattice.taxonomies, strict=True)
+    ):
+        labels = list(taxonomy.level_labels[node[i]])
+        if SUPPRESSED not in labels:
+            labels.append(SUPPRESSED)
+        star = labels.index(SUPPRESSED)
+        cell_codes = np.where(suppressed, star, codes[:, i])
+        row_codes = np.repeat(cell_codes, counts)[order]
+        columns[name] = pd.Categorical.from_codes(row_codes, categories=labels)
+    row_inf = np.repeat(cells.inf_codes[nonzero], counts)[order]
+    for name in context.counts.informative.columns:
+        values = context.counts.informative[name].to_numpy()
+        columns[name] = values[row_inf]
+    return pd.DataFrame(columns)
+
+
+@dataclass
+class Release:
+    """A finished release and everything needed to defend it."""
+
+    table: pd.DataFrame
+    mechanism: str
+    params: dict[str, Any]
+    node: dict[str, int]
+    node_index: int
+    candidates: pd.DataFrame
+    guarantee: Guarantee
+    budget_steps: list[BudgetStep]
+    seed_policy: str
+    for_publication: bool
+    input_rows: int
+    released_il: ILParts
+
+    @property
+    def released_rows(self) -> int:
+        return len(self.table)
+
+    @property
+    def epsilon_spent(self) -> float:
+        return math.fsum(s.epsilon for s in self.budget_steps)
+
+
+def candidates_frame(
+    context: ReleaseContext, summaries: Sequence[NodeSummary], probabilities: np.ndarray
+) -> pd.DataFrame:
+    """Per-node IL parts with the node's levels and its selection probability."""
+    ordered = sorted(summaries, key=lambda s: s.index)
+    frame = pd.DataFrame([s.as_dict() for s in ordered])
+    levels = pd.DataFrame(
+        [s.node for s in ordered], columns=[f"level_{d}" for d in context.counts.dimensions]
+    )
+    frame = pd.concat([frame.drop(columns=["node"]), levels], axis=1)
+    frame["selection_probability"] = probabilities
+    return frame
+
+
+def release_from_counts(
+    counts: CountTable,
+    mechanism: str = DEFAULT_MECHANISM,
+    params: dict[str, Any] | None = None,
+    seed: int | None = None,
+    batch_size: int = 32,
+    workers: int = 1,
+    progress: Progress | None = None,
+) -> Release:
+    """Run every stage on an aggregated table (see ``release``)."""
+    context = ReleaseContext.from_counts(counts)
+    plan = plan_release(mechanism, params, counts.n_rows, len(context.lattice), seed)
+    batches = node_batches(context, batch_size)
+    summaries: list[NodeSummary] = []
+    total = len(context.lattice)
+
+    def run(batch: list[Node]) -> list[NodeSummary]:
+        return score_nodes(context, plan, batch)
+
+    if workers > 1:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            for result in pool.map(run, batches):
+                summaries.extend(result)
+                if progress:
+                    progress(len(summaries), total)
+    else:
+        for batch in batches:
+            summaries.extend(run(batch))
+            if progress:
+                progress(len(summaries), total)
+    index, probabilities = select_node(plan, summaries)
+    cells = materialize(context, plan, index)
+    node = context.lattice.nodes[index]
+    table = cells_to_table(context, node, cells, plan.shuffle_seed)
+    return Release(
+        table=table,
+        mechanism=plan.mechanism,
+        params=plan.params.model_dump(),
+        node=dict(zip(counts.dimensions, node, strict=True)),
+        node_index=index,
+        candidates=candidates_frame(context, summaries, probabilities),
+        guarantee=plan.guarantee,
+        budget_steps=plan.budget_steps,
+        seed_policy=plan.random.seed_policy,
+        for_publication=plan.random.for_publication,
+        input_rows=counts.n_rows,
+        released_il=information_loss(cells),
+    )
+
+
+def release(
+    table: pd.DataFrame,
+    config: DatasetConfig,
+    mechanism: str | None = None,
+    params: dict[str, Any] | None = None,
+    seed: int | None = None,
+    batch_size: int = 32,
+    workers: int = 1,
+    progress: Progress | None = None,
+) -> Release:
+    """Release ``table`` under ``config`` with a lattice mechanism (default: the config's, else ``ipa``).
+
+    Parameters not given come from the config's ``mechanism.params`` when the mechanism is the
+    config's default. A ``seed`` makes the run reproducible and marks it not for publication.
+    """
+    name = mechanism or config.mechanism.name or DEFAULT_MECHANISM
+    merged = dict(config.mechanism.params) if name == config.mechanism.name else {}
+    merged.update(params or {})
+    # Parameters are checked before the table is touched, so bad parameters never cost a pass.
+    get_mechanism(name).parse_params(merged, max(len(table), 1))
+    counts = aggregate(table, config)
+    return release_from_counts(counts, name, merged, seed, batch_size, workers, progress)

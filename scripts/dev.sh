@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# One entry point that sets itself up: creates .venv (Python 3.11), installs the pinned set from
+# requirements.lock plus this package, then runs what was asked.
+#   bash scripts/dev.sh demo     # release the bundled sample through the Prefect flow
+#   bash scripts/dev.sh test     # the whole test suite
+#   bash scripts/dev.sh bench    # engine benchmark (prints numbers)
+#   bash scripts/dev.sh shell    # just set up; prints how to activate
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+VENV="$ROOT/.venv"
+PY=${PYTHON:-python3.11}
+command -v "$PY" >/dev/null 2>&1 || PY=python3
+
+setup() {
+  local stamp="$VENV/.installed"
+  if [ ! -x "$VENV/bin/python" ]; then
+    "$PY" -m venv "$VENV"
+  fi
+  if [ ! -f "$stamp" ] || [ requirements.lock -nt "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+    echo "setting up $VENV (pinned dependencies from requirements.lock) ..." >&2
+    "$VENV/bin/python" -m pip install --quiet --upgrade pip >/dev/null 2>&1 || true
+    "$VENV/bin/python" -m pip install --quiet -c requirements.lock -e ".[dev]"
+    touch "$stamp"
+  fi
+  export PATH="$VENV/bin:$PATH"
+  export PREFECT_SERVER_ANALYTICS_ENABLED=false
+  export PREFECT_HOME="${PREFECT_HOME:-$ROOT/var/prefect}"
+  export DO_NOT_TRACK=1
+}
+
+cmd=${1:-demo}
+shift || true
+setup
+case "$cmd" in
+  demo)  exec medrelease demo "$@" ;;
+  test)  exec python -m pytest -q "$@" ;;
+  bench) exec python benchmarks/engine_bench.py "$@" ;;
+  shell) echo "ready: source .venv/bin/activate" ;;
+  *) echo "usage: bash scripts/dev.sh {demo|test|bench|shell}" >&2; exit 2 ;;
+esac

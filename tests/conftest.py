@@ -1,0 +1,66 @@
+"""Shared fixtures: the IPA paper's worked example, the bundled NPS sample, small tables."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from medrelease.config import DatasetConfig, find_config, load_config
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = ROOT.parent / "shared"
+
+PAPER_TABLE_5 = pd.DataFrame(
+    {
+        "Age": [17, 16, 13, 24, 29, 25, 67],
+        "Gender": ["M", "M", "M", "F", "F", "F", "M"],
+        "Zipcode": [28912, 23512, 24231, 31891, 34225, 37756, 80061],
+        "Disease": ["Gastritis", "Pneumonia", "Pneumonia", "Anemia", "Anemia", "Diabetes",
+                    "Stroke"],
+    }
+)
+
+
+def write_paper_dataset(folder: Path) -> Path:
+    """Table 5's dataset: age and zipcode as integer taxonomies, gender as an ARX file."""
+    (folder / "age.yaml").write_text(
+        "domain: {min: 0, max: 99}\nlevels:\n  - {width: 10}\n  - {width: 50}\n"
+    )
+    (folder / "zipcode.yaml").write_text(
+        "domain: {min: 10000, max: 99999}\nlevels:\n  - {width: 10000, anchor: 0}\n"
+    )
+    (folder / "gender.csv").write_text("M;*\nF;*\n")
+    PAPER_TABLE_5.to_csv(folder / "table5.csv", index=False)
+    (folder / "dataset.yaml").write_text(
+        textwrap.dedent(
+            """\
+            name: paper-example
+            input: {path: table5.csv}
+            columns:
+              Age: {role: dimension, type: integer, taxonomy: age.yaml}
+              Gender: {role: dimension, taxonomy: gender.csv}
+              Zipcode: {role: dimension, type: integer, taxonomy: zipcode.yaml}
+              Disease: {role: informative}
+            privacy: {lifetime_epsilon: 100}
+            """
+        )
+    )
+    return folder / "dataset.yaml"
+
+
+@pytest.fixture
+def paper_config(tmp_path: Path) -> DatasetConfig:
+    return load_config(write_paper_dataset(tmp_path))
+
+
+@pytest.fixture(scope="session")
+def nps_config() -> DatasetConfig:
+    return find_config("nps-sample")
+
+
+@pytest.fixture(scope="session")
+def nps_sample(nps_config: DatasetConfig) -> pd.DataFrame:
+    return pd.read_csv(nps_config.input_path)

@@ -1,0 +1,152 @@
+"""Noise and selection follow their formulas (fixed seeds, explicit tolerances)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from medrelease.aggregate import aggregate
+from medrelease.config import load_config
+from medrelease.mechanisms import get_mechanism
+from medrelease.mechanisms.base import ReleaseContext
+from medrelease.randomness import (
+    RandomSource,
+    discrete_laplace,
+    discrete_laplace_by_geometrics,
+    exponential_mechanism,
+    selection_probabilities,
+)
+from medrelease.release import release
+
+
+def _pmf(k: np.ndarray, scale: float) -> np.ndarray:
+    a = math.exp(-1 / scale)
+    return (1 - a) / (1 + a) * a ** np.abs(k)
+
+
+@pytest.mark.parametrize("scale", [0.5, 2.0, 10.0])
+def test_discrete_laplace_matches_its_pmf_and_variance(scale: float) -> None:
+    rng = np.random.default_rng(1)
+    n = 400_000
+    draws = discrete_laplace(rng, scale, n)
+    assert draws.dtype == np.int64
+    a = math.exp(-1 / scale)
+    assert draws.var() == pytest.approx(2 * a / (1 - a) ** 2, rel=0.03)
+    assert abs(draws.mean()) < 5 * math.sqrt(2 * a / (1 - a) ** 2 / n)
+    ks = np.arange(-4, 5)
+    freq = np.array([(draws == k).mean() for k in ks])
+    expected = _pmf(ks, scale)
+    sigma = np.sqrt(expected * (1 - expected) / n)
+    assert np.all(np.abs(freq - expected) < 5 * sigma)
+
+
+def _two_sample_chi2(x: np.ndarray, y: np.ndarray) -> float:
+    low, high = -8, 8
+    bins = np.arange(low, high + 2)
+    hx = np.histogram(np.clip(x, low, high), bins)[0]
+    hy = np.histogram(np.clip(y, low, high), bins)[0]
+    keep = (hx + hy) > 0
+    return stats.chi2_contingency(np.vstack([hx[keep], hy[keep]]))[1]
+
+
+def test_discrete_laplace_agrees_with_geometric_difference_and_opendp() -> None:
+    import opendp.prelude as dp
+
+    dp.enable_features("contrib")
+    scale = 2.0
+    ours = discrete_laplace(np.random.default_rng(2), scale, 20_000)
+    reference = discrete_laplace_by_geometrics(np.random.default_rng(3), scale, 20_000)
+    measurement = dp.m.make_laplace(dp.atom_domain(T=int), dp.absolute_distance(T=int), scale)
+    opendp_draws = np.array([measurement(0) for _ in range(20_000)])
+    assert _two_sample_chi2(ours, reference) > 1e-3
+    assert _two_sample_chi2(ours, opendp_draws) > 1e-3
+
+
+def test_exponential_mechanism_frequencies_match_formula() -> None:
+    scores = np.array([0.0, 1.0, 2.0, 2.0])
+    eps, sensitivity = 2.0, 1.0
+    expected = np.exp(eps * scores / (2 * sensitivity))
+    expected /= expected.sum()
+    np.testing.assert_allclose(selection_probabilities(scores, eps, sensitivity), expected)
+    rng = np.random.default_rng(4)
+    n = 100_000
+    picks = np.bincount([exponential_mechanism(rng, scores, eps, sensitivity) for _ in range(n)],
+                        minlength=4) / n
+    assert np.all(np.abs(picks - expected) < 5 * np.sqrt(expected * (1 - expected) / n))
+
+
+def test_exponential_mechanism_is_numerically_safe() -> None:
+    scores = np.array([1e6, 1e6 + 50, -1e9])
+    rng = np.random.default_rng(5)
+    assert exponential_mechanism(rng, scores, epsilon=1000.0, sensitivity=1.0) == 1
+    probs = selection_probabilities(scores, 1000.0, 1.0)
+    assert np.all(np.isfinite(probs)) and probs[1] == pytest.approx(1.0)
+
+
+def test_seed_policy_and_reproducibility(nps_config, nps_sample) -> None:
+    assert RandomSource().for_publication
+    fixed = RandomSource(3)
+    assert not fixed.for_publication and "NOT FOR PUBLICATION" in fixed.seed_policy
+    small = nps_sample.head(2000)
+    one = release(small, nps_config, mechanism="ipa-paper", seed=9)
+    two = release(small, nps_config, mechanism="ipa-paper", seed=9)
+    pd.testing.assert_frame_equal(one.table.astype(str), two.table.astype(str))
+    fresh = [release(small, nps_config, mechanism="ipa-paper") for _ in range(2)]
+    assert fresh[0].for_publication
+    assert not fresh[0].table.astype(str).equals(fresh[1].table.astype(str))
+    with pytest.raises(ValueError, match="non-negative integer"):
+        RandomSource(-1)
+
+
+def _classes_of_size(tmp_path: Path, n_classes: int, size: int):
+    values = [f"v{i}" for i in range(n_classes)]
+    (tmp_path / "id.csv").write_text("".join(f"{v};*\n" for v in values))
+    (tmp_path / "dataset.yaml").write_text(
+        "name: sizes\ninput: {path: x.csv}\ncolumns:\n"
+        "  id: {role: dimension, taxonomy: id.csv}\n  value: {role: informative}\n"
+        "privacy: {lifetime_epsilon: 10}\n"
+    )
+    table = pd.DataFrame({"id": np.repeat(values, size), "value": "a"})
+    config = load_config(tmp_path / "dataset.yaml")
+    return ReleaseContext.from_counts(aggregate(table, config))
+
+
+@pytest.mark.parametrize(("variant", "size", "expected"), [
+    ("paper", 2, 0.5),                       # P(2 <= 2 + Lap((t-1)/eps))
+    ("paper", 3, 0.5 * math.exp(-0.5)),      # P(Lap(1/0.5) >= 1)
+    ("authors_code", 2, 1.0),                # max(t, ...) always suppresses |E| = t
+    ("authors_code", 3, 0.5 * math.exp(-0.5)),
+])
+def test_ipa_paper_threshold_noise_scale(tmp_path, variant, size, expected) -> None:
+    context = _classes_of_size(tmp_path, 4000, size)
+    mechanism = get_mechanism("ipa-paper")
+    params = mechanism.parse_params(
+        {"epsilon": 2.0, "eps_suppression": 0.5, "eps_insertion": 0.5, "eps_value": 0.5,
+         "eps_candidates": 0.5, "threshold_noise": variant}, 4000 * size)
+    table = context.lattice.bottom()
+    cells = mechanism.perturb_node(context, table, np.random.SeedSequence(6), params)
+    suppressed_rows = cells.true_counts[cells.suppressed_class[cells.class_of_cell]].sum()
+    share = suppressed_rows / (4000 * size)
+    assert share == pytest.approx(expected, abs=5 * math.sqrt(expected * (1 - expected) / 4000)
+                                  + 1e-9)
+
+
+def test_ipa_paper_counterfeit_counts_follow_clipped_discrete_laplace(tmp_path) -> None:
+    context = _classes_of_size(tmp_path, 4000, 10)
+    mechanism = get_mechanism("ipa-paper")
+    eps_ins = 0.4
+    params = mechanism.parse_params(
+        {"epsilon": 100.4, "eps_suppression": 50, "eps_insertion": eps_ins, "eps_value": 25,
+         "eps_candidates": 25}, 40_000)
+    cells = mechanism.perturb_node(context, context.lattice.bottom(),
+                                   np.random.SeedSequence(7), params)
+    a = math.exp(-eps_ins)
+    mean_positive_part = a / ((1 + a) * (1 - a))  # E[max(0, Z)] for discrete Laplace(1/eps)
+    counterfeit = cells.class_noise[~cells.suppressed_class]
+    assert counterfeit.mean() == pytest.approx(mean_positive_part, rel=0.08)
+    assert (counterfeit == 0).mean() == pytest.approx(1 / (1 + a), abs=0.03)
