@@ -7,6 +7,7 @@ YAML are resolved against the YAML file's folder, so a config and its taxonomies
 
 from __future__ import annotations
 
+import os
 import re
 from functools import cached_property
 from pathlib import Path
@@ -117,7 +118,7 @@ class DatasetConfig(_Strict):
 
     def resolve(self, relative: str) -> Path:
         path = Path(relative)
-        return path if path.is_absolute() else Path(self.base_dir) / path
+        return Path(os.path.normpath(path if path.is_absolute() else Path(self.base_dir) / path))
 
     @property
     def input_path(self) -> Path:

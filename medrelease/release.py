@@ -158,6 +158,30 @@ def cells_to_table(
 
 
 @dataclass
+class MaterializedRelease:
+    """The chosen node's released table, its information loss and its plausible row range."""
+
+    index: int
+    node: Node
+    table: pd.DataFrame
+    il: ILParts
+    row_bounds: tuple[int, int]
+
+
+def materialize_table(context: ReleaseContext, plan: ReleasePlan, index: int) -> MaterializedRelease:
+    cells = materialize(context, plan, index)
+    node = context.lattice.nodes[index]
+    impl = get_mechanism(plan.mechanism)
+    return MaterializedRelease(
+        index=index,
+        node=node,
+        table=cells_to_table(context, node, cells, plan.shuffle_seed),
+        il=information_loss(cells),
+        row_bounds=impl.row_bounds(plan.params, cells),
+    )
+
+
+@dataclass
 class Release:
     """A finished release and everything needed to defend it."""
 
@@ -228,14 +252,12 @@ def release_from_counts(
             if progress:
                 progress(len(summaries), total)
     index, probabilities = select_node(plan, summaries)
-    cells = materialize(context, plan, index)
-    node = context.lattice.nodes[index]
-    table = cells_to_table(context, node, cells, plan.shuffle_seed)
+    chosen = materialize_table(context, plan, index)
     return Release(
-        table=table,
+        table=chosen.table,
         mechanism=plan.mechanism,
         params=plan.params.model_dump(),
-        node=dict(zip(counts.dimensions, node, strict=True)),
+        node=dict(zip(counts.dimensions, chosen.node, strict=True)),
         node_index=index,
         candidates=candidates_frame(context, summaries, probabilities),
         guarantee=plan.guarantee,
@@ -243,7 +265,7 @@ def release_from_counts(
         seed_policy=plan.random.seed_policy,
         for_publication=plan.random.for_publication,
         input_rows=counts.n_rows,
-        released_il=information_loss(cells),
+        released_il=chosen.il,
     )
 
 

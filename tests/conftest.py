@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
-import textwrap
-from pathlib import Path
+import os
 
-import pandas as pd
-import pytest
+# Before Prefect is imported: no telemetry, and no log shipping to test servers that are gone
+# by the time the log worker flushes (it would retry for a minute at exit).
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("DO_NOT_TRACK", "1")
+os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+os.environ["PREFECT_LOGGING_TO_API_ENABLED"] = "false"
 
-from medrelease.config import DatasetConfig, find_config, load_config
+import textwrap  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pandas as pd  # noqa: E402
+import pytest  # noqa: E402
+
+from medrelease.config import DatasetConfig, find_config, load_config  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared"

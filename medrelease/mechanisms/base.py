@@ -63,6 +63,8 @@ class LatticeMechanism(Protocol):
 
     def budget_steps(self, params: MechanismParams) -> list[BudgetStep]: ...
 
+    def row_bounds(self, params: MechanismParams, cells: ReleasedCells) -> tuple[int, int]: ...
+
     def perturb_node(
         self, context: ReleaseContext, table: NodeTable, seed: np.random.SeedSequence,
         params: MechanismParams,
@@ -154,6 +156,14 @@ def split_budget(
             f"{parts} = {total:g}"
         )
     return dict(provided)
+
+
+NOISE_TAIL = 1e-12
+
+
+def noise_bound(epsilon: float) -> int:
+    """k with P(Z >= k) < 1e-12 for discrete Laplace(1/eps): a per-cell bound on added rows."""
+    return math.ceil(math.log(1.0 / NOISE_TAIL) / epsilon)
 
 
 def in_class_draws(

@@ -30,7 +30,13 @@ from pydantic import Field, field_validator
 
 from medrelease.guarantee import ADD_REMOVE_ONE_ROW, BudgetStep, Guarantee
 from medrelease.lattice import NodeTable
-from medrelease.mechanisms.base import MechanismParams, ReleaseContext, parse, split_budget
+from medrelease.mechanisms.base import (
+    MechanismParams,
+    ReleaseContext,
+    noise_bound,
+    parse,
+    split_budget,
+)
 from medrelease.metrics import ReleasedCells
 from medrelease.randomness import discrete_laplace, discrete_laplace_tail
 
@@ -129,6 +135,14 @@ class IPA:
             BudgetStep("suppressed cells", params.eps_suppression, half, self.name,
                        "discrete Laplace per pooled (*, v) cell + threshold"),
         ]
+
+    def row_bounds(self, params: IPAParams, cells: ReleasedCells) -> tuple[int, int]:
+        """No minimum (every cell may be dropped); each cell adds at most ``noise_bound`` rows."""
+        sup = cells.suppressed_class[cells.class_of_cell]
+        node_rows = int(cells.true_counts[~sup].sum())
+        high = (node_rows + int((~sup).sum()) * noise_bound(params.eps_cells)
+                + int(sup.sum()) * noise_bound(params.eps_suppression))
+        return 0, high
 
     def perturb_node(
         self, context: ReleaseContext, table: NodeTable, seed: np.random.SeedSequence,

@@ -20,6 +20,7 @@ from medrelease.mechanisms.base import (
     MechanismParams,
     ReleaseContext,
     in_class_draws,
+    noise_bound,
     parse,
     split_budget,
 )
@@ -104,6 +105,11 @@ class IPAPaper:
             BudgetStep("node selection", params.eps_candidates, 0.0, self.name,
                        "exponential mechanism over lattice nodes, u = 3 - IL, sensitivity 3"),
         ]
+
+    def row_bounds(self, params: IPAPaperParams, cells: ReleasedCells) -> tuple[int, int]:
+        """Every real row is kept; each class gains at most ``noise_bound`` counterfeit rows."""
+        real = int(cells.true_counts.sum())
+        return real, real + cells.n_classes * noise_bound(params.eps_insertion)
 
     def perturb_node(
         self, context: ReleaseContext, table: NodeTable, seed: np.random.SeedSequence,

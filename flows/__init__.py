@@ -1,0 +1,1 @@
+"""Prefect flows: release (and, later, evaluate, audit, watch-inbox)."""

@@ -1,0 +1,146 @@
+"""The release flow: validate -> charge budget -> aggregate -> score nodes (fan-out) -> select
+-> materialize -> check -> publish, with the budget steps, per-node IL and a summary as artifacts.
+
+Parameters are one pydantic model, so the Prefect UI renders a form: the mechanism is a choice
+whose own parameters (epsilon, its split, delta, threshold) appear under it.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated, Any, Literal
+
+from prefect import flow, get_run_logger, unmapped
+from prefect.artifacts import create_progress_artifact, update_progress_artifact
+from prefect.futures import as_completed
+from prefect.runtime import flow_run
+from prefect.task_runners import ThreadPoolTaskRunner
+from pydantic import BaseModel, ConfigDict, Field
+
+from medrelease.ledger import Ledger
+from medrelease.mechanisms.ipa import IPAParams
+from medrelease.mechanisms.ipa_paper import IPAPaperParams
+from medrelease.release import candidates_frame, node_batches
+from medrelease.settings import ledger_path, store_root
+from tasks.budget import artifact_key, charge_budget, finalize_spend, plan
+from tasks.checks import check_output
+from tasks.inputs import load_and_validate_input, load_dataset_config
+from tasks.lattice import aggregate_input, materialize_release, score_node_batch, select_candidate
+from tasks.publish import publish_release
+from tasks.report import publish_artifacts
+
+
+class IPAOptions(IPAParams):
+    """Sound IPA: (eps, delta)-DP, the default."""
+
+    mechanism: Literal["ipa"] = "ipa"
+
+
+class IPAPaperOptions(IPAPaperParams):
+    """IPA as published — the formal guarantee is NOT upheld; for comparison only."""
+
+    mechanism: Literal["ipa-paper"] = "ipa-paper"
+
+
+MechanismOptions = Annotated[IPAOptions | IPAPaperOptions, Field(discriminator="mechanism")]
+
+
+class ReleaseRequest(BaseModel):
+    """What a steward fills in to release a dataset."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    dataset: str = Field(
+        default="nps-sample",
+        description="Dataset name (datasets/<name>/dataset.yaml) or path to a dataset YAML",
+    )
+    input_path: str | None = Field(
+        default=None, description="Release this file instead of the config's input (a new extract)"
+    )
+    mechanism: MechanismOptions = Field(
+        default_factory=IPAOptions, description="Mechanism and its privacy parameters"
+    )
+    seed: int | None = Field(
+        default=None, ge=0,
+        description="TEST ONLY: a fixed seed makes the release reproducible and marks it NOT FOR "
+                    "PUBLICATION. Leave empty for a real release.",
+    )
+    batch_size: int = Field(
+        default=32, ge=1, le=4096, description="Lattice nodes per scoring task (1 = one per node)"
+    )
+    destination: str | None = Field(
+        default=None, description="Optional sub-folder of the release store for this release"
+    )
+
+    def mechanism_params(self) -> dict[str, Any]:
+        return self.mechanism.model_dump(exclude={"mechanism"}, exclude_none=True)
+
+
+@flow(
+    name="medrelease-release",
+    description="Differentially private microdata release of one dataset extract",
+    task_runner=ThreadPoolTaskRunner(max_workers=int(os.environ.get("MEDRELEASE_WORKERS", "2"))),
+    log_prints=False,
+    validate_parameters=True,
+)
+def release_flow(request: ReleaseRequest | None = None) -> dict[str, Any]:
+    """Run one release; returns the release id, folder and manifest (or raises, publishing nothing)."""
+    request = request or ReleaseRequest()
+    logger = get_run_logger()
+    run_id = str(flow_run.id) if flow_run.id else None
+    ledger = str(ledger_path())
+
+    config = load_dataset_config(request.dataset)
+    frame, input_info = load_and_validate_input(config, request.input_path)
+    release_plan = plan(config, request.mechanism.mechanism, request.mechanism_params(),
+                        input_info.rows, request.seed)
+    spend_id = charge_budget(config, release_plan, ledger, run_id)
+    try:
+        context = aggregate_input(config, frame)
+        del frame
+        batches = node_batches(context, request.batch_size)
+        progress_id = create_progress_artifact(
+            progress=0.0, key=artifact_key(config.name, "scoring-progress"),
+            description=f"Lattice nodes scored ({len(context.lattice)} in {len(batches)} batches)",
+        )
+        futures = score_node_batch.map(batches, context=unmapped(context),
+                                       release_plan=unmapped(release_plan))
+        summaries = []
+        for done, future in enumerate(as_completed(list(futures)), start=1):
+            summaries.extend(future.result())
+            update_progress_artifact(progress_id, progress=100.0 * done / len(batches))
+            if done % max(1, len(batches) // 4) == 0 or done == len(batches):
+                logger.info("scored %d of %d lattice nodes", len(summaries), len(context.lattice))
+        index, probabilities = select_candidate(release_plan, summaries)
+        chosen = materialize_release(context, release_plan, index)
+        checks = check_output(config, context, chosen)
+        candidates = candidates_frame(context, summaries, probabilities)
+        published = publish_release(
+            str(store_root()), request.destination, config, input_info, release_plan, context,
+            chosen, candidates, checks, spend_id, run_id,
+        )
+        finalize_spend(ledger, spend_id, "released", release_id=published.release_id)
+    except BaseException as exc:
+        # The reservation stays counted: noise may have been drawn before the failure.
+        # Marked directly, not as a task, so it also happens when the run is being cancelled.
+        Ledger(ledger).mark(spend_id, "failed", note=f"{type(exc).__name__}: {exc}"[:500])
+        raise
+    publish_artifacts(published.manifest, candidates)
+    return {
+        "release_id": published.release_id,
+        "path": published.path,
+        "manifest": published.manifest,
+        "flow_run_id": run_id,
+    }
+
+
+def artifacts_of_run(flow_run_id: str) -> list[tuple[str, str, str]]:
+    """(key, type, description) of every artifact a flow run created, read from the Prefect API."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+
+    with get_client(sync_client=True) as client:
+        found = client.read_artifacts(
+            artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id]))
+        )
+    return [(a.key or "-", a.type or "-", (a.description or "")[:80]) for a in found]

@@ -1,0 +1,216 @@
+"""``medrelease``: run releases, read the ledger, and try the product on bundled data.
+
+The engine never imports Prefect: the commands that run flows import ``flows`` when called.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.panel import Panel
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from medrelease.config import find_config
+from medrelease.errors import MedreleaseError
+from medrelease.ledger import Ledger
+from medrelease.settings import ledger_path, store_root
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Differentially private microdata releases (IPA and friends) on Prefect.")
+console = Console()
+SCORED = re.compile(r"scored (\d+) of (\d+) lattice nodes")
+TASK_NAME = re.compile(r"Task run '([a-z-]+)-[0-9a-f]+'")
+
+
+def _defaults() -> None:
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("DO_NOT_TRACK", "1")
+    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+
+
+class _ProgressHandler(logging.Handler):
+    """Turns the flow's log records into a progress bar (stage name + nodes scored)."""
+
+    def __init__(self, progress: Progress, task_id: Any) -> None:
+        super().__init__(logging.INFO)
+        self.progress, self.task_id = progress, task_id
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        scored = SCORED.search(message)
+        if scored:
+            done, total = map(int, scored.groups())
+            self.progress.update(self.task_id, completed=done, total=total,
+                                 description="scoring lattice nodes")
+            return
+        name = getattr(record, "task_run_name", None) or ""
+        match = TASK_NAME.search(name) or TASK_NAME.search(message)
+        if match:
+            self.progress.update(self.task_id, description=match.group(1).replace("-", " "))
+
+
+def _run_flow(request: Any) -> dict[str, Any]:
+    """Run the release flow in-process with a progress bar instead of Prefect's log lines."""
+    from flows.release import release_flow
+
+    loggers = [logging.getLogger(n) for n in ("prefect.flow_runs", "prefect.task_runs")]
+    with Progress(SpinnerColumn(), TextColumn("{task.description:<24}"), BarColumn(),
+                  TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
+                  console=console, transient=True) as progress:
+        task_id = progress.add_task("starting Prefect", total=None)
+        handler = _ProgressHandler(progress, task_id)
+        quiet: list[tuple[logging.Handler, int]] = []
+        for logger in loggers:
+            logger.addHandler(handler)
+        for logger in [*loggers, logging.getLogger("prefect"), logging.getLogger()]:
+            for existing in logger.handlers:
+                if existing is not handler and type(existing).__name__ == "PrefectConsoleHandler":
+                    quiet.append((existing, existing.level))
+                    existing.setLevel(logging.WARNING)
+        try:
+            return release_flow(request)
+        finally:
+            for logger in loggers:
+                logger.removeHandler(handler)
+            for existing, level in quiet:
+                existing.setLevel(level)
+
+
+def _show_result(result: dict[str, Any], seconds: float) -> None:
+    manifest = result["manifest"]
+    guarantee = manifest["guarantee"]
+    style = "green" if guarantee["proven"] else "yellow"
+    body = [
+        f"[bold]release[/]   {result['path']}",
+        f"[bold]manifest[/]  {Path(result['path']) / 'manifest.json'}",
+        f"[bold]report[/]    {Path(result['path']) / 'report.md'}",
+        f"[bold]rows[/]      {manifest['input_rows']:,} in -> {manifest['released_rows']:,} out",
+        f"[bold]node[/]      {manifest['chosen_node']}",
+        f"[bold]IL[/]        {manifest['information_loss']['il']:.3f}",
+        f"[bold]guarantee[/] [{style}]{guarantee['statement']}[/]",
+        f"[bold]flow run[/]  {result['flow_run_id']}   ({seconds:.1f} s)",
+    ]
+    if not manifest["for_publication"]:
+        body.append("[red bold]NOT FOR PUBLICATION[/] (fixed seed)")
+    console.print(Panel("\n".join(body), title=f"released {manifest['dataset']}"))
+
+
+def _fail(exc: BaseException) -> None:
+    console.print(f"[red bold]release refused:[/] {exc}")
+    raise typer.Exit(1)
+
+
+@app.command()
+def release(
+    dataset: str = typer.Argument(..., help="dataset name or path to its dataset.yaml"),
+    mechanism: str = typer.Option("ipa", help="ipa (sound, default) or ipa-paper"),
+    epsilon: float = typer.Option(1.0, help="total privacy budget of this release"),
+    delta: float | None = typer.Option(None, help="ipa only: total delta (default min(1e-6, 1/(10n)))"),
+    threshold: int = typer.Option(2, "--threshold", help="suppression threshold t (>= 2)"),
+    input_path: Path | None = typer.Option(None, "--input", help="release this file instead"),
+    seed: int | None = typer.Option(None, help="TEST ONLY: fixed seed, marks NOT FOR PUBLICATION"),
+    batch_size: int = typer.Option(32, help="lattice nodes per scoring task"),
+    destination: str | None = typer.Option(None, help="sub-folder of the release store"),
+) -> None:
+    """Release a dataset through the Prefect flow."""
+    _defaults()
+    from pydantic import ValidationError
+
+    from flows.release import ReleaseRequest
+
+    params: dict[str, Any] = {"mechanism": mechanism, "epsilon": epsilon,
+                              "suppression_threshold": threshold}
+    if delta is not None:
+        params["delta"] = delta
+    try:
+        request = ReleaseRequest(dataset=dataset, mechanism=params, seed=seed,
+                                 batch_size=batch_size, destination=destination,
+                                 input_path=str(input_path) if input_path else None)
+    except ValidationError as exc:
+        _fail(MedreleaseError("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}"
+                                        for e in exc.errors())))
+    started = time.perf_counter()
+    try:
+        result = _run_flow(request)
+    except MedreleaseError as exc:
+        _fail(exc)
+    _show_result(result, time.perf_counter() - started)
+
+
+@app.command()
+def ledger(dataset: str | None = typer.Argument(None, help="only this dataset")) -> None:
+    """Show every privacy-budget spend, per dataset, with what is left."""
+    book = Ledger(ledger_path())
+    spends = book.spends(dataset)
+    table = Table(title=f"privacy budget ledger ({ledger_path()})")
+    for column in ("dataset", "mechanism", "epsilon", "delta", "status", "release", "when"):
+        table.add_column(column)
+    for s in spends:
+        colour = {"released": "green", "failed": "red"}.get(s.status, "yellow")
+        table.add_row(s.dataset, s.mechanism, f"{s.epsilon:g}", f"{s.delta:g}",
+                      f"[{colour}]{s.status}[/]", s.release_id or "-", s.created_at)
+    console.print(table)
+    for name in sorted({s.dataset for s in spends}):
+        try:
+            config = find_config(name)
+            state = book.state(name, config.privacy.lifetime_epsilon, config.privacy.lifetime_delta)
+            console.print(f"{name}: epsilon spent {state.epsilon_spent:g} of "
+                          f"{state.lifetime_epsilon:g} (left {state.epsilon_left:g}); delta spent "
+                          f"{state.delta_spent:g} of {state.lifetime_delta:g}")
+        except MedreleaseError:
+            console.print(f"{name}: (dataset config not found; totals unknown)")
+
+
+@app.command()
+def demo(
+    mechanism: str = typer.Option("ipa", help="ipa or ipa-paper"),
+    epsilon: float = typer.Option(1.0, help="total privacy budget"),
+) -> None:
+    """Release the bundled NPS-like sample with Prefect's ephemeral API and show what came out."""
+    _defaults()
+    from flows.release import ReleaseRequest, artifacts_of_run
+
+    console.print("[bold]medrelease demo[/]: releasing the bundled NPS-like sample "
+                  f"(20,000 synthetic admissions) with [bold]{mechanism}[/], epsilon {epsilon}")
+    console.print(f"ledger: {ledger_path()}   release store: {store_root()}")
+    started = time.perf_counter()
+    try:
+        result = _run_flow(ReleaseRequest(mechanism={"mechanism": mechanism, "epsilon": epsilon}))
+    except MedreleaseError as exc:
+        _fail(exc)
+    _show_result(result, time.perf_counter() - started)
+    table = Table(title="Prefect artifacts of this flow run")
+    for column in ("key", "type", "description"):
+        table.add_column(column)
+    for row in artifacts_of_run(result["flow_run_id"]):
+        table.add_row(*row)
+    console.print(table)
+    console.print("See them with [bold]prefect artifact ls[/] or in the UI "
+                  "([bold]prefect server start[/], then http://127.0.0.1:4200).")
+
+
+@app.command()
+def show(manifest: Path = typer.Argument(..., help="a release's manifest.json")) -> None:
+    """Print a release manifest's key facts."""
+    data = json.loads(manifest.read_text())
+    console.print_json(json.dumps({k: data[k] for k in (
+        "release_id", "dataset", "mechanism", "guarantee", "epsilon_spent", "delta_spent",
+        "chosen_node", "input_rows", "released_rows", "seed_policy")}))
+
+
+def main() -> None:  # pragma: no cover - console entry point
+    try:
+        app()
+    except MedreleaseError as exc:
+        console.print(f"[red bold]error:[/] {exc}")
+        sys.exit(1)

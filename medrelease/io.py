@@ -1,0 +1,86 @@
+"""Reading an extract as its dataset config says, with errors that say how to fix the file.
+
+Everything is read as text first; types are checked and coerced by the input schema
+(``schemas/input.py``), so a non-numeric age is reported with its rows instead of silently
+turning the whole column into text.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+from pathlib import Path
+
+import pandas as pd
+
+from medrelease.config import DatasetConfig
+from medrelease.errors import InputValidationError
+
+CANDIDATE_DELIMITERS = [",", ";", "\t", "|"]
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def read_input(config: DatasetConfig, path: str | Path | None = None) -> pd.DataFrame:
+    """The extract as a frame of text columns (Parquet keeps its own types)."""
+    source = Path(path) if path else config.input_path
+    if not source.is_file():
+        raise InputValidationError(f"input file not found: {source}")
+    if source.stat().st_size == 0:
+        raise InputValidationError(f"input file {source} is empty (0 bytes): nothing to release")
+    if config.input.format == "parquet" or source.suffix.lower() == ".parquet":
+        try:
+            return pd.read_parquet(source)
+        except Exception as exc:  # pyarrow raises several unrelated types
+            raise InputValidationError(f"cannot read Parquet file {source}: {exc}") from exc
+    return _read_csv(config, source)
+
+
+def _read_csv(config: DatasetConfig, source: Path) -> pd.DataFrame:
+    delimiter = config.input.delimiter
+    try:
+        frame = pd.read_csv(
+            source, sep=delimiter, dtype=str, encoding=config.input.encoding,
+            keep_default_na=False, na_values=[""], engine="c",
+        )
+    except UnicodeDecodeError as exc:
+        raise InputValidationError(
+            f"{source} is not valid {config.input.encoding} text (byte {exc.start}): "
+            f"set input.encoding in the dataset config to the file's encoding "
+            f"(for example latin-1)"
+        ) from exc
+    except pd.errors.EmptyDataError as exc:
+        raise InputValidationError(f"input file {source} has no header and no rows") from exc
+    except pd.errors.ParserError as exc:
+        raise InputValidationError(f"cannot parse {source} as CSV: {exc}") from exc
+    _check_header(config, source, frame, delimiter)
+    return frame
+
+
+def _check_header(config: DatasetConfig, source: Path, frame: pd.DataFrame, delimiter: str) -> None:
+    """Catch the common file mistakes before column-level validation."""
+    header = list(frame.columns)
+    raw_header = _raw_header(source, config.input.encoding, delimiter)
+    repeated = sorted({c for c in raw_header if raw_header.count(c) > 1})
+    if repeated:
+        names = ", ".join(repr(c) for c in repeated)
+        raise InputValidationError(f"{source}: column name(s) {names} appear more than once")
+    needed = config.dimensions + config.informative
+    if len(header) == 1 and len(needed) > 1:
+        guess = next((d for d in CANDIDATE_DELIMITERS if d != delimiter and d in header[0]), None)
+        hint = f"; the header contains {guess!r} — set input.delimiter: {guess!r}" if guess else ""
+        raise InputValidationError(
+            f"{source}: found a single column {header[0]!r} using delimiter {delimiter!r}{hint}"
+        )
+
+
+def _raw_header(source: Path, encoding: str, delimiter: str) -> list[str]:
+    with source.open(encoding=encoding, newline="") as handle:
+        return next(csv.reader(handle, delimiter=delimiter), [])
+

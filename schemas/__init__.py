@@ -1,0 +1,1 @@
+"""Schemas: pandera input models, the Great Expectations output suite, the manifest model."""

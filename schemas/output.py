@@ -1,0 +1,113 @@
+"""Output checks: a Great Expectations suite built for the release at hand.
+
+The suite's value sets depend on the chosen lattice node, so it is built per release from
+``OutputExpectations`` and its JSON is kept with the release (``checks.json``). Checks:
+* the table's columns are exactly the declared released columns (nothing undeclared leaks);
+* every dimension value is a label of the chosen node's level, or ``*``;
+* informative values lie within the input's domain;
+* the row count lies within the bound the mechanism implies;
+* suppressed rows are ``*`` on every dimension (a plain pandas check beside the suite: GX's
+  row-condition expectations need a SQL source).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from medrelease.taxonomy import SUPPRESSED
+
+os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+
+
+@dataclass(frozen=True)
+class OutputExpectations:
+    columns: list[str]
+    dimension_labels: dict[str, list[str]]
+    informative_domain: dict[str, list[Any]]
+    min_rows: int
+    max_rows: int
+    fully_suppressed_levels: dict[str, bool] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    success: bool
+    results: list[dict[str, Any]]
+    suite: dict[str, Any]
+
+    def failures(self) -> list[dict[str, Any]]:
+        return [r for r in self.results if not r["success"]]
+
+
+def build_suite(expect: OutputExpectations, name: str = "release-output"):
+    import great_expectations as gx
+
+    suite = gx.ExpectationSuite(name=name)
+    suite.add_expectation(
+        gx.expectations.ExpectTableColumnsToMatchSet(column_set=expect.columns, exact_match=True)
+    )
+    for column, labels in expect.dimension_labels.items():
+        suite.add_expectation(gx.expectations.ExpectColumnValuesToBeInSet(
+            column=column, value_set=sorted(set(labels) | {SUPPRESSED})))
+        suite.add_expectation(gx.expectations.ExpectColumnValuesToNotBeNull(column=column))
+    for column, domain in expect.informative_domain.items():
+        suite.add_expectation(gx.expectations.ExpectColumnValuesToBeInSet(
+            column=column, value_set=list(domain)))
+    suite.add_expectation(gx.expectations.ExpectTableRowCountToBeBetween(
+        min_value=expect.min_rows, max_value=expect.max_rows))
+    return suite
+
+
+def check_release(table: pd.DataFrame, expect: OutputExpectations) -> CheckReport:
+    """Run the suite on the released table (and the suppressed-row check)."""
+    import great_expectations as gx
+    from great_expectations.data_context.types.base import ProgressBarsConfig
+
+    context = gx.get_context(mode="ephemeral")
+    context.variables.progress_bars = ProgressBarsConfig(globally=False)
+    batch = (
+        context.data_sources.add_pandas("release")
+        .add_dataframe_asset("table")
+        .add_batch_definition_whole_dataframe("whole")
+    )
+    suite = context.suites.add(build_suite(expect))
+    definition = context.validation_definitions.add(
+        gx.ValidationDefinition(data=batch, suite=suite, name="release-output")
+    )
+    frame = table.astype({c: "object" for c in expect.dimension_labels})
+    outcome = definition.run(batch_parameters={"dataframe": frame})
+    results = [
+        {
+            "check": r.expectation_config.type,
+            "column": r.expectation_config.kwargs.get("column"),
+            "success": bool(r.success),
+            "unexpected": _unexpected(r.result),
+        }
+        for r in outcome.results
+    ]
+    results.append(_suppressed_rows_all_star(frame, expect))
+    suite_json = suite.to_json_dict()
+    return CheckReport(all(r["success"] for r in results), results, suite_json)
+
+
+def _unexpected(result: dict[str, Any]) -> Any:
+    if "unexpected_count" in result:
+        return {"count": result.get("unexpected_count"),
+                "examples": [str(v) for v in (result.get("partial_unexpected_list") or [])[:3]]}
+    return result.get("observed_value")
+
+
+def _suppressed_rows_all_star(frame: pd.DataFrame, expect: OutputExpectations) -> dict[str, Any]:
+    """A row that is '*' on a dimension not generalized to '*' must be '*' everywhere."""
+    columns = [c for c in expect.dimension_labels if not expect.fully_suppressed_levels.get(c)]
+    if not columns or frame.empty:
+        return {"check": "suppressed_rows_all_star", "column": None, "success": True,
+                "unexpected": None}
+    stars = frame[columns].eq(SUPPRESSED)
+    partial = stars.any(axis=1) & ~stars.all(axis=1)
+    return {"check": "suppressed_rows_all_star", "column": None, "success": not bool(partial.any()),
+            "unexpected": {"count": int(partial.sum())}}

@@ -1,0 +1,5 @@
+"""Prefect tasks: thin wrappers over engine calls, one concern each.
+
+No algorithm lives here. Every task opts out of Prefect's result caching: a release must draw
+fresh noise on every run, and inputs are large tables that should not be hashed.
+"""

@@ -1,0 +1,52 @@
+"""Output checks (Great Expectations suite from ``schemas/output.py``)."""
+
+from __future__ import annotations
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from medrelease.config import DatasetConfig
+from medrelease.errors import MedreleaseError
+from medrelease.mechanisms.base import ReleaseContext
+from medrelease.release import MaterializedRelease
+from schemas.output import CheckReport, OutputExpectations, check_release
+
+
+class OutputCheckError(MedreleaseError):
+    """The release failed its output checks; it is not published."""
+
+
+def expectations_for(config: DatasetConfig, context: ReleaseContext,
+                     chosen: MaterializedRelease) -> OutputExpectations:
+    labels = {
+        column: list(context.lattice.taxonomies[i].level_labels[chosen.node[i]])
+        for i, column in enumerate(context.counts.dimensions)
+    }
+    informative = {
+        column: context.counts.informative[column].tolist()
+        for column in context.counts.informative.columns
+    }
+    return OutputExpectations(
+        columns=list(context.counts.dimensions) + list(context.counts.informative.columns),
+        dimension_labels=labels,
+        informative_domain=informative,
+        min_rows=chosen.row_bounds[0],
+        max_rows=chosen.row_bounds[1],
+        fully_suppressed_levels={
+            column: chosen.node[i] == context.lattice.taxonomies[i].height
+            for i, column in enumerate(context.counts.dimensions)
+        },
+    )
+
+
+@task(name="check-output", cache_policy=NO_CACHE)
+def check_output(config: DatasetConfig, context: ReleaseContext,
+                 chosen: MaterializedRelease) -> CheckReport:
+    report = check_release(chosen.table, expectations_for(config, context, chosen))
+    if not report.success:
+        failed = "; ".join(
+            f"{r['check']}{'(' + r['column'] + ')' if r['column'] else ''}: {r['unexpected']}"
+            for r in report.failures()
+        )
+        raise OutputCheckError(f"release failed its output checks, nothing published: {failed}")
+    return report

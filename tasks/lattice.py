@@ -1,0 +1,47 @@
+"""Aggregate once, score lattice nodes in batches, select privately, materialize the choice."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from medrelease.aggregate import aggregate
+from medrelease.config import DatasetConfig
+from medrelease.lattice import Node
+from medrelease.mechanisms.base import NodeSummary, ReleaseContext
+from medrelease.release import (
+    MaterializedRelease,
+    ReleasePlan,
+    materialize_table,
+    score_nodes,
+    select_node,
+)
+
+
+@task(name="aggregate", cache_policy=NO_CACHE)
+def aggregate_input(config: DatasetConfig, frame: pd.DataFrame) -> ReleaseContext:
+    return ReleaseContext.from_counts(aggregate(frame, config))
+
+
+@task(name="score-node-batch", cache_policy=NO_CACHE)
+def score_node_batch(
+    nodes: list[Node], context: ReleaseContext, release_plan: ReleasePlan
+) -> list[NodeSummary]:
+    """Perturb and score a batch of lattice nodes; returns small summaries, never tables."""
+    return score_nodes(context, release_plan, nodes)
+
+
+@task(name="select-node", cache_policy=NO_CACHE)
+def select_candidate(
+    release_plan: ReleasePlan, summaries: list[NodeSummary]
+) -> tuple[int, np.ndarray]:
+    return select_node(release_plan, summaries)
+
+
+@task(name="materialize-release", cache_policy=NO_CACHE)
+def materialize_release(
+    context: ReleaseContext, release_plan: ReleasePlan, index: int
+) -> MaterializedRelease:
+    return materialize_table(context, release_plan, index)

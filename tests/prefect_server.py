@@ -1,0 +1,72 @@
+"""Start a real ``prefect server`` on a loopback port for tests, and stop it afterwards."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+STARTUP_TIMEOUT_S = 120
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def server_env(home: Path, api_url: str | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env.update({
+        "PREFECT_HOME": str(home),
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "DO_NOT_TRACK": "1",
+        "PREFECT_LOGGING_LEVEL": "WARNING",
+    })
+    if api_url:
+        env["PREFECT_API_URL"] = api_url
+    return env
+
+
+@contextlib.contextmanager
+def running_server(home: Path) -> Iterator[str]:
+    """Yield the API URL of a fresh server (own SQLite database under ``home``)."""
+    port = free_port()
+    api_url = f"http://127.0.0.1:{port}/api"
+    log = (home / "server.log").open("w")
+    prefect = Path(sys.executable).with_name("prefect")
+    proc = subprocess.Popen(
+        [str(prefect), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+        env=server_env(home), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"prefect server exited early; see {home / 'server.log'}")
+            try:
+                with urllib.request.urlopen(f"{api_url}/health", timeout=2) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"prefect server not healthy after {STARTUP_TIMEOUT_S} s")
+            time.sleep(0.5)
+        yield api_url
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+        log.close()

@@ -1,0 +1,51 @@
+"""Against a real ``prefect server``: a release run records its artifacts and task runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import (
+    ArtifactFilter,
+    ArtifactFilterFlowRunId,
+    FlowRunFilter,
+    FlowRunFilterId,
+)
+from prefect.settings import PREFECT_API_URL, temporary_settings
+
+from flows.release import ReleaseRequest, release_flow
+
+from .prefect_server import running_server
+
+pytestmark = pytest.mark.server
+
+
+@pytest.fixture(scope="module")
+def api_url(tmp_path_factory):
+    with running_server(tmp_path_factory.mktemp("prefect-server")) as url:
+        yield url
+
+
+def test_release_run_records_artifacts_on_a_real_server(api_url, tmp_path: Path, monkeypatch):
+    monkeypatch.setenv("MEDRELEASE_HOME", str(tmp_path))
+    with temporary_settings(updates={PREFECT_API_URL: api_url}):
+        result = release_flow(ReleaseRequest(seed=6, batch_size=32))
+        with get_client(sync_client=True) as client:
+            run = client.read_flow_run(result["flow_run_id"])
+            artifacts = client.read_artifacts(artifact_filter=ArtifactFilter(
+                flow_run_id=ArtifactFilterFlowRunId(any_=[run.id])))
+            task_runs = client.read_task_runs(
+                flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[run.id])))
+    assert run.state.is_completed()
+    assert run.parameters["request"]["seed"] == 6
+    by_key = {a.key: a for a in artifacts}
+    assert set(by_key) == {"nps-sample-budget-steps", "nps-sample-node-information-loss",
+                           "nps-sample-release-summary", "nps-sample-scoring-progress"}
+    budget = by_key["nps-sample-budget-steps"].data
+    assert "node selection" in str(budget) and "cells" in str(budget)
+    assert "differential privacy" in by_key["nps-sample-release-summary"].data
+    names = [t.name.rsplit("-", 1)[0] for t in task_runs]
+    assert names.count("score-node-batch") == 8  # 256 nodes / 32 per batch
+    assert {"validate-input", "charge-budget", "aggregate", "select-node", "check-output",
+            "publish-release"} <= set(names)

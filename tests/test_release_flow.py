@@ -1,0 +1,126 @@
+"""The release flow on Prefect's test harness: success, bad input, over budget, failures."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from prefect.testing.utilities import prefect_test_harness
+
+from flows.release import ReleaseRequest, release_flow
+from medrelease.errors import BudgetExceededError, InputValidationError
+from medrelease.ledger import Ledger
+from medrelease.store import StoreError
+from schemas.manifest import Manifest
+
+
+@pytest.fixture(scope="module", autouse=True)
+def harness():
+    with prefect_test_harness(server_startup_timeout=120):
+        yield
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch) -> Path:
+    monkeypatch.setenv("MEDRELEASE_HOME", str(tmp_path))
+    return tmp_path
+
+
+def _spends(home: Path) -> list:
+    return Ledger(home / "ledger.sqlite").spends()
+
+
+def _release_dirs(home: Path) -> list[Path]:
+    root = home / "releases"
+    return [p for p in root.rglob("*") if p.is_dir()] if root.exists() else []
+
+
+def test_full_run_publishes_release_and_ledger(home: Path) -> None:
+    result = release_flow(ReleaseRequest(seed=1, batch_size=64))
+    folder = Path(result["path"])
+    assert folder.parent == home / "releases" / "nps-sample"
+    assert {p.name for p in folder.iterdir()} >= {"data.parquet", "data.csv", "manifest.json",
+                                                  "report.md", "candidates.csv", "checks.json"}
+    manifest = Manifest(**json.loads((folder / "manifest.json").read_text()))
+    assert manifest.mechanism == "ipa" and manifest.guarantee.proven
+    assert manifest.epsilon_spent == pytest.approx(1.0)
+    assert manifest.for_publication is False and "NOT FOR PUBLICATION" in manifest.seed_policy
+    assert manifest.flow_run_id == result["flow_run_id"]
+    assert manifest.checks_passed
+    assert "patient_id" not in (folder / "data.csv").read_text().splitlines()[0]
+    [spend] = _spends(home)
+    assert spend.status == "released" and spend.release_id == manifest.release_id
+    assert spend.flow_run_id == result["flow_run_id"]
+
+
+def test_one_task_per_node_and_paper_mechanism(home: Path) -> None:
+    request = ReleaseRequest(seed=2, batch_size=1,
+                             mechanism={"mechanism": "ipa-paper", "epsilon": 0.5})
+    result = release_flow(request)
+    manifest = result["manifest"]
+    assert manifest["guarantee"]["proven"] is False
+    assert "formal guarantee not upheld" in manifest["guarantee"]["label"]
+    assert "FORMAL GUARANTEE NOT UPHELD" in (Path(result["path"]) / "report.md").read_text()
+    assert manifest["released_rows"] >= manifest["input_rows"]
+
+
+BAD_INPUTS = {
+    "uncovered": ("patient_id,age,sex,length_of_stay,surgery,region,diagnosis\n"
+                  "1,34,F,3,N,11,A001\n2,34,F,3,N,77,A001\n",
+                  r"column 'region': value '77' is not covered.*row\(s\) 2"),
+    "wrong type": ("patient_id,age,sex,length_of_stay,surgery,region,diagnosis\n"
+                   "1,34,F,three,N,11,A001\n",
+                   "column 'length_of_stay': value 'three' is not a whole number"),
+    "empty table": ("patient_id,age,sex,length_of_stay,surgery,region,diagnosis\n",
+                    "no data rows"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_INPUTS))
+def test_bad_input_fails_before_any_spend(home: Path, case: str) -> None:
+    text, message = BAD_INPUTS[case]
+    path = home / "extract.csv"
+    path.write_text(text)
+    with pytest.raises(InputValidationError, match=f"(?s){message}"):
+        release_flow(ReleaseRequest(input_path=str(path), seed=3))
+    assert _spends(home) == []
+    assert _release_dirs(home) == []
+
+
+def test_over_budget_is_refused_before_noise(home: Path) -> None:
+    ledger = Ledger(home / "ledger.sqlite")
+    ledger.reserve("nps-sample", 9.5, 0.0, "ipa", 10.0, 1e-4)
+    with pytest.raises(BudgetExceededError, match=r"spent 9.5 \+ requested 1 > total 10"):
+        release_flow(ReleaseRequest(seed=4))
+    assert len(_spends(home)) == 1
+    assert _release_dirs(home) == []
+
+
+@pytest.mark.parametrize("where", ["scoring", "publish"])
+def test_failure_after_charge_keeps_reservation_and_publishes_nothing(
+    home: Path, monkeypatch, where: str
+) -> None:
+    if where == "scoring":
+        import tasks.lattice
+
+        def broken(*args, **kwargs):
+            raise RuntimeError("worker lost")
+
+        monkeypatch.setattr(tasks.lattice, "score_nodes", broken)
+        expected: type[Exception] = RuntimeError
+    else:
+        import medrelease.store
+
+        def disk_full(path, data):
+            raise OSError(28, "No space left on device")
+
+        monkeypatch.setattr(medrelease.store, "_write_json", disk_full)
+        expected = StoreError
+    with pytest.raises(expected):
+        release_flow(ReleaseRequest(seed=5))
+    [spend] = _spends(home)
+    assert spend.status == "failed" and spend.epsilon == 1.0
+    assert Ledger(home / "ledger.sqlite").state("nps-sample", 10, 1e-4).epsilon_spent == 1.0
+    leftovers = [p for p in _release_dirs(home) if p.name != "nps-sample"]
+    assert leftovers == []

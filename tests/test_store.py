@@ -1,0 +1,68 @@
+"""The release store publishes atomically and never writes outside itself."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from medrelease.store import ReleaseStore, StoreError
+
+
+def _table() -> pd.DataFrame:
+    return pd.DataFrame({"age": ["[10-19]", "*"], "diagnosis": ["A001", "B002"]})
+
+
+def test_publish_writes_everything_then_renames(tmp_path: Path) -> None:
+    store = ReleaseStore(tmp_path)
+    published = store.publish("ds", "r1", _table(), {"release_id": "r1"},
+                              extra_files={"report.md": "# hi"})
+    assert published.path == tmp_path / "ds" / "r1"
+    assert sorted(p.name for p in published.path.iterdir()) == [
+        "data.csv", "data.parquet", "manifest.json", "report.md"]
+    assert json.loads(published.manifest_path.read_text()) == {"release_id": "r1"}
+    pd.testing.assert_frame_equal(pd.read_parquet(published.path / "data.parquet"), _table())
+    assert store.releases("ds") == [published.path]
+    with pytest.raises(StoreError, match="already exists"):
+        store.publish("ds", "r1", _table(), {})
+
+
+def test_failure_midway_leaves_no_release_and_no_partial_folder(tmp_path: Path) -> None:
+    store = ReleaseStore(tmp_path)
+
+    def explode(folder: Path) -> None:
+        assert (folder / "manifest.json").exists()
+        raise RuntimeError("disk went away")
+
+    with pytest.raises(RuntimeError, match="disk went away"):
+        store.publish("ds", "r2", _table(), {"x": 1}, before_rename=explode)
+    assert list((tmp_path / "ds").iterdir()) == []
+    assert store.releases() == []
+
+
+def test_leftovers_of_a_crash_are_invisible_and_swept(tmp_path: Path) -> None:
+    store = ReleaseStore(tmp_path)
+    crashed = tmp_path / "ds" / ".partial-r0-abc"
+    crashed.mkdir(parents=True)
+    (crashed / "data.csv").write_text("half")
+    assert store.releases() == []
+    store.publish("ds", "r3", _table(), {})
+    assert not crashed.exists()
+
+
+@pytest.mark.parametrize("dataset", ["../escape", "/etc", "a/../../b", ".hidden", "", "x\x00y"])
+def test_dataset_names_cannot_escape(tmp_path: Path, dataset: str) -> None:
+    with pytest.raises(StoreError):
+        ReleaseStore(tmp_path / "store").publish(dataset, "r", _table(), {})
+    assert not (tmp_path / "escape").exists()
+
+
+@pytest.mark.parametrize("destination", ["../../tmp", "/tmp/x", "ok/../../up", "..."])
+def test_destinations_cannot_escape(tmp_path: Path, destination: str) -> None:
+    with pytest.raises(StoreError, match="not allowed|relative path|outside"):
+        ReleaseStore(tmp_path / "store").publish("ds", "r", _table(), {}, destination=destination)
+    published = ReleaseStore(tmp_path / "store").publish("ds", "r", _table(), {},
+                                                         destination="monthly/2026-11")
+    assert published.path == tmp_path / "store" / "monthly" / "2026-11" / "ds" / "r"
