@@ -35,6 +35,29 @@ def server_env(home: Path, api_url: str | None = None) -> dict[str, str]:
     return env
 
 
+def drain_prefect_workers() -> None:
+    """Flush this process's event and log workers while their server is still up.
+
+    Otherwise a later Prefect test harness blocks at teardown trying to deliver them.
+    """
+    import inspect
+
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
+    from prefect.utilities.asyncutils import run_coro_as_sync
+
+    async def drain() -> None:
+        with contextlib.suppress(RuntimeError):
+            result = APILogWorker.instance().drain()
+            if inspect.isawaitable(result):
+                await result
+        result = EventsWorker.drain_all()
+        if inspect.isawaitable(result):
+            await result
+
+    run_coro_as_sync(drain())
+
+
 @contextlib.contextmanager
 def running_server(home: Path) -> Iterator[str]:
     """Yield the API URL of a fresh server (own SQLite database under ``home``)."""
@@ -61,6 +84,10 @@ def running_server(home: Path) -> Iterator[str]:
                 raise TimeoutError(f"prefect server not healthy after {STARTUP_TIMEOUT_S} s")
             time.sleep(0.5)
         yield api_url
+        from prefect.settings import PREFECT_API_URL, temporary_settings
+
+        with temporary_settings(updates={PREFECT_API_URL: api_url}):
+            drain_prefect_workers()
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)
