@@ -83,9 +83,8 @@ class ReleaseRequest(BaseModel):
     log_prints=False,
     validate_parameters=True,
 )
-def release_flow(request: ReleaseRequest | None = None) -> dict[str, Any]:
+def release_flow(request: ReleaseRequest = ReleaseRequest()) -> dict[str, Any]:  # noqa: B008
     """Run one release; returns the release id, folder and manifest (or raises, publishing nothing)."""
-    request = request or ReleaseRequest()
     logger = get_run_logger()
     run_id = str(flow_run.id) if flow_run.id else None
     ledger = str(ledger_path())

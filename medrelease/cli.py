@@ -199,6 +199,51 @@ def demo(
                   "([bold]prefect server start[/], then http://127.0.0.1:4200).")
 
 
+def _require_server() -> None:
+    if not os.environ.get("PREFECT_API_URL"):
+        console.print("[red bold]PREFECT_API_URL is not set.[/] Deployments and events need a "
+                      "running Prefect server:\n  prefect server start   (in another shell)\n"
+                      "  export PREFECT_API_URL=http://127.0.0.1:4200/api")
+        raise typer.Exit(2)
+
+
+@app.command()
+def serve(
+    inbox: Path | None = typer.Option(None, help="also watch this inbox folder for extracts"),
+    dataset: str = typer.Option("nps-sample", help="dataset the inbox's extracts belong to"),
+    interval: float = typer.Option(1.0, help="inbox poll interval in seconds"),
+) -> None:
+    """Serve the on-demand, scheduled and on-arrival deployments (and watch an inbox)."""
+    _defaults()
+    _require_server()
+    from deployments.serve import serve_all
+
+    if inbox is not None:
+        inbox.mkdir(parents=True, exist_ok=True)
+        console.print(f"watching {inbox.resolve()} for extracts of {dataset}")
+    serve_all(inbox, dataset, interval)
+
+
+@app.command()
+def watch(
+    inbox: Path = typer.Argument(..., help="folder where extracts are dropped"),
+    dataset: str = typer.Option("nps-sample", help="dataset the extracts belong to"),
+    interval: float = typer.Option(1.0, help="poll interval in seconds"),
+) -> None:
+    """Announce each complete extract in INBOX as a Prefect event (until Ctrl-C)."""
+    _defaults()
+    _require_server()
+    from flows.watch import watch_loop
+
+    inbox.mkdir(parents=True, exist_ok=True)
+    console.print(f"watching {inbox.resolve()} for extracts of {dataset} (Ctrl-C to stop)")
+    try:
+        watch_loop(inbox, dataset, interval,
+                   on_arrival=lambda a: console.print(f"announced {a.path.name}"))
+    except KeyboardInterrupt:
+        console.print("stopped")
+
+
 @app.command()
 def show(manifest: Path = typer.Argument(..., help="a release's manifest.json")) -> None:
     """Print a release manifest's key facts."""

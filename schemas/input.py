@@ -103,8 +103,7 @@ def _describe(cases: pd.DataFrame) -> tuple[list[dict], list[str]]:
             problems.append({"column": None, "problem": check})
             continue
         per_value = group.groupby(group["failure_case"].astype(str), sort=False)["index"]
-        shown = 0
-        for value, rows in per_value:
+        for shown, (value, rows) in enumerate(per_value):
             if shown == MAX_VALUES_SHOWN:
                 lines.append(f"  column {column!r}: ... and {per_value.ngroups - shown} more "
                              f"value(s) that {check}")
@@ -115,5 +114,4 @@ def _describe(cases: pd.DataFrame) -> tuple[list[dict], list[str]]:
             problems.append({"column": column, "value": value, "problem": check,
                              "rows": len(row_list),
                              "first_rows": [r + 1 for r in row_list[:MAX_VALUES_SHOWN]]})
-            shown += 1
     return problems, lines

@@ -11,13 +11,13 @@ os.environ.setdefault("DO_NOT_TRACK", "1")
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 os.environ["PREFECT_LOGGING_TO_API_ENABLED"] = "false"
 
-import textwrap  # noqa: E402
-from pathlib import Path  # noqa: E402
+import textwrap
+from pathlib import Path
 
-import pandas as pd  # noqa: E402
-import pytest  # noqa: E402
+import pandas as pd
+import pytest
 
-from medrelease.config import DatasetConfig, find_config, load_config  # noqa: E402
+from medrelease.config import DatasetConfig, find_config, load_config
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared"

@@ -14,9 +14,8 @@ from prefect.client.schemas.filters import (
 )
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
+from deployments.local_server import running_server
 from flows.release import ReleaseRequest, release_flow
-
-from .prefect_server import running_server
 
 pytestmark = pytest.mark.server
 

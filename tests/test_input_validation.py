@@ -54,7 +54,7 @@ def test_bad_files(tmp_path, nps_config, text, message) -> None:
 
 def test_wrong_encoding_names_the_setting(tmp_path, nps_config) -> None:
     text = (HEADER + "1,34,F,3,N,11,Ä001\n").encode("latin-1")
-    with pytest.raises(InputValidationError, match="input.encoding"):
+    with pytest.raises(InputValidationError, match=r"input\.encoding"):
         _load(tmp_path, nps_config, text)
 
 

@@ -1,4 +1,4 @@
-"""Start a real ``prefect server`` on a loopback port for tests, and stop it afterwards."""
+"""Start a real ``prefect server`` on a loopback port (tests, benchmarks), and stop it afterwards."""
 
 from __future__ import annotations
 

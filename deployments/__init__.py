@@ -1,0 +1,1 @@
+"""Deployments: scheduled, on-demand and on-arrival releases, and a local server helper."""

@@ -1,0 +1,81 @@
+"""The three ways releases start, as Prefect deployments served from one process.
+
+* ``medrelease-release/on-demand``: a steward fills in the form in the Prefect UI;
+* ``medrelease-release/scheduled-<dataset>``: one per dataset config with a ``schedule`` (cron);
+* ``medrelease-on-arrival/on-arrival``: started by the ``medrelease.extract.arrived`` event that
+  the inbox watcher emits, with the event's dataset, file and hash as parameters.
+
+``medrelease serve`` runs them (and, with ``--inbox``, the watcher) against the server named by
+``PREFECT_API_URL``. ``deployments/prefect.yaml`` describes the same deployments for
+``prefect deploy`` with a process work pool.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+from prefect import serve
+from prefect.events import DeploymentEventTrigger
+
+from flows.arrival import arrival_release_flow
+from flows.release import release_flow
+from flows.watch import ARRIVED, watch_loop
+from medrelease.config import load_config, project_root
+
+ARRIVAL_PARAMETERS = {
+    "dataset": "{{ event.payload.dataset }}",
+    "path": "{{ event.payload.path }}",
+    "sha256": "{{ event.payload.sha256 }}",
+}
+
+
+def scheduled_datasets() -> list[tuple[str, str]]:
+    """(dataset name, cron) for every bundled dataset config that has a schedule."""
+    found = []
+    for path in sorted((project_root() / "datasets").glob("*/dataset.yaml")):
+        config = load_config(path)
+        if config.schedule:
+            found.append((config.name, config.schedule))
+    return found
+
+
+def build_deployments() -> list:
+    deployments = [
+        release_flow.to_deployment(
+            name="on-demand",
+            description="Release a dataset on demand: fill in dataset, mechanism and budget.",
+            tags=["medrelease", "on-demand"],
+        )
+    ]
+    for dataset, cron in scheduled_datasets():
+        deployments.append(release_flow.to_deployment(
+            name=f"scheduled-{dataset}",
+            cron=cron,
+            parameters={"request": {"dataset": dataset}},
+            description=f"Scheduled release of {dataset} ({cron}, UTC)",
+            tags=["medrelease", "scheduled"],
+        ))
+    deployments.append(arrival_release_flow.to_deployment(
+        name="on-arrival",
+        description="Release exactly the extract announced by the inbox watcher",
+        tags=["medrelease", "on-arrival"],
+        triggers=[DeploymentEventTrigger(
+            name="extract-arrived",
+            expect={ARRIVED},
+            match={"prefect.resource.id": "medrelease.extract.*"},
+            parameters=ARRIVAL_PARAMETERS,
+        )],
+    ))
+    return deployments
+
+
+def serve_all(inbox: Path | None = None, dataset: str = "nps-sample",
+              interval_s: float = 1.0) -> None:
+    """Serve every deployment; with ``inbox``, also watch it in a background thread."""
+    os.environ.setdefault("PREFECT_RUNNER_POLL_FREQUENCY", "2")
+    if inbox is not None:
+        threading.Thread(target=watch_loop, args=(inbox, dataset, interval_s),
+                         name="inbox-watcher", daemon=True).start()
+    serve(*build_deployments(), limit=2)

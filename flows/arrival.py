@@ -1,0 +1,67 @@
+"""Release exactly the extract that arrived, then file it as released, rejected or failed.
+
+Started by the ``on-arrival`` deployment's event trigger with the event's dataset, path and
+hash. Validation failures fail this run with the validation message, move the file to
+``rejected/`` and spend no budget (the release flow validates before charging). A file whose
+content was already released for the dataset is never released again.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, get_run_logger
+
+from flows.release import ReleaseRequest, release_flow
+from medrelease.config import find_config
+from medrelease.errors import InputValidationError, MedreleaseError
+from medrelease.inbox import move_to
+from medrelease.io import file_sha256
+from medrelease.settings import store_root
+from medrelease.store import ReleaseStore
+
+
+class DuplicateExtractError(MedreleaseError):
+    """This exact file content was already released for the dataset."""
+
+
+def _already_released(dataset: str, sha256: str) -> str | None:
+    for folder in ReleaseStore(store_root()).releases(dataset):
+        manifest = json.loads((folder / "manifest.json").read_text())
+        if manifest.get("input_sha256") == sha256:
+            return manifest.get("release_id")
+    return None
+
+
+@flow(name="medrelease-on-arrival", description="Release one newly arrived extract")
+def arrival_release_flow(dataset: str, path: str, sha256: str) -> dict[str, Any]:
+    logger = get_run_logger()
+    extract = Path(path)
+    inbox = extract.parent.parent  # <inbox>/processing/<file>
+    if not extract.is_file():
+        raise MedreleaseError(f"announced extract {extract} is gone (already handled?)")
+    if file_sha256(extract) != sha256:
+        move_to(inbox, extract, "rejected", "content changed after it was announced")
+        raise InputValidationError(f"{extract.name} changed after it was announced; rejected")
+    find_config(dataset)  # a wrong dataset name fails here, before anything else
+    previous = _already_released(dataset, sha256)
+    if previous:
+        move_to(inbox, extract, "duplicates", f"already released as {previous}")
+        raise DuplicateExtractError(
+            f"{extract.name}: this content was already released as {previous}; not released again"
+        )
+    try:
+        result = release_flow(ReleaseRequest(dataset=dataset, input_path=str(extract)))
+    except InputValidationError as exc:
+        target = move_to(inbox, extract, "rejected", str(exc))
+        logger.error("extract rejected, moved to %s:\n%s", target, exc)
+        raise
+    except BaseException as exc:
+        move_to(inbox, extract, "failed", f"{type(exc).__name__}: {exc}")
+        raise
+    target = move_to(inbox, extract, "released", f"released as {result['release_id']}")
+    logger.info("released %s as %s; extract moved to %s", extract.name, result["release_id"],
+                target)
+    return {"release_id": result["release_id"], "path": result["path"]}

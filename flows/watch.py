@@ -1,0 +1,62 @@
+"""Watch an inbox folder and announce each complete extract as a Prefect event.
+
+The event ``medrelease.extract.arrived`` names the dataset, the claimed file and its hash; the
+``on-arrival`` deployment's trigger turns it into a release of exactly that file. Runs as a
+plain loop (``medrelease watch``) or as a long-lived flow (``watch_inbox_flow``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+from prefect import flow, get_run_logger
+from prefect.events import emit_event
+
+from medrelease.inbox import Arrival, InboxWatcher, original_name
+
+ARRIVED = "medrelease.extract.arrived"
+
+
+def announce(watcher: InboxWatcher, arrival: Arrival, dataset: str) -> None:
+    emit_event(
+        event=ARRIVED,
+        resource={
+            "prefect.resource.id": f"medrelease.extract.{arrival.sha256}",
+            "prefect.resource.name": original_name(arrival.path),
+            "medrelease.dataset": dataset,
+        },
+        payload={"dataset": dataset, "path": str(arrival.path), "sha256": arrival.sha256,
+                 "size": arrival.size},
+    )
+    watcher.mark_announced(arrival)
+
+
+def watch_loop(inbox: Path, dataset: str, interval_s: float = 1.0, stable_polls: int = 2,
+               stop: threading.Event | None = None, max_seconds: float | None = None,
+               on_arrival=None) -> int:
+    """Poll until stopped; returns how many extracts were announced."""
+    watcher = InboxWatcher(inbox, stable_polls=stable_polls)
+    announced = 0
+    started = time.monotonic()
+    stop = stop or threading.Event()
+    while not stop.is_set():
+        for arrival in watcher.poll():
+            announce(watcher, arrival, dataset)
+            announced += 1
+            if on_arrival:
+                on_arrival(arrival)
+        if max_seconds is not None and time.monotonic() - started > max_seconds:
+            break
+        stop.wait(interval_s)
+    return announced
+
+
+@flow(name="medrelease-watch-inbox", description="Announce complete extracts in an inbox")
+def watch_inbox_flow(inbox: str, dataset: str = "nps-sample", interval_s: float = 2.0,
+                     max_seconds: float | None = None) -> int:
+    logger = get_run_logger()
+    count = watch_loop(Path(inbox), dataset, interval_s, max_seconds=max_seconds,
+                       on_arrival=lambda a: logger.info("announced %s", a.path.name))
+    return count

@@ -1,0 +1,137 @@
+"""The data-arrival inbox: notice complete extracts once, and file them after processing.
+
+An extract counts as *complete* when a ``<file>.done`` marker exists, or when its size and
+modification time have not changed over ``stable_polls`` consecutive polls (a copy in progress
+keeps growing). Each complete file is announced once per content hash (the state lives in
+``<inbox>/.medrelease/announced.json``), so the same bytes are never released twice even when
+dropped again under another name; repeats go to ``duplicates/``. A complete file is claimed by
+moving it to ``processing/<sha256>-<name>``; after its run the arrival flow moves it on to
+``released/``, ``rejected/`` (with a ``.reason.txt``) or ``failed/``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from medrelease.io import file_sha256
+
+DONE_SUFFIX = ".done"
+STATE_DIR = ".medrelease"
+OUTCOME_DIRS = ("processing", "released", "rejected", "failed", "duplicates")
+EXTRACT_SUFFIXES = (".csv", ".parquet")
+
+
+@dataclass(frozen=True)
+class Arrival:
+    """A complete, not yet announced extract."""
+
+    path: Path
+    sha256: str
+    size: int
+
+
+@dataclass
+class InboxWatcher:
+    inbox: Path
+    stable_polls: int = 2
+    _seen: dict[str, tuple[int, int, int]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.inbox = Path(self.inbox).resolve()
+        if not self.inbox.is_dir():
+            raise FileNotFoundError(f"inbox folder not found: {self.inbox}")
+        for name in (STATE_DIR, *OUTCOME_DIRS):
+            (self.inbox / name).mkdir(exist_ok=True)
+
+    @property
+    def state_path(self) -> Path:
+        return self.inbox / STATE_DIR / "announced.json"
+
+    def announced(self) -> dict[str, dict]:
+        if not self.state_path.exists():
+            return {}
+        return json.loads(self.state_path.read_text(encoding="utf-8"))
+
+    def _record(self, arrival: Arrival) -> None:
+        state = self.announced()
+        state[arrival.sha256] = {"file": original_name(arrival.path),
+                                 "at": datetime.now(UTC).isoformat(timespec="seconds")}
+        tmp = self.state_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state, indent=1), encoding="utf-8")
+        os.replace(tmp, self.state_path)
+
+    def poll(self) -> list[Arrival]:
+        """Extracts that became complete since the last poll and were never announced.
+
+        Each is moved into ``processing/`` (named by its hash) before it is returned, so the top
+        of the inbox only ever holds files nobody has claimed. Files left in ``processing/``
+        without an announcement (the watcher stopped before emitting) are returned again.
+        """
+        announced = self.announced()
+        ready = [
+            Arrival(path=p, sha256=p.name.split("-", 1)[0], size=p.stat().st_size)
+            for p in sorted((self.inbox / "processing").iterdir())
+            if p.is_file() and "-" in p.name and p.name.split("-", 1)[0] not in announced
+            and len(p.name.split("-", 1)[0]) == 64
+        ]
+        present = set()
+        for path in sorted(self.inbox.iterdir()):
+            if not path.is_file() or path.name.startswith(".") or path.suffix == DONE_SUFFIX:
+                continue
+            if path.suffix.lower() not in EXTRACT_SUFFIXES:
+                continue
+            present.add(path.name)
+            stat = path.stat()
+            marker = path.with_name(path.name + DONE_SUFFIX)
+            signature = (stat.st_size, stat.st_mtime_ns)
+            previous = self._seen.get(path.name)
+            polls = previous[2] + 1 if previous and previous[:2] == signature else 1
+            self._seen[path.name] = (*signature, polls)
+            if not marker.exists() and polls < self.stable_polls:
+                continue
+            sha = file_sha256(path)
+            marker.unlink(missing_ok=True)
+            self._seen.pop(path.name, None)
+            if sha in announced or any(a.sha256 == sha for a in ready):
+                self._move(path, "duplicates")
+                continue
+            claimed = self.inbox / "processing" / f"{sha}-{path.name}"
+            os.replace(path, claimed)
+            ready.append(Arrival(path=claimed, sha256=sha, size=stat.st_size))
+        for gone in set(self._seen) - present:
+            del self._seen[gone]
+        return ready
+
+    def mark_announced(self, arrival: Arrival) -> None:
+        """Record the hash once the arrival event was emitted."""
+        self._record(arrival)
+
+    def _move(self, path: Path, outcome: str) -> Path:
+        return move_to(self.inbox, path, outcome)
+
+
+def original_name(path: Path) -> str:
+    """The name an extract was dropped under (without the ``<sha256>-`` claim prefix)."""
+    head, _, rest = path.name.partition("-")
+    return rest if len(head) == 64 and rest else path.name
+
+
+def move_to(inbox: Path, path: Path, outcome: str, reason: str | None = None) -> Path:
+    """Move ``path`` into ``<inbox>/<outcome>/`` (never overwriting); write a reason file."""
+    if outcome not in OUTCOME_DIRS:
+        raise ValueError(f"outcome must be one of {OUTCOME_DIRS}")
+    folder = Path(inbox) / outcome
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / original_name(path)
+    if target.exists():
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%f")
+        target = folder / f"{target.stem}-{stamp}{target.suffix}"
+    shutil.move(str(path), target)
+    if reason is not None:
+        target.with_name(target.name + ".reason.txt").write_text(reason + "\n", encoding="utf-8")
+    return target

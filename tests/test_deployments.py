@@ -1,0 +1,148 @@
+"""On a real ``prefect server``: ``medrelease serve`` registers the schedule, runs on-demand
+requests with their parameters, and releases exactly one file per inbox drop."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId
+from prefect.settings import PREFECT_API_URL, temporary_settings
+
+from deployments.local_server import running_server, server_env
+from medrelease.ledger import Ledger
+
+from .conftest import ROOT
+
+pytestmark = pytest.mark.server
+WAIT_S = 180
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    base = tmp_path_factory.mktemp("served")
+    with running_server(base) as api_url:
+        env = server_env(base, api_url)
+        env.update({"MEDRELEASE_HOME": str(base / "home"), "PREFECT_RUNNER_POLL_FREQUENCY": "1",
+                    "PREFECT_LOGGING_LEVEL": "INFO"})
+        inbox = base / "inbox"
+        log = (base / "serve.log").open("w")
+        medrelease = Path(sys.executable).with_name("medrelease")
+        proc = subprocess.Popen(
+            [str(medrelease), "serve", "--inbox", str(inbox), "--interval", "0.5"],
+            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=ROOT,
+        )
+        try:
+            with temporary_settings(updates={PREFECT_API_URL: api_url}):
+                deadline = time.monotonic() + WAIT_S
+                while True:
+                    with get_client(sync_client=True) as client:
+                        names = {d.name for d in client.read_deployments()}
+                    if {"on-demand", "scheduled-nps-sample", "on-arrival"} <= names:
+                        break
+                    assert proc.poll() is None, (base / "serve.log").read_text()[-3000:]
+                    assert time.monotonic() < deadline, "deployments not served in time"
+                    time.sleep(1)
+                yield SimpleNamespace(api_url=api_url, inbox=inbox, home=base / "home",
+                                      log=base / "serve.log")
+        finally:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+            log.close()
+
+
+def _runs(client, deployment_id) -> list:
+    return client.read_flow_runs(
+        deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[deployment_id])))
+
+
+def _wait_final(client, deployment_id, count: int, log: Path) -> list:
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        runs = [r for r in _runs(client, deployment_id) if r.state and r.state.is_final()]
+        if len(runs) >= count:
+            return runs
+        assert time.monotonic() < deadline, f"no final run in time:\n{log.read_text()[-3000:]}"
+        time.sleep(1)
+
+
+def test_schedule_is_registered_with_the_configs_cron(served) -> None:
+    with get_client(sync_client=True) as client:
+        deployment = client.read_deployment_by_name("medrelease-release/scheduled-nps-sample")
+    [schedule] = deployment.schedules
+    assert schedule.schedule.cron == "0 2 1 * *" and schedule.active
+    assert deployment.parameters == {"request": {"dataset": "nps-sample"}}
+
+
+def test_on_demand_run_with_custom_parameters(served) -> None:
+    with get_client(sync_client=True) as client:
+        deployment = client.read_deployment_by_name("medrelease-release/on-demand")
+        schema = json.dumps(deployment.parameter_openapi_schema)
+        for text in ("TEST ONLY", "Dataset name", "ipa-paper", "suppression_threshold"):
+            assert text in schema  # the UI form: fields, defaults and descriptions
+        parameters = {"request": {"dataset": "nps-sample", "seed": 7, "batch_size": 64,
+                                  "mechanism": {"mechanism": "ipa-paper", "epsilon": 0.5}}}
+        run = client.create_flow_run_from_deployment(deployment.id, parameters=parameters)
+        deadline = time.monotonic() + WAIT_S
+        while not (run := client.read_flow_run(run.id)).state.is_final():
+            assert time.monotonic() < deadline, served.log.read_text()[-3000:]
+            time.sleep(1)
+    assert run.state.is_completed(), run.state.message
+    assert run.parameters["request"]["mechanism"]["mechanism"] == "ipa-paper"
+    assert run.parameters["request"]["seed"] == 7
+    [manifest_path] = list((served.home / "releases").rglob("*ipa-paper*/manifest.json"))
+    manifest = json.loads(manifest_path.read_text())
+    assert manifest["flow_run_id"] == str(run.id) and manifest["epsilon_spent"] == 0.5
+
+
+def test_inbox_drop_releases_exactly_that_file_once(served, nps_sample) -> None:
+    with get_client(sync_client=True) as client:
+        arrival = client.read_deployment_by_name("medrelease-on-arrival/on-arrival")
+        automations = client.read_resource_related_automations(f"prefect.deployment.{arrival.id}")
+        assert [a.name for a in automations] == ["extract-arrived"]
+        assert automations[0].trigger.expect == {"medrelease.extract.arrived"}
+        good = served.inbox.parent / "good.csv"
+        nps_sample.head(3000).to_csv(good, index=False)
+        sha = hashlib.sha256(good.read_bytes()).hexdigest()
+        started = time.monotonic()
+        shutil.copy(good, served.inbox / "extract-2026-11.csv")
+        [run] = _wait_final(client, arrival.id, 1, served.log)
+        latency = time.monotonic() - started
+        assert run.state.is_completed(), run.state.message
+        assert run.parameters["sha256"] == sha and run.parameters["dataset"] == "nps-sample"
+        manifests = [json.loads(p.read_text())
+                     for p in (served.home / "releases").rglob("manifest.json")]
+        assert [m["input_sha256"] for m in manifests].count(sha) == 1
+        assert (served.inbox / "released" / "extract-2026-11.csv").exists()
+        print(f"inbox drop -> completed release: {latency:.1f} s")
+
+        spends_before = len(Ledger(served.home / "ledger.sqlite").spends())
+        (served.inbox / "bad.csv").write_text(
+            "patient_id,age,sex,length_of_stay,surgery,region,diagnosis\n1,34,F,3,N,77,A001\n")
+        runs = _wait_final(client, arrival.id, 2, served.log)
+        failed = [r for r in runs if r.state.is_failed()]
+        assert len(failed) == 1 and "column 'region': value '77'" in failed[0].state.message
+        assert (served.inbox / "rejected" / "bad.csv").exists()
+        assert "value '77'" in (served.inbox / "rejected" / "bad.csv.reason.txt").read_text()
+        assert len(Ledger(served.home / "ledger.sqlite").spends()) == spends_before
+
+        shutil.copy(good, served.inbox / "same-content.csv")  # identical bytes: never again
+        deadline = time.monotonic() + 30
+        while not (served.inbox / "duplicates" / "same-content.csv").exists():
+            assert time.monotonic() < deadline
+            time.sleep(0.5)
+        time.sleep(5)
+        assert len(_runs(client, arrival.id)) == 2
