@@ -26,6 +26,7 @@ setup() {
   export PATH="$VENV/bin:$PATH"
   export PREFECT_SERVER_ANALYTICS_ENABLED=false
   export PREFECT_HOME="${PREFECT_HOME:-$ROOT/var/prefect}"
+  mkdir -p "$PREFECT_HOME"
   export DO_NOT_TRACK=1
 }
 
