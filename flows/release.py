@@ -18,14 +18,23 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import BaseModel, ConfigDict, Field
 
 from medrelease.ledger import Ledger
+from medrelease.mechanisms import get_mechanism
+from medrelease.mechanisms.histogram import HistogramParams
 from medrelease.mechanisms.ipa import IPAParams
 from medrelease.mechanisms.ipa_paper import IPAPaperParams
+from medrelease.mechanisms.kanon import KAnonParams
 from medrelease.release import candidates_frame, node_batches
 from medrelease.settings import ledger_path, store_root
 from tasks.budget import artifact_key, charge_budget, finalize_spend, plan
 from tasks.checks import check_output
 from tasks.inputs import load_and_validate_input, load_dataset_config
-from tasks.lattice import aggregate_input, materialize_release, score_node_batch, select_candidate
+from tasks.lattice import (
+    aggregate_input,
+    materialize_release,
+    score_node_batch,
+    search_lattice,
+    select_candidate,
+)
 from tasks.publish import publish_release
 from tasks.report import publish_artifacts
 
@@ -42,7 +51,22 @@ class IPAPaperOptions(IPAPaperParams):
     mechanism: Literal["ipa-paper"] = "ipa-paper"
 
 
-MechanismOptions = Annotated[IPAOptions | IPAPaperOptions, Field(discriminator="mechanism")]
+class HistogramOptions(HistogramParams):
+    """Noisy contingency table at one node (eps-DP with a public informative domain)."""
+
+    mechanism: Literal["histogram"] = "histogram"
+
+
+class KAnonOptions(KAnonParams):
+    """Optimal full-domain k-anonymity — a syntactic model, no differential privacy."""
+
+    mechanism: Literal["kanon"] = "kanon"
+
+
+MechanismOptions = Annotated[
+    IPAOptions | IPAPaperOptions | HistogramOptions | KAnonOptions,
+    Field(discriminator="mechanism"),
+]
 
 
 class ReleaseRequest(BaseModel):
@@ -92,24 +116,29 @@ def release_flow(request: ReleaseRequest = ReleaseRequest()) -> dict[str, Any]: 
     config = load_dataset_config(request.dataset)
     frame, input_info = load_and_validate_input(config, request.input_path)
     release_plan = plan(config, request.mechanism.mechanism, request.mechanism_params(),
-                        input_info.rows, request.seed)
+                        input_info.rows, request.seed, config.informative_domain is not None)
     spend_id = charge_budget(config, release_plan, ledger, run_id)
     try:
         context = aggregate_input(config, frame)
         del frame
-        batches = node_batches(context, request.batch_size)
+        batches = node_batches(context, request.batch_size, release_plan)
         progress_id = create_progress_artifact(
             progress=0.0, key=artifact_key(config.name, "scoring-progress"),
             description=f"Lattice nodes scored ({len(context.lattice)} in {len(batches)} batches)",
         )
-        futures = score_node_batch.map(batches, context=unmapped(context),
-                                       release_plan=unmapped(release_plan))
         summaries = []
-        for done, future in enumerate(as_completed(list(futures)), start=1):
-            summaries.extend(future.result())
-            update_progress_artifact(progress_id, progress=100.0 * done / len(batches))
-            if done % max(1, len(batches) // 4) == 0 or done == len(batches):
-                logger.info("scored %d of %d lattice nodes", len(summaries), len(context.lattice))
+        if get_mechanism(release_plan.mechanism).selection == "minimum_loss":
+            summaries = search_lattice(context, release_plan)
+            update_progress_artifact(progress_id, progress=100.0)
+        else:
+            futures = score_node_batch.map(batches, context=unmapped(context),
+                                           release_plan=unmapped(release_plan))
+            total = sum(len(b) for b in batches)
+            for done, future in enumerate(as_completed(list(futures)), start=1):
+                summaries.extend(future.result())
+                update_progress_artifact(progress_id, progress=100.0 * done / len(batches))
+                if done % max(1, len(batches) // 4) == 0 or done == len(batches):
+                    logger.info("scored %d of %d lattice nodes", len(summaries), total)
         index, probabilities = select_candidate(release_plan, summaries)
         chosen = materialize_release(context, release_plan, index)
         checks = check_output(config, context, chosen)

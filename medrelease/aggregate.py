@@ -71,6 +71,7 @@ class CountTable:
     counts: np.ndarray
     informative: pd.DataFrame
     n_rows: int
+    public_domain: bool = False
 
     @property
     def n_inf(self) -> int:
@@ -160,7 +161,8 @@ def aggregate(table: pd.DataFrame, config: DatasetConfig) -> CountTable:
     """Encode ``table`` per its config and count rows per (finest dimension vector, informative)."""
     frame = prepare_table(table, config)
     taxonomies = tuple(config.taxonomies[c] for c in config.dimensions)
-    return aggregate_frame(frame, config.dimensions, config.informative, taxonomies)
+    return aggregate_frame(frame, config.dimensions, config.informative, taxonomies,
+                           config.informative_domain)
 
 
 def aggregate_frame(
@@ -168,9 +170,12 @@ def aggregate_frame(
     dimensions: list[str],
     informative: list[str],
     taxonomies: tuple[Taxonomy, ...],
+    informative_domain: list[str] | None = None,
 ) -> CountTable:
     """Aggregation proper, for an already checked frame (also used on chunks)."""
-    if informative:
+    if informative and informative_domain is not None:
+        inf_codes, inf_domain = _codes_in_domain(frame[informative[0]], informative_domain)
+    elif informative:
         inf_codes, inf_domain = _factorize_informative(frame, informative)
     else:
         inf_codes = np.zeros(len(frame), dtype=np.int64)
@@ -193,7 +198,21 @@ def aggregate_frame(
         counts=counts,
         informative=inf_domain,
         n_rows=len(frame),
+        public_domain=bool(informative) and informative_domain is not None,
     )
+
+
+def _codes_in_domain(values: pd.Series, domain: list[str]) -> tuple[np.ndarray, pd.DataFrame]:
+    """Codes into a declared public domain; a value outside it is an input error."""
+    codes = pd.Categorical(values.astype("string"), categories=pd.Index(domain, dtype="string")).codes
+    if (codes < 0).any():
+        bad = values[codes < 0].astype(str)
+        raise InputValidationError(
+            f"column {values.name!r}: {bad.nunique()} value(s) outside its declared domain, e.g. "
+            f"{bad.iloc[0]!r} ({int((codes < 0).sum())} row(s), first at row "
+            f"{int(np.flatnonzero(codes < 0)[0]) + 1})"
+        )
+    return codes.astype(np.int64), pd.DataFrame({values.name: np.asarray(domain, dtype=object)})
 
 
 def _factorize_informative(

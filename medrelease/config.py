@@ -43,6 +43,7 @@ class ColumnSpec(_Strict):
     type: Literal["integer", "string"] = "string"
     taxonomy: str | None = None
     separator: str | None = None
+    domain: str | None = None
     description: str = ""
 
     @model_validator(mode="after")
@@ -51,6 +52,8 @@ class ColumnSpec(_Strict):
             raise ValueError("a 'dimension' column needs a 'taxonomy' file")
         if self.role == "set_valued" and not self.separator:
             raise ValueError("a 'set_valued' column needs a 'separator'")
+        if self.domain and self.role != "informative":
+            raise ValueError("'domain' (a file of every possible value) is for informative columns")
         return self
 
 
@@ -123,6 +126,26 @@ class DatasetConfig(_Strict):
     @property
     def input_path(self) -> Path:
         return self.resolve(self.input.path)
+
+    @cached_property
+    def informative_domain(self) -> list[str] | None:
+        """The public list of every possible informative value, when the config declares one.
+
+        Mechanisms that release empty cells (``histogram``) need a domain that does not come from
+        the data; with one declared, every mechanism uses it as ``Inf``.
+        """
+        columns = self.informative
+        if len(columns) != 1 or not self.columns[columns[0]].domain:
+            return None
+        path = self.resolve(self.columns[columns[0]].domain or "")
+        try:
+            values = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
+        except OSError as exc:
+            raise ConfigError(f"cannot read the domain file of {columns[0]!r}: {exc}") from exc
+        values = [v for v in values if v]
+        if len(set(values)) != len(values) or not values:
+            raise ConfigError(f"domain file {path} must list distinct, non-empty values")
+        return values
 
     @cached_property
     def taxonomies(self) -> dict[str, Taxonomy]:

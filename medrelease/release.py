@@ -18,6 +18,7 @@ import pandas as pd
 
 from medrelease.aggregate import CountTable, aggregate
 from medrelease.config import DatasetConfig
+from medrelease.errors import ParameterError
 from medrelease.guarantee import BudgetStep, Guarantee, PrivacyAccountant
 from medrelease.lattice import Node
 from medrelease.mechanisms import DEFAULT_MECHANISM, get_mechanism
@@ -49,22 +50,28 @@ class ReleasePlan:
 
     @property
     def selection_epsilon(self) -> float:
-        return float(self.params.eps_candidates)
+        return float(getattr(self.params, "eps_candidates", 0.0) or 0.0)
 
 
 def plan_release(
     mechanism: str, params: dict[str, Any] | None, n_rows: int, n_nodes: int,
-    seed: int | None = None,
+    seed: int | None = None, public_domain: bool = False,
 ) -> ReleasePlan:
     """Validate parameters, state the guarantee and charge the steps to a fresh accountant.
 
     Raises ``ParameterError`` before anything random exists if a parameter is wrong.
+    ``public_domain`` says whether the informative domain comes from the config (not the data);
+    mechanisms whose guarantee depends on it read it from here, never from user parameters.
     """
     impl = get_mechanism(mechanism)
-    parsed = impl.parse_params(dict(params or {}), n_rows)
+    raw = dict(params or {})
+    if "public_domain" in impl.Params.model_fields:
+        raw["public_domain"] = public_domain
+    parsed = impl.parse_params(raw, n_rows)
     guarantee = impl.guarantee(parsed)
     steps = impl.budget_steps(parsed)
     accountant = PrivacyAccountant(guarantee.epsilon or 0.0, guarantee.delta or 0.0)
+    # (syntactic models and pseudonymization spend nothing: no steps, no limit needed)
     for step in steps:
         accountant.spend(step)
     source = RandomSource(seed)
@@ -82,12 +89,29 @@ def plan_release(
     )
 
 
-def node_batches(context: ReleaseContext, batch_size: int) -> list[list[Node]]:
-    """Lattice nodes in depth-first roll-up order, cut into batches (each rolls up cheaply)."""
+def candidate_nodes(context: ReleaseContext, plan: ReleasePlan) -> list[Node]:
+    """The nodes a mechanism scores, in depth-first roll-up order."""
+    impl = get_mechanism(plan.mechanism)
+    wanted = getattr(impl, "candidate_nodes", None)
+    if wanted is None:
+        return context.lattice.dfs_order()
+    chosen = set(wanted(context, plan.params))
+    return [n for n in context.lattice.dfs_order() if n in chosen]
+
+
+def node_batches(context: ReleaseContext, batch_size: int,
+                 plan: ReleasePlan | None = None) -> list[list[Node]]:
+    """Candidate nodes in depth-first roll-up order, cut into batches (each rolls up cheaply)."""
     if batch_size < 1:
         raise ValueError(f"batch size must be at least 1, got {batch_size}")
-    order = context.lattice.dfs_order()
+    order = candidate_nodes(context, plan) if plan else context.lattice.dfs_order()
     return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+
+
+def search_minimum_loss(context: ReleaseContext, plan: ReleasePlan) -> list[NodeSummary]:
+    """Deterministic search (kanon): summaries of the nodes it evaluated."""
+    _, summaries = get_mechanism(plan.mechanism).optimal_node(context, plan.params)
+    return summaries
 
 
 def score_nodes(
@@ -105,8 +129,19 @@ def score_nodes(
 
 
 def select_node(plan: ReleasePlan, summaries: Sequence[NodeSummary]) -> tuple[int, np.ndarray]:
-    """Exponential mechanism over u = 3 - IL (sensitivity 3); returns the index and the probabilities."""
+    """Pick the node to release; returns its index and each candidate's selection probability.
+
+    ``exponential``: exponential mechanism over u = 3 - IL (sensitivity 3). ``minimum_loss``:
+    the feasible candidate of least IL (not private: a syntactic model). ``fixed``: the one node.
+    """
     ordered = sorted(summaries, key=lambda s: s.index)
+    selection = get_mechanism(plan.mechanism).selection
+    if selection != "exponential":
+        feasible = [s for s in ordered if s.feasible]
+        if not feasible:
+            raise ParameterError(f"{plan.mechanism}: no candidate node is feasible")
+        best = min(feasible, key=lambda s: (s.il, s.height, s.index))
+        return best.index, np.array([1.0 if s is best else 0.0 for s in ordered])
     utility = np.array([3.0 - s.il for s in ordered])
     rng = np.random.default_rng(plan.selection_seed)
     chosen = exponential_mechanism(rng, utility, plan.selection_epsilon, SELECTION_SENSITIVITY)
@@ -232,10 +267,13 @@ def release_from_counts(
 ) -> Release:
     """Run every stage on an aggregated table (see ``release``)."""
     context = ReleaseContext.from_counts(counts)
-    plan = plan_release(mechanism, params, counts.n_rows, len(context.lattice), seed)
-    batches = node_batches(context, batch_size)
+    plan = plan_release(mechanism, params, counts.n_rows, len(context.lattice), seed,
+                        counts.public_domain)
+    batches = node_batches(context, batch_size, plan)
     summaries: list[NodeSummary] = []
-    total = len(context.lattice)
+    total = sum(len(b) for b in batches)
+    if get_mechanism(plan.mechanism).selection == "minimum_loss":
+        batches, summaries = [], search_minimum_loss(context, plan)
 
     def run(batch: list[Node]) -> list[NodeSummary]:
         return score_nodes(context, plan, batch)

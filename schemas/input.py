@@ -51,6 +51,11 @@ def input_schema(config: DatasetConfig) -> pa.DataFrameSchema:
         checks = []
         if spec.type == "integer":
             checks.append(pa.Check(_whole_number, error="is not a whole number"))
+        if spec.role == "informative" and spec.domain:
+            allowed = pd.Index(config.informative_domain or [], dtype="string")
+            checks.append(pa.Check(
+                lambda series, allowed=allowed: series.isna() | series.astype("string").isin(allowed),
+                error=f"is not in its declared domain ({spec.domain})"))
         if spec.role == "dimension":
             taxonomy = config.taxonomies[name]
             checks.append(pa.Check(_covered_by(taxonomy),

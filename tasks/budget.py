@@ -24,9 +24,9 @@ def lattice_size(config: DatasetConfig) -> int:
 
 @task(name="plan-release", cache_policy=NO_CACHE)
 def plan(config: DatasetConfig, mechanism: str, params: dict, n_rows: int,
-         seed: int | None) -> ReleasePlan:
+         seed: int | None, public_domain: bool) -> ReleasePlan:
     """Validate parameters and state the guarantee; draws no noise."""
-    return plan_release(mechanism, params, n_rows, lattice_size(config), seed)
+    return plan_release(mechanism, params, n_rows, lattice_size(config), seed, public_domain)
 
 
 @task(name="charge-budget", cache_policy=NO_CACHE)

@@ -16,6 +16,7 @@ from medrelease.release import (
     ReleasePlan,
     materialize_table,
     score_nodes,
+    search_minimum_loss,
     select_node,
 )
 
@@ -31,6 +32,12 @@ def score_node_batch(
 ) -> list[NodeSummary]:
     """Perturb and score a batch of lattice nodes; returns small summaries, never tables."""
     return score_nodes(context, release_plan, nodes)
+
+
+@task(name="search-lattice", cache_policy=NO_CACHE)
+def search_lattice(context: ReleaseContext, release_plan: ReleasePlan) -> list[NodeSummary]:
+    """Deterministic lattice search with monotonicity pruning (kanon); summaries only."""
+    return search_minimum_loss(context, release_plan)
 
 
 @task(name="select-node", cache_policy=NO_CACHE)

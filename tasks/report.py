@@ -46,13 +46,18 @@ def release_summary_markdown(manifest: dict, candidates: pd.DataFrame) -> str:
         f"| **total** | **{manifest['epsilon_spent']:g}** | **{manifest['delta_spent']:g}** | |",
         "",
         "## Node selection",
-        f"{len(candidates)} lattice nodes were scored. Selection probabilities range from "
-        f"{probs.min():.4f} to {probs.max():.4f} (uniform would be {1 / len(candidates):.4f}); "
-        f"lowest-IL node: IL {candidates['il'].min():.3f}, highest: {candidates['il'].max():.3f}. "
-        "With sensitivity 3 the exponential mechanism can barely prefer low-loss nodes unless "
-        "the selection budget is large.",
-        "",
     ]
+    if probs.max() >= 1.0:
+        lines.append(f"{len(candidates)} lattice node(s) evaluated; the node was chosen "
+                     "deterministically (fixed node, or least loss among feasible nodes).")
+    else:
+        lines.append(
+            f"{len(candidates)} lattice nodes were scored. Selection probabilities range from "
+            f"{probs.min():.4f} to {probs.max():.4f} (uniform would be "
+            f"{1 / len(candidates):.4f}); lowest-IL node: IL {candidates['il'].min():.3f}, "
+            f"highest: {candidates['il'].max():.3f}. With sensitivity 3 the exponential "
+            "mechanism can barely prefer low-loss nodes unless the selection budget is large.")
+    lines.append("")
     return "\n".join(lines)
 
 

@@ -124,3 +124,16 @@ def test_failure_after_charge_keeps_reservation_and_publishes_nothing(
     assert Ledger(home / "ledger.sqlite").state("nps-sample", 10, 1e-4).epsilon_spent == 1.0
     leftovers = [p for p in _release_dirs(home) if p.name != "nps-sample"]
     assert leftovers == []
+
+
+@pytest.mark.parametrize(("options", "label"), [
+    ({"mechanism": "kanon", "k": 10, "max_suppression": 0.05}, "no differential privacy"),
+    ({"mechanism": "histogram", "epsilon": 0.5}, "epsilon-DP"),
+])
+def test_baseline_mechanisms_through_the_flow(home: Path, options: dict, label: str) -> None:
+    result = release_flow(ReleaseRequest(seed=8, mechanism=options))
+    manifest = result["manifest"]
+    assert label in manifest["guarantee"]["label"]
+    assert manifest["checks_passed"]
+    [spend] = _spends(home)
+    assert spend.epsilon == manifest["epsilon_spent"] == options.get("epsilon", 0.0)

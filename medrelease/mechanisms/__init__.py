@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from medrelease.errors import ParameterError
 from medrelease.mechanisms.base import LatticeMechanism, NodeSummary, ReleaseContext
+from medrelease.mechanisms.histogram import Histogram
 from medrelease.mechanisms.ipa import IPA
 from medrelease.mechanisms.ipa_paper import IPAPaper
+from medrelease.mechanisms.kanon import KAnonymity
 
-MECHANISMS: dict[str, LatticeMechanism] = {m.name: m for m in (IPA(), IPAPaper())}
+MECHANISMS: dict[str, LatticeMechanism] = {
+    m.name: m for m in (IPA(), IPAPaper(), Histogram(), KAnonymity())
+}
 DEFAULT_MECHANISM = "ipa"
 
 

@@ -46,6 +46,7 @@ class NodeSummary:
     suppressed_rows: int
     noise_rows: int
     released_rows: int
+    feasible: bool = True
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -53,9 +54,13 @@ class NodeSummary:
         return out
 
 
+Selection = str  # "exponential" (private choice), "minimum_loss" (kanon), "fixed" (histogram)
+
+
 class LatticeMechanism(Protocol):
     name: ClassVar[str]
     Params: ClassVar[type[MechanismParams]]
+    selection: ClassVar[Selection]
 
     def parse_params(self, raw: dict[str, Any], n_rows: int) -> MechanismParams: ...
 
@@ -96,7 +101,7 @@ class ReleaseContext:
         return class_ncp(self.lattice.taxonomies, table.node, codes)
 
 
-def summarize(index: int, node: Node, cells: ReleasedCells) -> NodeSummary:
+def summarize(index: int, node: Node, cells: ReleasedCells, feasible: bool = True) -> NodeSummary:
     released = cells.class_released()
     parts = information_loss(cells, released)
     sup = cells.suppressed_class
@@ -113,6 +118,7 @@ def summarize(index: int, node: Node, cells: ReleasedCells) -> NodeSummary:
         suppressed_rows=int(released[sup].sum()),
         noise_rows=int(cells.class_noise.sum()),
         released_rows=int(released.sum()),
+        feasible=feasible,
     )
 
 

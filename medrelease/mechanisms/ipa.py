@@ -93,6 +93,7 @@ def release_threshold(epsilon: float, delta: float, minimum: int) -> int:
 
 class IPA:
     name: ClassVar[str] = "ipa"
+    selection: ClassVar[str] = "exponential"
     Params: ClassVar[type[MechanismParams]] = IPAParams
 
     def parse_params(self, raw: dict[str, Any], n_rows: int) -> IPAParams:

@@ -71,6 +71,7 @@ class IPAPaperParams(MechanismParams):
 
 class IPAPaper:
     name: ClassVar[str] = "ipa-paper"
+    selection: ClassVar[str] = "exponential"
     Params: ClassVar[type[MechanismParams]] = IPAPaperParams
 
     def parse_params(self, raw: dict[str, Any], n_rows: int) -> IPAPaperParams:

@@ -1,0 +1,149 @@
+"""``histogram``: a noisy contingency table at one lattice node (ALGORITHMS.md §5).
+
+Every cell of the node's *full* domain — every combination of generalized dimension values
+times every informative value, empty cells included — gets discrete Laplace noise of scale
+1/eps; negative counts become 0; rows are produced from the counts. The node is a parameter or,
+by default, the finest node with at most ``auto_cells`` cells: chosen from the taxonomies alone,
+so the choice costs no budget. Domains over ``cell_limit`` are refused before any allocation.
+Adding or removing one row changes one cell by one: eps-DP, provided the informative domain is
+public (declared in the dataset config). With a domain taken
+from the data the set of informative values itself is disclosed, and the label says so.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+import numpy as np
+from pydantic import Field
+from pydantic.json_schema import SkipJsonSchema
+
+from medrelease.errors import ParameterError
+from medrelease.guarantee import ADD_REMOVE_ONE_ROW, BudgetStep, Guarantee
+from medrelease.lattice import Node, NodeTable
+from medrelease.mechanisms.base import MechanismParams, ReleaseContext, noise_bound, parse
+from medrelease.metrics import ReleasedCells, class_ncp
+from medrelease.randomness import discrete_laplace
+
+DEFAULT_CELL_LIMIT = 5_000_000
+
+
+class HistogramParams(MechanismParams):
+    epsilon: float = Field(default=1.0, gt=0, allow_inf_nan=False, description="privacy budget")
+    node: dict[str, int] | None = Field(
+        default=None, description="levels per dimension; default: finest node within the limit")
+    cell_limit: int = Field(default=DEFAULT_CELL_LIMIT, ge=1,
+                            description="refuse domains with more cells than this")
+    auto_cells: int = Field(default=100_000, ge=1,
+                            description="without 'node': the finest node with at most this many "
+                                        "cells (each empty cell adds noise rows)")
+    # Set by the release driver from the dataset config, never by users (hidden from forms).
+    public_domain: SkipJsonSchema[bool] = True
+
+
+class Histogram:
+    name: ClassVar[str] = "histogram"
+    selection: ClassVar[str] = "fixed"
+    Params: ClassVar[type[MechanismParams]] = HistogramParams
+
+    def parse_params(self, raw: dict[str, Any], n_rows: int) -> HistogramParams:
+        return parse(HistogramParams, raw, self.name)
+
+    def guarantee(self, params: HistogramParams) -> Guarantee:
+        if params.public_domain:
+            return Guarantee(self.name, params.epsilon, 0.0, ADD_REMOVE_ONE_ROW, True,
+                             "noisy contingency table, epsilon-DP (discrete Laplace per cell)")
+        return Guarantee(
+            self.name, params.epsilon, 0.0, ADD_REMOVE_ONE_ROW, False,
+            "noisy contingency table — informative domain taken from the data, not DP",
+            "Declare a public 'domain' file for the informative column to make this epsilon-DP.")
+
+    def budget_steps(self, params: HistogramParams) -> list[BudgetStep]:
+        return [BudgetStep("cell counts", params.epsilon, 0.0, self.name,
+                           "discrete Laplace(1/eps) on every cell of the node's full domain")]
+
+    def candidate_nodes(self, context: ReleaseContext, params: HistogramParams) -> list[Node]:
+        return [self.fixed_node(context, params)]
+
+    def domain_cells(self, context: ReleaseContext, node: Node) -> int:
+        cards = [t.cardinality(level) for t, level in zip(context.lattice.taxonomies, node,
+                                                            strict=True)]
+        return math.prod(cards) * context.n_inf
+
+    def fixed_node(self, context: ReleaseContext, params: HistogramParams) -> Node:
+        names = context.counts.dimensions
+        if params.node is not None:
+            unknown = sorted(set(params.node) - set(names))
+            if unknown or set(params.node) != set(names):
+                raise ParameterError(
+                    f"histogram: 'node' needs a level for each of {', '.join(names)}"
+                    + (f" (unknown: {', '.join(unknown)})" if unknown else ""))
+            node = tuple(int(params.node[n]) for n in names)
+            for name, level, taxonomy in zip(names, node, context.lattice.taxonomies, strict=True):
+                if not 0 <= level <= taxonomy.height:
+                    raise ParameterError(f"histogram: level {level} of {name!r} is outside "
+                                         f"0..{taxonomy.height}")
+            size = self.domain_cells(context, node)
+            if size > params.cell_limit:
+                raise ParameterError(
+                    f"histogram: node {dict(zip(names, node, strict=True))} has {size:,} cells "
+                    f"(classes x {context.n_inf:,} informative values), over the cell limit "
+                    f"{params.cell_limit:,}; choose a coarser node or raise cell_limit")
+            return node
+        budget = min(params.cell_limit, params.auto_cells)
+        fitting = [n for n in context.lattice.nodes if self.domain_cells(context, n) <= budget]
+        if not fitting:
+            raise ParameterError(
+                f"histogram: even the top node has {context.n_inf:,} cells, over "
+                f"{budget:,}; raise auto_cells / cell_limit")
+        return min(fitting, key=lambda n: (sum(n), -self.domain_cells(context, n), n))
+
+    def row_bounds(self, params: HistogramParams, cells: ReleasedCells) -> tuple[int, int]:
+        return 0, int(cells.true_counts.sum()) + cells.released_counts.size * noise_bound(
+            params.epsilon)
+
+    def perturb_node(self, context: ReleaseContext, table: NodeTable,
+                     seed: np.random.SeedSequence, params: HistogramParams) -> ReleasedCells:
+        return self._noisy(context, table, np.random.default_rng(seed), params)
+
+    def materialize(self, context: ReleaseContext, table: NodeTable,
+                    seed: np.random.SeedSequence, params: HistogramParams) -> ReleasedCells:
+        return self._noisy(context, table, np.random.default_rng(seed), params)
+
+    def _noisy(self, context: ReleaseContext, table: NodeTable, rng: np.random.Generator,
+               params: HistogramParams) -> ReleasedCells:
+        lattice = context.lattice
+        node = table.node
+        size = self.domain_cells(context, node)
+        if size > params.cell_limit:
+            raise ParameterError(f"histogram: {size:,} cells exceed the cell limit "
+                                 f"{params.cell_limit:,}")
+        cards = [t.cardinality(level) for t, level in zip(lattice.taxonomies, node, strict=True)]
+        n_inf = context.n_inf
+        codes = lattice.class_codes_from_keys(table.class_keys)
+        dense_class = (np.ravel_multi_index(tuple(codes.T), cards) if cards
+                       else np.zeros(len(codes), dtype=np.int64))
+        true = np.bincount(dense_class * n_inf + table.inf_codes, weights=table.counts,
+                           minlength=size).astype(np.int64)
+        released = np.maximum(0, true + discrete_laplace(rng, 1.0 / params.epsilon, size))
+        keep = np.flatnonzero((true > 0) | (released > 0))  # empty both ways: nothing to show
+        class_of = keep // n_inf
+        used_classes, class_of = np.unique(class_of, return_inverse=True)
+        all_codes = np.stack(np.unravel_index(used_classes, cards), axis=1) if cards else \
+            np.zeros((len(used_classes), 0), dtype=np.int64)
+        radices = lattice.counts.radices // n_inf
+        class_keys = (all_codes * radices).sum(axis=1) if cards else np.zeros(len(used_classes),
+                                                                              dtype=np.int64)
+        noise = np.abs(released[keep] - true[keep])
+        return ReleasedCells(
+            class_of_cell=class_of.astype(np.int64),
+            inf_codes=(keep % n_inf).astype(np.int64),
+            true_counts=true[keep],
+            released_counts=released[keep],
+            class_extra=np.zeros(len(used_classes)),
+            class_noise=np.bincount(class_of, weights=noise, minlength=len(used_classes)),
+            class_ncp=class_ncp(lattice.taxonomies, node, all_codes),
+            suppressed_class=np.zeros(len(used_classes), dtype=bool),
+            class_keys=class_keys.astype(np.int64),
+        )
