@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from typing import Annotated, Any, Literal
 
+import pandas as pd
 from prefect import flow, get_run_logger, unmapped
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from prefect.futures import as_completed
@@ -18,11 +19,13 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import BaseModel, ConfigDict, Field
 
 from medrelease.ledger import Ledger
-from medrelease.mechanisms import get_mechanism
+from medrelease.mechanisms import get_mechanism, uses_lattice
 from medrelease.mechanisms.histogram import HistogramParams
 from medrelease.mechanisms.ipa import IPAParams
 from medrelease.mechanisms.ipa_paper import IPAPaperParams
 from medrelease.mechanisms.kanon import KAnonParams
+from medrelease.mechanisms.mondrian import MondrianParams
+from medrelease.mechanisms.pseudonymize import PseudonymizeParams
 from medrelease.release import candidates_frame, node_batches
 from medrelease.settings import ledger_path, store_root
 from tasks.budget import artifact_key, charge_budget, finalize_spend, plan
@@ -31,6 +34,7 @@ from tasks.inputs import load_and_validate_input, load_dataset_config
 from tasks.lattice import (
     aggregate_input,
     materialize_release,
+    release_rows,
     score_node_batch,
     search_lattice,
     select_candidate,
@@ -63,8 +67,21 @@ class KAnonOptions(KAnonParams):
     mechanism: Literal["kanon"] = "kanon"
 
 
+class MondrianOptions(MondrianParams):
+    """Multidimensional k-anonymity (strict or relaxed) — a syntactic model, no DP."""
+
+    mechanism: Literal["mondrian"] = "mondrian"
+
+
+class PseudonymizeOptions(PseudonymizeParams):
+    """Keyed pseudonymization (AES or HMAC) + min-max normalization — no formal guarantee."""
+
+    mechanism: Literal["pseudonymize"] = "pseudonymize"
+
+
 MechanismOptions = Annotated[
-    IPAOptions | IPAPaperOptions | HistogramOptions | KAnonOptions,
+    IPAOptions | IPAPaperOptions | HistogramOptions | KAnonOptions | MondrianOptions
+    | PseudonymizeOptions,
     Field(discriminator="mechanism"),
 ]
 
@@ -118,6 +135,9 @@ def release_flow(request: ReleaseRequest = ReleaseRequest()) -> dict[str, Any]: 
     release_plan = plan(config, request.mechanism.mechanism, request.mechanism_params(),
                         input_info.rows, request.seed, config.informative_domain is not None)
     spend_id = charge_budget(config, release_plan, ledger, run_id)
+    if not uses_lattice(release_plan.mechanism):
+        return _release_directly(request, config, frame, input_info, release_plan, spend_id,
+                                 ledger, run_id)
     try:
         context = aggregate_input(config, frame)
         del frame
@@ -160,6 +180,25 @@ def release_flow(request: ReleaseRequest = ReleaseRequest()) -> dict[str, Any]: 
         "manifest": published.manifest,
         "flow_run_id": run_id,
     }
+
+
+def _release_directly(request: ReleaseRequest, config, frame, input_info, release_plan,
+                      spend_id: str, ledger: str, run_id: str | None) -> dict[str, Any]:
+    """Mechanisms without a lattice search (Mondrian, pseudonymization)."""
+    try:
+        chosen = release_rows(config, frame, release_plan)
+        checks = check_output(config, None, chosen, release_plan.mechanism)
+        published = publish_release(
+            str(store_root()), request.destination, config, input_info, release_plan, None,
+            chosen, pd.DataFrame(), checks, spend_id, run_id,
+        )
+        finalize_spend(ledger, spend_id, "released", release_id=published.release_id)
+    except BaseException as exc:
+        Ledger(ledger).mark(spend_id, "failed", note=f"{type(exc).__name__}: {exc}"[:500])
+        raise
+    publish_artifacts(published.manifest, pd.DataFrame())
+    return {"release_id": published.release_id, "path": published.path,
+            "manifest": published.manifest, "flow_run_id": run_id}
 
 
 def artifacts_of_run(flow_run_id: str) -> list[tuple[str, str, str]]:

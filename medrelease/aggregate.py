@@ -112,7 +112,8 @@ def key_space(taxonomies: tuple[Taxonomy, ...], n_inf: int) -> int:
     return size
 
 
-def prepare_table(table: pd.DataFrame, config: DatasetConfig) -> pd.DataFrame:
+def prepare_table(table: pd.DataFrame, config: DatasetConfig,
+                  include_class: bool = False) -> pd.DataFrame:
     """Check the columns the config needs are present and apply the missing-value policy.
 
     Returns the declared dimension and informative columns only; undeclared columns never go
@@ -122,6 +123,8 @@ def prepare_table(table: pd.DataFrame, config: DatasetConfig) -> pd.DataFrame:
         dup = table.columns[table.columns.duplicated()].unique().tolist()
         raise InputValidationError(f"input has duplicated column(s): {', '.join(map(str, dup))}")
     needed = config.dimensions + config.informative
+    if include_class:
+        needed = needed + config.class_columns
     missing = [c for c in needed if c not in table.columns]
     if missing:
         raise InputValidationError(

@@ -16,12 +16,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from medrelease.aggregate import CountTable, aggregate
+from medrelease.aggregate import CountTable, aggregate, prepare_table
 from medrelease.config import DatasetConfig
 from medrelease.errors import ParameterError
 from medrelease.guarantee import BudgetStep, Guarantee, PrivacyAccountant
 from medrelease.lattice import Node
-from medrelease.mechanisms import DEFAULT_MECHANISM, get_mechanism
+from medrelease.mechanisms import DEFAULT_MECHANISM, get_mechanism, uses_lattice
 from medrelease.mechanisms.base import MechanismParams, NodeSummary, ReleaseContext, summarize
 from medrelease.metrics import ILParts, ReleasedCells, information_loss
 from medrelease.randomness import RandomSource, exponential_mechanism, selection_probabilities
@@ -199,7 +199,7 @@ class MaterializedRelease:
     index: int
     node: Node
     table: pd.DataFrame
-    il: ILParts
+    il: ILParts | None
     row_bounds: tuple[int, int]
 
 
@@ -307,6 +307,25 @@ def release_from_counts(
     )
 
 
+def release_without_lattice(
+    table: pd.DataFrame, config: DatasetConfig, plan: ReleasePlan, key: bytes | None = None
+) -> MaterializedRelease:
+    """Mechanisms that do not search the lattice: Mondrian (on counts), pseudonymization (rows)."""
+    impl = get_mechanism(plan.mechanism)
+    rng = np.random.default_rng(plan.release_seed)
+    if impl.kind == "counts":
+        counts = aggregate(table, config)
+        released, il = impl.release_counts(counts, plan.params, rng)
+        n_rows = counts.n_rows
+    else:
+        frame = prepare_table(table, config, include_class=True)
+        released = impl.release_table(frame, config.dimensions, config.informative,
+                                      config.class_columns, plan.params, rng, key)
+        il, n_rows = None, len(frame)
+    return MaterializedRelease(index=-1, node=(), table=released, il=il,
+                               row_bounds=impl.row_bounds(plan.params, n_rows))
+
+
 def release(
     table: pd.DataFrame,
     config: DatasetConfig,
@@ -316,6 +335,7 @@ def release(
     batch_size: int = 32,
     workers: int = 1,
     progress: Progress | None = None,
+    key: bytes | None = None,
 ) -> Release:
     """Release ``table`` under ``config`` with a lattice mechanism (default: the config's, else ``ipa``).
 
@@ -327,5 +347,15 @@ def release(
     merged.update(params or {})
     # Parameters are checked before the table is touched, so bad parameters never cost a pass.
     get_mechanism(name).parse_params(merged, max(len(table), 1))
+    if not uses_lattice(name):
+        plan = plan_release(name, merged, len(table), 0, seed)
+        chosen = release_without_lattice(table, config, plan, key)
+        return Release(
+            table=chosen.table, mechanism=plan.mechanism, params=plan.params.model_dump(),
+            node={}, node_index=-1, candidates=pd.DataFrame(), guarantee=plan.guarantee,
+            budget_steps=plan.budget_steps, seed_policy=plan.random.seed_policy,
+            for_publication=plan.random.for_publication, input_rows=len(table),
+            released_il=chosen.il or ILParts(float("nan"), float("nan"), float("nan")),
+        )
     counts = aggregate(table, config)
     return release_from_counts(counts, name, merged, seed, batch_size, workers, progress)

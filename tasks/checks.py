@@ -16,8 +16,15 @@ class OutputCheckError(MedreleaseError):
     """The release failed its output checks; it is not published."""
 
 
-def expectations_for(config: DatasetConfig, context: ReleaseContext,
-                     chosen: MaterializedRelease) -> OutputExpectations:
+def expectations_for(config: DatasetConfig, context: ReleaseContext | None,
+                     chosen: MaterializedRelease, mechanism: str = "") -> OutputExpectations:
+    if context is None:  # no lattice: columns and row count; values are intervals or pseudonyms
+        keeps_class = mechanism == "pseudonymize"
+        return OutputExpectations(
+            columns=config.dimensions + config.informative
+            + (config.class_columns if keeps_class else []),
+            dimension_labels={}, informative_domain={},
+            min_rows=chosen.row_bounds[0], max_rows=chosen.row_bounds[1])
     labels = {
         column: list(context.lattice.taxonomies[i].level_labels[chosen.node[i]])
         for i, column in enumerate(context.counts.dimensions)
@@ -40,9 +47,9 @@ def expectations_for(config: DatasetConfig, context: ReleaseContext,
 
 
 @task(name="check-output", cache_policy=NO_CACHE)
-def check_output(config: DatasetConfig, context: ReleaseContext,
-                 chosen: MaterializedRelease) -> CheckReport:
-    report = check_release(chosen.table, expectations_for(config, context, chosen))
+def check_output(config: DatasetConfig, context: ReleaseContext | None,
+                 chosen: MaterializedRelease, mechanism: str = "") -> CheckReport:
+    report = check_release(chosen.table, expectations_for(config, context, chosen, mechanism))
     if not report.success:
         failed = "; ".join(
             f"{r['check']}{'(' + r['column'] + ')' if r['column'] else ''}: {r['unexpected']}"

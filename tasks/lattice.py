@@ -15,6 +15,7 @@ from medrelease.release import (
     MaterializedRelease,
     ReleasePlan,
     materialize_table,
+    release_without_lattice,
     score_nodes,
     search_minimum_loss,
     select_node,
@@ -52,3 +53,26 @@ def materialize_release(
     context: ReleaseContext, release_plan: ReleasePlan, index: int
 ) -> MaterializedRelease:
     return materialize_table(context, release_plan, index)
+
+
+@task(name="release-rows", cache_policy=NO_CACHE)
+def release_rows(config: DatasetConfig, frame: pd.DataFrame,
+                 release_plan: ReleasePlan) -> MaterializedRelease:
+    """Mondrian / pseudonymization: no lattice search. The key is read here and goes nowhere else."""
+    key = load_pseudonym_key(release_plan.params) if release_plan.mechanism == "pseudonymize" else None
+    return release_without_lattice(frame, config, release_plan, key)
+
+
+def load_pseudonym_key(params) -> bytes | None:
+    """The pseudonymization key: Prefect Secret block first, then MEDRELEASE_PSEUDONYM_KEY."""
+    import os
+
+    from prefect.blocks.system import Secret
+
+    try:
+        value = Secret.load(params.key_source).get()
+    except (ValueError, KeyError, RuntimeError, ImportError, OSError) as _missing:
+        value = os.environ.get("MEDRELEASE_PSEUDONYM_KEY")
+    if not value:
+        return None
+    return value.encode("utf-8") if isinstance(value, str) else bytes(value)

@@ -40,7 +40,7 @@ class PublishResult:
 
 def build_manifest(
     release_id: str, config: DatasetConfig, input_info: InputInfo, release_plan: ReleasePlan,
-    context: ReleaseContext, chosen: MaterializedRelease, spend_id: str,
+    context: ReleaseContext | None, chosen: MaterializedRelease, spend_id: str,
     flow_run_id: str | None, checks: CheckReport,
 ) -> dict:
     guarantee = release_plan.guarantee
@@ -63,12 +63,13 @@ def build_manifest(
         ledger_spend_id=spend_id,
         seed_policy=release_plan.random.seed_policy,
         for_publication=release_plan.random.for_publication,
-        chosen_node=dict(zip(context.counts.dimensions, map(int, chosen.node), strict=True)),
+        chosen_node=(dict(zip(context.counts.dimensions, map(int, chosen.node), strict=True))
+                     if context is not None else {}),
         chosen_node_height=int(sum(chosen.node)),
         input_rows=input_info.rows,
         released_rows=len(chosen.table),
-        information_loss={"ncp": chosen.il.ncp, "emd": chosen.il.emd, "rate": chosen.il.rate,
-                          "il": chosen.il.il},
+        information_loss=({"ncp": chosen.il.ncp, "emd": chosen.il.emd, "rate": chosen.il.rate,
+                           "il": chosen.il.il} if chosen.il is not None else {}),
         checks_passed=checks.success,
         files=DATA_FILES,
     )
@@ -78,7 +79,7 @@ def build_manifest(
 @task(name="publish-release", cache_policy=NO_CACHE)
 def publish_release(
     store_root: str, destination: str | None, config: DatasetConfig, input_info: InputInfo,
-    release_plan: ReleasePlan, context: ReleaseContext, chosen: MaterializedRelease,
+    release_plan: ReleasePlan, context: ReleaseContext | None, chosen: MaterializedRelease,
     candidates: pd.DataFrame, checks: CheckReport, spend_id: str, flow_run_id: str | None,
 ) -> PublishResult:
     store = ReleaseStore(store_root)

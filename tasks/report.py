@@ -19,9 +19,9 @@ def release_summary_markdown(manifest: dict, candidates: pd.DataFrame) -> str:
     if not manifest["for_publication"]:
         lines += ["> **NOT FOR PUBLICATION**: made with a fixed seed (test only); anyone who "
                   "knows the seed can remove the noise.", ""]
-    probs = candidates["selection_probability"]
-    node = ", ".join(f"{k} level {v}" for k, v in manifest["chosen_node"].items())
-    il = manifest["information_loss"]
+    node = ", ".join(f"{k} level {v}" for k, v in manifest["chosen_node"].items()) or "none"
+    il = manifest["information_loss"] or {"il": float("nan"), "ncp": float("nan"),
+                                          "emd": float("nan"), "rate": float("nan")}
     lines += [
         "## Guarantee",
         guarantee["statement"],
@@ -47,7 +47,10 @@ def release_summary_markdown(manifest: dict, candidates: pd.DataFrame) -> str:
         "",
         "## Node selection",
     ]
-    if probs.max() >= 1.0:
+    probs = candidates["selection_probability"] if len(candidates) else None
+    if probs is None:
+        lines.append("No lattice search: this mechanism releases from the rows directly.")
+    elif probs.max() >= 1.0:
         lines.append(f"{len(candidates)} lattice node(s) evaluated; the node was chosen "
                      "deterministically (fixed node, or least loss among feasible nodes).")
     else:
@@ -64,15 +67,15 @@ def release_summary_markdown(manifest: dict, candidates: pd.DataFrame) -> str:
 @task(name="release-artifacts", cache_policy=NO_CACHE)
 def publish_artifacts(manifest: dict, candidates: pd.DataFrame) -> None:
     dataset = manifest["dataset"]
-    columns = ["index", "height", "ncp", "emd", "rate", "il", "selection_probability",
-               "classes", "suppressed_rows", "noise_rows", "released_rows",
-               *[c for c in candidates.columns if c.startswith("level_")]]
-    table = candidates[columns].round(6)
-    create_table_artifact(
-        table=table.to_dict(orient="records"),
-        key=artifact_key(dataset, "node-information-loss"),
-        description="Information loss (NCP, EMD, Rate) of every scored lattice node",
-    )
+    if len(candidates):
+        columns = ["index", "height", "ncp", "emd", "rate", "il", "selection_probability",
+                   "classes", "suppressed_rows", "noise_rows", "released_rows",
+                   *[c for c in candidates.columns if c.startswith("level_")]]
+        create_table_artifact(
+            table=candidates[columns].round(6).to_dict(orient="records"),
+            key=artifact_key(dataset, "node-information-loss"),
+            description="Information loss (NCP, EMD, Rate) of every scored lattice node",
+        )
     create_markdown_artifact(
         markdown=release_summary_markdown(manifest, candidates),
         key=artifact_key(dataset, "release-summary"),

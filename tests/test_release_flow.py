@@ -137,3 +137,33 @@ def test_baseline_mechanisms_through_the_flow(home: Path, options: dict, label: 
     assert manifest["checks_passed"]
     [spend] = _spends(home)
     assert spend.epsilon == manifest["epsilon_spent"] == options.get("epsilon", 0.0)
+
+
+def test_pseudonymization_key_never_reaches_any_output(home: Path, monkeypatch, caplog) -> None:
+    key = "k3y-" + "7f1e" * 8
+    monkeypatch.setenv("MEDRELEASE_PSEUDONYM_KEY", key)
+    caplog.set_level("DEBUG")
+    result = release_flow(ReleaseRequest(seed=9, mechanism={"mechanism": "pseudonymize"}))
+    assert "no formal privacy guarantee" in result["manifest"]["guarantee"]["label"]
+    outputs = [p for p in home.rglob("*") if p.is_file()]
+    assert any(p.name == "data.csv" for p in outputs)
+    for path in outputs:
+        data = path.read_bytes()
+        assert key.encode() not in data and key.encode().hex().encode() not in data, path
+    assert key not in caplog.text
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+
+    with get_client(sync_client=True) as client:
+        artifacts = client.read_artifacts(artifact_filter=ArtifactFilter(
+            flow_run_id=ArtifactFilterFlowRunId(any_=[result["flow_run_id"]])))
+        run = client.read_flow_run(result["flow_run_id"])
+    assert artifacts and all(key not in str(a.data) + str(a.description) for a in artifacts)
+    assert key not in str(run.parameters)
+
+
+def test_pseudonymization_without_key_is_refused_and_counted(home: Path, monkeypatch) -> None:
+    monkeypatch.delenv("MEDRELEASE_PSEUDONYM_KEY", raising=False)
+    with pytest.raises(Exception, match="needs a key"):
+        release_flow(ReleaseRequest(seed=9, mechanism={"mechanism": "pseudonymize"}))
+    assert _release_dirs(home) == []

@@ -8,10 +8,18 @@ from medrelease.mechanisms.histogram import Histogram
 from medrelease.mechanisms.ipa import IPA
 from medrelease.mechanisms.ipa_paper import IPAPaper
 from medrelease.mechanisms.kanon import KAnonymity
+from medrelease.mechanisms.mondrian import Mondrian
+from medrelease.mechanisms.pseudonymize import Pseudonymize
 
 MECHANISMS: dict[str, LatticeMechanism] = {
-    m.name: m for m in (IPA(), IPAPaper(), Histogram(), KAnonymity())
+    m.name: m
+    for m in (IPA(), IPAPaper(), Histogram(), KAnonymity(), Mondrian(), Pseudonymize())
 }
+
+
+def uses_lattice(name: str) -> bool:
+    """Lattice mechanisms score nodes; the others release from the rows or counts directly."""
+    return getattr(get_mechanism(name), "kind", "lattice") == "lattice"
 DEFAULT_MECHANISM = "ipa"
 
 
