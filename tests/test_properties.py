@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from medrelease.aggregate import aggregate_frame
-from medrelease.mechanisms import MECHANISMS, get_mechanism
+from medrelease.mechanisms import MECHANISMS, get_mechanism, uses_lattice
 from medrelease.release import release_from_counts
 from medrelease.taxonomy import SUPPRESSED, from_leaf_paths, numeric_levels
 
@@ -37,7 +37,7 @@ def small_releases(draw):
         }
     )
     counts = aggregate_frame(frame, ["cat", "num"], ["inf"], (categorical, numeric))
-    mechanism = draw(st.sampled_from(sorted(MECHANISMS)))
+    mechanism = draw(st.sampled_from(sorted(m for m in MECHANISMS if uses_lattice(m))))
     epsilon = draw(st.sampled_from([0.1, 1.0, 5.0]))
     seed = draw(st.integers(0, 10_000))
     return frame, counts, mechanism, epsilon, seed
@@ -86,3 +86,19 @@ def test_release_invariants(case) -> None:
     elif mechanism == "kanon" and len(result.table):
         sizes = result.table[["cat", "num"]].astype(str).value_counts()
         assert sizes.min() >= 3
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(small_releases(), st.integers(2, 6), st.sampled_from(["strict", "relaxed"]))
+def test_mondrian_invariants(case, k, variant) -> None:
+    frame, counts, _, _, seed = case
+    from medrelease.mechanisms.mondrian import Mondrian, MondrianParams
+
+    if counts.n_rows < k:
+        return
+    table, parts = Mondrian().release_counts(counts, MondrianParams(k=k, variant=variant),
+                                             np.random.default_rng(seed))
+    assert len(table) == len(frame)
+    assert table[["cat", "num"]].astype(str).value_counts().min() >= k
+    assert sorted(table["inf"]) == sorted(frame["inf"])
+    assert 0 <= parts.ncp <= 1
