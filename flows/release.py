@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from medrelease.ledger import Ledger
 from medrelease.mechanisms import get_mechanism, uses_lattice
+from medrelease.mechanisms.diffgen import DiffGenParams
 from medrelease.mechanisms.histogram import HistogramParams
 from medrelease.mechanisms.ipa import IPAParams
 from medrelease.mechanisms.ipa_paper import IPAPaperParams
@@ -79,9 +80,15 @@ class PseudonymizeOptions(PseudonymizeParams):
     mechanism: Literal["pseudonymize"] = "pseudonymize"
 
 
+class DiffGenOptions(DiffGenParams):
+    """DiffGen top-down specialization for classification (eps-DP)."""
+
+    mechanism: Literal["diffgen"] = "diffgen"
+
+
 MechanismOptions = Annotated[
     IPAOptions | IPAPaperOptions | HistogramOptions | KAnonOptions | MondrianOptions
-    | PseudonymizeOptions,
+    | PseudonymizeOptions | DiffGenOptions,
     Field(discriminator="mechanism"),
 ]
 

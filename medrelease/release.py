@@ -55,7 +55,7 @@ class ReleasePlan:
 
 def plan_release(
     mechanism: str, params: dict[str, Any] | None, n_rows: int, n_nodes: int,
-    seed: int | None = None, public_domain: bool = False,
+    seed: int | None = None, public_domain: bool = False, n_numeric: int = 0,
 ) -> ReleasePlan:
     """Validate parameters, state the guarantee and charge the steps to a fresh accountant.
 
@@ -67,6 +67,8 @@ def plan_release(
     raw = dict(params or {})
     if "public_domain" in impl.Params.model_fields:
         raw["public_domain"] = public_domain
+    if "n_numeric" in impl.Params.model_fields:
+        raw["n_numeric"] = n_numeric
     parsed = impl.parse_params(raw, n_rows)
     guarantee = impl.guarantee(parsed)
     steps = impl.budget_steps(parsed)
@@ -201,6 +203,7 @@ class MaterializedRelease:
     table: pd.DataFrame
     il: ILParts | None
     row_bounds: tuple[int, int]
+    details: dict[str, Any] = field(default_factory=dict)
 
 
 def materialize_table(context: ReleaseContext, plan: ReleasePlan, index: int) -> MaterializedRelease:
@@ -307,6 +310,10 @@ def release_from_counts(
     )
 
 
+def numeric_predictors(config: DatasetConfig) -> int:
+    return sum(1 for t in config.taxonomies.values() if t.kind == "numeric")
+
+
 def release_without_lattice(
     table: pd.DataFrame, config: DatasetConfig, plan: ReleasePlan, key: bytes | None = None
 ) -> MaterializedRelease:
@@ -317,6 +324,13 @@ def release_without_lattice(
         counts = aggregate(table, config)
         released, il = impl.release_counts(counts, plan.params, rng)
         n_rows = counts.n_rows
+    elif impl.kind == "classification":
+        frame = prepare_table(table, config, include_class=True)
+        released, summary = impl.release_frame(frame, config, plan.params, rng)
+        return MaterializedRelease(index=-1, node=(), table=released, il=None,
+                                   row_bounds=impl.row_bounds(plan.params, len(frame),
+                                                              summary["cells"]),
+                                   details=summary)
     else:
         frame = prepare_table(table, config, include_class=True)
         released = impl.release_table(frame, config.dimensions, config.informative,
@@ -348,7 +362,8 @@ def release(
     # Parameters are checked before the table is touched, so bad parameters never cost a pass.
     get_mechanism(name).parse_params(merged, max(len(table), 1))
     if not uses_lattice(name):
-        plan = plan_release(name, merged, len(table), 0, seed)
+        plan = plan_release(name, merged, len(table), 0, seed, config.informative_domain is not None,
+                            numeric_predictors(config))
         chosen = release_without_lattice(table, config, plan, key)
         return Release(
             table=chosen.table, mechanism=plan.mechanism, params=plan.params.model_dump(),

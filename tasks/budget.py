@@ -10,7 +10,7 @@ from prefect.cache_policies import NO_CACHE
 
 from medrelease.config import DatasetConfig
 from medrelease.ledger import Ledger
-from medrelease.release import ReleasePlan, plan_release
+from medrelease.release import ReleasePlan, numeric_predictors, plan_release
 
 
 def artifact_key(dataset: str, what: str) -> str:
@@ -26,7 +26,8 @@ def lattice_size(config: DatasetConfig) -> int:
 def plan(config: DatasetConfig, mechanism: str, params: dict, n_rows: int,
          seed: int | None, public_domain: bool) -> ReleasePlan:
     """Validate parameters and state the guarantee; draws no noise."""
-    return plan_release(mechanism, params, n_rows, lattice_size(config), seed, public_domain)
+    return plan_release(mechanism, params, n_rows, lattice_size(config), seed, public_domain,
+                        numeric_predictors(config))
 
 
 @task(name="charge-budget", cache_policy=NO_CACHE)

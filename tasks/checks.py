@@ -7,6 +7,7 @@ from prefect.cache_policies import NO_CACHE
 
 from medrelease.config import DatasetConfig
 from medrelease.errors import MedreleaseError
+from medrelease.mechanisms import output_columns
 from medrelease.mechanisms.base import ReleaseContext
 from medrelease.release import MaterializedRelease
 from schemas.output import CheckReport, OutputExpectations, check_release
@@ -19,10 +20,8 @@ class OutputCheckError(MedreleaseError):
 def expectations_for(config: DatasetConfig, context: ReleaseContext | None,
                      chosen: MaterializedRelease, mechanism: str = "") -> OutputExpectations:
     if context is None:  # no lattice: columns and row count; values are intervals or pseudonyms
-        keeps_class = mechanism == "pseudonymize"
         return OutputExpectations(
-            columns=config.dimensions + config.informative
-            + (config.class_columns if keeps_class else []),
+            columns=output_columns(config, mechanism),
             dimension_labels={}, informative_domain={},
             min_rows=chosen.row_bounds[0], max_rows=chosen.row_bounds[1])
     labels = {

@@ -55,10 +55,13 @@ def materialize_release(
     return materialize_table(context, release_plan, index)
 
 
-@task(name="release-rows", cache_policy=NO_CACHE)
+@task(name="release-without-lattice", cache_policy=NO_CACHE)
 def release_rows(config: DatasetConfig, frame: pd.DataFrame,
                  release_plan: ReleasePlan) -> MaterializedRelease:
-    """Mondrian / pseudonymization: no lattice search. The key is read here and goes nowhere else."""
+    """Mondrian, pseudonymization, DiffGen: no lattice search.
+
+    The pseudonymization key is read here and goes nowhere else.
+    """
     key = load_pseudonym_key(release_plan.params) if release_plan.mechanism == "pseudonymize" else None
     return release_without_lattice(frame, config, release_plan, key)
 

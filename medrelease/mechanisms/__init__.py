@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from medrelease.errors import ParameterError
 from medrelease.mechanisms.base import LatticeMechanism, NodeSummary, ReleaseContext
+from medrelease.mechanisms.diffgen import DiffGen
 from medrelease.mechanisms.histogram import Histogram
 from medrelease.mechanisms.ipa import IPA
 from medrelease.mechanisms.ipa_paper import IPAPaper
@@ -13,7 +14,8 @@ from medrelease.mechanisms.pseudonymize import Pseudonymize
 
 MECHANISMS: dict[str, LatticeMechanism] = {
     m.name: m
-    for m in (IPA(), IPAPaper(), Histogram(), KAnonymity(), Mondrian(), Pseudonymize())
+    for m in (IPA(), IPAPaper(), Histogram(), KAnonymity(), Mondrian(), Pseudonymize(),
+              DiffGen())
 }
 
 
@@ -33,3 +35,12 @@ def get_mechanism(name: str) -> LatticeMechanism:
 
 
 __all__ = ["DEFAULT_MECHANISM", "MECHANISMS", "NodeSummary", "ReleaseContext", "get_mechanism"]
+
+
+def output_columns(config, name: str) -> list[str]:
+    """The columns a mechanism's release carries (anything else must not appear)."""
+    if name == "diffgen":
+        return config.dimensions + config.class_columns
+    if name == "pseudonymize":
+        return config.dimensions + config.informative + config.class_columns
+    return config.dimensions + config.informative

@@ -1,0 +1,298 @@
+"""``diffgen``: differentially private top-down specialization (Mohammed et al.; ALGORITHMS.md §4).
+
+Every predictor starts fully generalized (taxonomy root, or the whole integer range); one
+partition holds all records. In each of ``h`` rounds the exponential mechanism picks one cut
+value to specialize, scored by ``Max`` (sum of majority-class counts of its children,
+sensitivity 1) or ``InfoGain`` (sensitivity log2 |classes|). Integer predictors are split at a
+point chosen by the exponential mechanism over every integer of the interval. At the end every
+leaf partition — every combination of the final cut values, empty ones included — gets a noisy
+count per class value.
+
+Budget (original DiffGen): eps/2 over the |numeric predictors| + 2h exponential-mechanism calls
+(eps' = eps / (2 (|A_num| + 2h)) each; the two split points of a specialized interval cover
+disjoint records, so together they cost one eps'), and eps/2 for the counts (discrete Laplace,
+scale 2/eps, each record in exactly one leaf partition). Candidates and split-point ranges come
+from the taxonomies and earlier private choices only, never from the data, so the whole
+procedure is eps-DP by sequential and parallel composition.
+
+Set-valued predictors (diagnosis-code sets over an item taxonomy) are not implemented yet.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+import pandas as pd
+from pydantic import Field
+from pydantic.json_schema import SkipJsonSchema
+
+from medrelease.config import DatasetConfig
+from medrelease.errors import ParameterError
+from medrelease.guarantee import ADD_REMOVE_ONE_ROW, BudgetStep, Guarantee
+from medrelease.mechanisms.base import MechanismParams, noise_bound, parse
+from medrelease.randomness import discrete_laplace, exponential_mechanism
+from medrelease.taxonomy import Taxonomy
+
+LABEL = "DiffGen, epsilon-DP (exponential mechanism + discrete Laplace counts)"
+
+
+class DiffGenParams(MechanismParams):
+    epsilon: float = Field(default=1.0, gt=0, allow_inf_nan=False, description="privacy budget")
+    specializations: int = Field(default=10, ge=0, le=200, description="h: number of rounds")
+    score: Literal["max", "infogain"] = Field(default="max", description="utility score")
+    n_numeric: SkipJsonSchema[int] = 0  # set by the release driver from the dataset config
+
+    @property
+    def eps_call(self) -> float:
+        return self.epsilon / (2 * (self.n_numeric + 2 * self.specializations) or 1)
+
+
+@dataclass
+class _Cut:
+    """One predictor's current cut: per cut value, (level, code) or an integer interval."""
+
+    taxonomy: Taxonomy
+    numeric: bool
+    values: list[tuple[int, int]] = field(default_factory=list)  # (level, code) or (lo, hi)
+    splits: list[int | None] = field(default_factory=list)       # numeric: chosen split point
+
+    def label(self, index: int) -> str:
+        a, b = self.values[index]
+        if self.numeric:
+            low, high = self.taxonomy.leaves[a], self.taxonomy.leaves[b]
+            return str(low) if a == b else f"[{low}-{high}]"
+        return self.taxonomy.level_labels[a][b]
+
+
+def _class_table(child: np.ndarray, classes: np.ndarray, counts: np.ndarray, n_children: int,
+                 n_classes: int) -> np.ndarray:
+    return np.bincount(child * n_classes + classes, weights=counts,
+                       minlength=n_children * n_classes).reshape(n_children, n_classes)
+
+
+def _score(table: np.ndarray, kind: str) -> float:
+    """Max: sum of majority counts; InfoGain: entropy reduction (tables are children x classes)."""
+    if kind == "max":
+        return float(table.max(axis=1).sum())
+    total = table.sum()
+    if total <= 0:
+        return 0.0
+
+    def entropy(rows: np.ndarray) -> np.ndarray:
+        sums = rows.sum(axis=-1, keepdims=True)
+        p = np.divide(rows, sums, out=np.zeros_like(rows, dtype=float), where=sums > 0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return -np.nansum(np.where(p > 0, p * np.log2(p), 0.0), axis=-1)
+
+    parent = entropy(table.sum(axis=0))
+    children = entropy(table)
+    return float(parent - (table.sum(axis=1) / total * children).sum())
+
+
+def _split_scores(leaf_class: np.ndarray, kind: str) -> np.ndarray:
+    """Score of every split t (left = leaves[:t+1]) of an interval, from per-leaf class counts."""
+    left = np.cumsum(leaf_class, axis=0)[:-1]
+    right = leaf_class.sum(axis=0) - left
+    if kind == "max":
+        return left.max(axis=1) + right.max(axis=1)
+    return np.array([_score(np.stack([lft, rgt]), "infogain") for lft, rgt in zip(left, right,
+                                                                                      strict=True)])
+
+
+class DiffGen:
+    name: ClassVar[str] = "diffgen"
+    selection: ClassVar[str] = "none"
+    kind: ClassVar[str] = "classification"
+    Params: ClassVar[type[MechanismParams]] = DiffGenParams
+
+    def parse_params(self, raw: dict[str, Any], n_rows: int) -> DiffGenParams:
+        return parse(DiffGenParams, raw, self.name)
+
+    def guarantee(self, params: DiffGenParams) -> Guarantee:
+        return Guarantee(self.name, params.epsilon, 0.0, ADD_REMOVE_ONE_ROW, True, LABEL)
+
+    def budget_steps(self, params: DiffGenParams) -> list[BudgetStep]:
+        eps_call = params.eps_call
+        steps = []
+        if params.n_numeric:
+            steps.append(BudgetStep("initial split points", eps_call * params.n_numeric, 0.0,
+                                    self.name, "one exponential mechanism per numeric predictor"))
+        if params.specializations:
+            steps.append(BudgetStep("specializations", eps_call * params.specializations, 0.0,
+                                    self.name, f"exponential mechanism ({params.score}) per round"))
+            steps.append(BudgetStep("split points", eps_call * params.specializations, 0.0,
+                                    self.name, "split points of newly specialized intervals"))
+        spent = sum(s.epsilon for s in steps)
+        steps.append(BudgetStep("leaf counts", params.epsilon - spent, 0.0, self.name,
+                                "discrete Laplace per leaf partition x class, empty ones included"))
+        return steps
+
+    def row_bounds(self, params: DiffGenParams, n_rows: int, n_cells: int) -> tuple[int, int]:
+        return 0, n_rows + n_cells * noise_bound(params.epsilon / 2)
+
+    def release_frame(self, frame: pd.DataFrame, config: DatasetConfig, params: DiffGenParams,
+                      rng: np.random.Generator) -> tuple[pd.DataFrame, dict[str, Any]]:
+        """Run DiffGen on a checked frame; returns the microdata and a summary of the cut."""
+        if len(config.class_columns) != 1:
+            raise ParameterError("diffgen needs exactly one column with role 'class'")
+        class_column = config.class_columns[0]
+        predictors = config.dimensions
+        taxonomies = [config.taxonomies[p] for p in predictors]
+        leaf = np.stack([t.encode(frame[p]) for p, t in zip(predictors, taxonomies, strict=True)],
+                        axis=1).astype(np.int64)
+        class_codes, class_values = pd.factorize(frame[class_column].astype("string"), sort=True)
+        n_cls = len(class_values)
+        if n_cls < 2:
+            raise ParameterError(f"diffgen: class column {class_column!r} has fewer than 2 values")
+        # Aggregate once: counts per (finest predictor vector, class).
+        cells, counts = np.unique(np.column_stack([leaf, class_codes]), axis=0, return_counts=True)
+        leaf, classes = cells[:, :-1], cells[:, -1]
+        sensitivity = 1.0 if params.score == "max" else math.log2(n_cls)
+        eps_call = params.eps_call
+
+        cuts = [_Cut(t, t.kind == "numeric") for t in taxonomies]
+        assign = np.zeros_like(leaf)
+        for i, cut in enumerate(cuts):
+            if cut.numeric:
+                cut.values.append((0, cut.taxonomy.n_leaves - 1))
+                cut.splits.append(self._split_point(leaf[:, i], classes, counts, 0,
+                                                    cut.taxonomy.n_leaves - 1, n_cls, params,
+                                                    sensitivity, eps_call, rng))
+            else:
+                cut.values.append((cut.taxonomy.height, 0))
+                cut.splits.append(None)
+
+        for _ in range(params.specializations):
+            candidates, scores = [], []
+            for i, cut in enumerate(cuts):
+                for v in range(len(cut.values)):
+                    child = self._children(cut, v, leaf[:, i])
+                    if child is None:
+                        continue
+                    mine = assign[:, i] == v
+                    n_children = int(child.max()) + 1 if child.size else 1
+                    table = _class_table(child[mine], classes[mine], counts[mine],
+                                         max(n_children, 1), n_cls)
+                    candidates.append((i, v))
+                    scores.append(_score(table, params.score))
+            if not candidates:
+                break
+            i, v = candidates[exponential_mechanism(rng, np.array(scores), eps_call, sensitivity)]
+            self._specialize(cuts[i], v, leaf[:, i], assign[:, i], classes, counts, n_cls,
+                             params, sensitivity, eps_call, rng)
+
+        shape = [len(c.values) for c in cuts]
+        n_leaves = math.prod(shape)
+        partition = np.ravel_multi_index(tuple(assign.T), shape)
+        true = np.bincount(partition * n_cls + classes, weights=counts,
+                           minlength=n_leaves * n_cls).astype(np.int64)
+        noisy = np.maximum(0, true + discrete_laplace(rng, 2.0 / params.epsilon, true.size))
+        cell_index = np.repeat(np.arange(true.size), noisy)
+        cell_index = cell_index[rng.permutation(cell_index.size)]
+        part, cls = np.divmod(cell_index, n_cls)
+        coords = np.unravel_index(part, shape)
+        table = {}
+        for name, cut, coord in zip(predictors, cuts, coords, strict=True):
+            labels = np.array([cut.label(j) for j in range(len(cut.values))], dtype=object)
+            table[name] = labels[coord]
+        table[class_column] = np.asarray(class_values, dtype=object)[cls]
+        summary = {
+            "leaf_partitions": n_leaves,
+            "cut": {name: [cut.label(j) for j in range(len(cut.values))]
+                    for name, cut in zip(predictors, cuts, strict=True)},
+            "cells": int(true.size),
+        }
+        return pd.DataFrame(table), summary
+
+    def generalize(self, frame: pd.DataFrame, config: DatasetConfig,
+                   cut_labels: dict[str, list[str]]) -> pd.DataFrame:
+        """Map raw records to the released cut (to test a classifier trained on the release)."""
+        out = {}
+        for name in config.dimensions:
+            taxonomy = config.taxonomies[name]
+            leaf = taxonomy.encode(frame[name])
+            mapped = np.full(len(frame), "*", dtype=object)
+            for label in cut_labels[name]:
+                mapped[_covers(taxonomy, label, leaf)] = label
+            out[name] = mapped
+        return pd.DataFrame(out)
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _children(self, cut: _Cut, v: int, leaf: np.ndarray) -> np.ndarray | None:
+        """Child index of every cell's leaf under cut value v (None if v cannot be split)."""
+        if cut.numeric:
+            lo, hi = cut.values[v]
+            t = cut.splits[v]
+            if lo == hi or t is None:
+                return None
+            return (leaf > t).astype(np.int64)
+        level, code = cut.values[v]
+        if level == 0:
+            return None
+        below = cut.taxonomy.level_codes[level - 1]
+        under = np.flatnonzero(cut.taxonomy.level_codes[level] == code)
+        kids = np.unique(below[under])
+        lookup = np.full(cut.taxonomy.cardinality(level - 1), 0, dtype=np.int64)
+        lookup[kids] = np.arange(kids.size)
+        return lookup[below[leaf]]
+
+    def _specialize(self, cut: _Cut, v: int, leaf: np.ndarray, assign: np.ndarray,
+                    classes: np.ndarray, counts: np.ndarray, n_cls: int, params: DiffGenParams,
+                    sensitivity: float, eps_call: float, rng: np.random.Generator) -> None:
+        mine = assign == v
+        if cut.numeric:
+            lo, hi = cut.values[v]
+            t = int(cut.splits[v])
+            parts = [(lo, t), (t + 1, hi)]
+            new_ids = [v, len(cut.values)]
+            cut.values[v] = parts[0]
+            cut.values.append(parts[1])
+            cut.splits.append(None)
+            for (a, b), vid in zip(parts, new_ids, strict=True):
+                cut.splits[vid] = self._split_point(leaf, classes, counts, a, b, n_cls, params,
+                                                    sensitivity, eps_call, rng, assign=None)
+            assign[mine & (leaf > t)] = new_ids[1]
+            return
+        level, code = cut.values[v]
+        below = cut.taxonomy.level_codes[level - 1]
+        under = np.flatnonzero(cut.taxonomy.level_codes[level] == code)
+        kids = [int(k) for k in np.unique(below[under])]
+        ids = [v] + [len(cut.values) + j for j in range(len(kids) - 1)]
+        cut.values[v] = (level - 1, kids[0])
+        for kid in kids[1:]:
+            cut.values.append((level - 1, kid))
+            cut.splits.append(None)
+        lookup = np.full(cut.taxonomy.cardinality(level - 1), -1, dtype=np.int64)
+        lookup[kids] = ids
+        assign[mine] = lookup[below[leaf[mine]]]
+
+    def _split_point(self, leaf: np.ndarray, classes: np.ndarray, counts: np.ndarray, lo: int,
+                     hi: int, n_cls: int, params: DiffGenParams, sensitivity: float,
+                     eps_call: float, rng: np.random.Generator, assign=None) -> int | None:
+        """Exponential mechanism over the integer split points of [lo, hi] (None if one value)."""
+        if hi <= lo:
+            return None
+        inside = (leaf >= lo) & (leaf <= hi)
+        per_leaf = np.zeros((hi - lo + 1, n_cls))
+        np.add.at(per_leaf, (leaf[inside] - lo, classes[inside]), counts[inside])
+        scores = _split_scores(per_leaf, params.score)
+        return lo + exponential_mechanism(rng, scores, eps_call, sensitivity)
+
+
+def _covers(taxonomy: Taxonomy, label: str, leaf: np.ndarray) -> np.ndarray:
+    if taxonomy.kind == "numeric" and (label.startswith("[") or label.lstrip("-").isdigit()):
+        text = label.strip("[]")
+        low, _, high = text.partition("-") if not text.startswith("-") else (text, "", text)
+        low_v, high_v = int(low), int(high or low)
+        values = np.asarray(taxonomy.leaves, dtype=np.int64)[leaf]
+        return (values >= low_v) & (values <= high_v)
+    for level in range(taxonomy.height + 1):
+        labels = taxonomy.level_labels[level]
+        if label in labels:
+            code = labels.index(label)
+            return taxonomy.level_codes[level][leaf] == code
+    return np.zeros(len(leaf), dtype=bool)
