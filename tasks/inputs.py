@@ -34,6 +34,6 @@ def load_and_validate_input(
     path = Path(input_path) if input_path else config.input_path
     frame = validate_input(read_input(config, path), config)
     info = InputInfo(path=str(path.resolve()), sha256=file_sha256(path), rows=len(frame))
-    get_run_logger().info("input %s validated: %d rows, sha256 %s", path.name, info.rows,
+    get_run_logger().info("input %s validated: n=%d, sha256 %s", path.name, info.rows,
                           info.sha256[:12])
     return frame, info

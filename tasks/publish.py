@@ -99,6 +99,6 @@ def publish_release(
         },
         destination=destination,
     )
-    get_run_logger().info("published release %s (%d rows) to %s", release_id,
+    get_run_logger().info("published release %s (n=%d) to %s", release_id,
                           len(chosen.table), published.path)
     return PublishResult(release_id, str(published.path), manifest)

@@ -101,6 +101,19 @@ class ReleaseContext:
         return class_ncp(self.lattice.taxonomies, table.node, codes)
 
 
+class MechanismBase:
+    """Defaults shared by mechanisms: parameter parsing by ``Params``, no budget steps."""
+
+    name: ClassVar[str]
+    Params: ClassVar[type[MechanismParams]]
+
+    def parse_params(self, raw: dict[str, Any], n_rows: int) -> MechanismParams:
+        return parse(self.Params, raw, self.name)
+
+    def budget_steps(self, params: MechanismParams) -> list[BudgetStep]:
+        return []
+
+
 def summarize(index: int, node: Node, cells: ReleasedCells, feasible: bool = True) -> NodeSummary:
     released = cells.class_released()
     parts = information_loss(cells, released)

@@ -32,7 +32,7 @@ from pydantic.json_schema import SkipJsonSchema
 from medrelease.config import DatasetConfig
 from medrelease.errors import ParameterError
 from medrelease.guarantee import ADD_REMOVE_ONE_ROW, BudgetStep, Guarantee
-from medrelease.mechanisms.base import MechanismParams, noise_bound, parse
+from medrelease.mechanisms.base import MechanismBase, MechanismParams, noise_bound
 from medrelease.randomness import discrete_laplace, exponential_mechanism
 from medrelease.taxonomy import Taxonomy
 
@@ -102,14 +102,12 @@ def _split_scores(leaf_class: np.ndarray, kind: str) -> np.ndarray:
                                                                                       strict=True)])
 
 
-class DiffGen:
+class DiffGen(MechanismBase):
     name: ClassVar[str] = "diffgen"
     selection: ClassVar[str] = "none"
     kind: ClassVar[str] = "classification"
     Params: ClassVar[type[MechanismParams]] = DiffGenParams
 
-    def parse_params(self, raw: dict[str, Any], n_rows: int) -> DiffGenParams:
-        return parse(DiffGenParams, raw, self.name)
 
     def guarantee(self, params: DiffGenParams) -> Guarantee:
         return Guarantee(self.name, params.epsilon, 0.0, ADD_REMOVE_ONE_ROW, True, LABEL)

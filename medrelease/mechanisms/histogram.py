@@ -13,7 +13,7 @@ from the data the set of informative values itself is disclosed, and the label s
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 from pydantic import Field
@@ -22,7 +22,7 @@ from pydantic.json_schema import SkipJsonSchema
 from medrelease.errors import ParameterError
 from medrelease.guarantee import ADD_REMOVE_ONE_ROW, BudgetStep, Guarantee
 from medrelease.lattice import Node, NodeTable
-from medrelease.mechanisms.base import MechanismParams, ReleaseContext, noise_bound, parse
+from medrelease.mechanisms.base import MechanismBase, MechanismParams, ReleaseContext, noise_bound
 from medrelease.metrics import ReleasedCells, class_ncp
 from medrelease.randomness import discrete_laplace
 
@@ -42,13 +42,11 @@ class HistogramParams(MechanismParams):
     public_domain: SkipJsonSchema[bool] = True
 
 
-class Histogram:
+class Histogram(MechanismBase):
     name: ClassVar[str] = "histogram"
     selection: ClassVar[str] = "fixed"
     Params: ClassVar[type[MechanismParams]] = HistogramParams
 
-    def parse_params(self, raw: dict[str, Any], n_rows: int) -> HistogramParams:
-        return parse(HistogramParams, raw, self.name)
 
     def guarantee(self, params: HistogramParams) -> Guarantee:
         if params.public_domain:

@@ -12,19 +12,19 @@ count with NCP 1.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 from pydantic import Field
 
 from medrelease.errors import ParameterError
-from medrelease.guarantee import ADD_REMOVE_ONE_ROW, BudgetStep, Guarantee
+from medrelease.guarantee import ADD_REMOVE_ONE_ROW, Guarantee
 from medrelease.lattice import Node, NodeTable
 from medrelease.mechanisms.base import (
+    MechanismBase,
     MechanismParams,
     NodeSummary,
     ReleaseContext,
-    parse,
     summarize,
 )
 from medrelease.metrics import ReleasedCells
@@ -38,20 +38,16 @@ class KAnonParams(MechanismParams):
                                    description="largest share of rows that may be suppressed")
 
 
-class KAnonymity:
+class KAnonymity(MechanismBase):
     name: ClassVar[str] = "kanon"
     selection: ClassVar[str] = "minimum_loss"
     Params: ClassVar[type[MechanismParams]] = KAnonParams
 
-    def parse_params(self, raw: dict[str, Any], n_rows: int) -> KAnonParams:
-        return parse(KAnonParams, raw, self.name)
 
     def guarantee(self, params: KAnonParams) -> Guarantee:
         return Guarantee(self.name, None, None, ADD_REMOVE_ONE_ROW, False, LABEL,
                          f"every released class has at least k={params.k} rows")
 
-    def budget_steps(self, params: KAnonParams) -> list[BudgetStep]:
-        return []
 
     def candidate_nodes(self, context: ReleaseContext, params: KAnonParams) -> list[Node]:
         return list(context.lattice.nodes)

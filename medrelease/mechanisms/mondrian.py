@@ -15,7 +15,7 @@ its values for categorical ones; informative values stay raw.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 import numpy as np
 import pandas as pd
@@ -23,8 +23,8 @@ from pydantic import Field
 
 from medrelease.aggregate import CountTable
 from medrelease.errors import ParameterError
-from medrelease.guarantee import ADD_REMOVE_ONE_ROW, BudgetStep, Guarantee
-from medrelease.mechanisms.base import MechanismParams, parse
+from medrelease.guarantee import ADD_REMOVE_ONE_ROW, Guarantee
+from medrelease.mechanisms.base import MechanismBase, MechanismParams
 from medrelease.metrics import ILParts
 from medrelease.taxonomy import Taxonomy
 
@@ -118,21 +118,17 @@ def _label(taxonomy: Taxonomy, leaf_codes: np.ndarray) -> tuple[str, float]:
     return "*", 1.0
 
 
-class Mondrian:
+class Mondrian(MechanismBase):
     name: ClassVar[str] = "mondrian"
     selection: ClassVar[str] = "none"
     kind: ClassVar[str] = "counts"
     Params: ClassVar[type[MechanismParams]] = MondrianParams
 
-    def parse_params(self, raw: dict[str, Any], n_rows: int) -> MondrianParams:
-        return parse(MondrianParams, raw, self.name)
 
     def guarantee(self, params: MondrianParams) -> Guarantee:
         return Guarantee(self.name, None, None, ADD_REMOVE_ONE_ROW, False, LABEL,
                          f"{params.variant} Mondrian: every partition has at least k={params.k} rows")
 
-    def budget_steps(self, params: MondrianParams) -> list[BudgetStep]:
-        return []
 
     def row_bounds(self, params: MondrianParams, n_rows: int) -> tuple[int, int]:
         return n_rows, n_rows

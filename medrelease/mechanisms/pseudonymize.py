@@ -20,8 +20,8 @@ import pandas as pd
 from pydantic import Field
 
 from medrelease.errors import ParameterError
-from medrelease.guarantee import ADD_REMOVE_ONE_ROW, BudgetStep, Guarantee
-from medrelease.mechanisms.base import MechanismParams, parse
+from medrelease.guarantee import ADD_REMOVE_ONE_ROW, Guarantee
+from medrelease.mechanisms.base import MechanismBase, MechanismParams
 
 LABEL = "pseudonymization — no formal privacy guarantee"
 BLOCK = 16
@@ -80,21 +80,17 @@ def pseudonymize_frame(frame: pd.DataFrame, columns: list[str], keep: list[str],
     return pd.DataFrame(out)
 
 
-class Pseudonymize:
+class Pseudonymize(MechanismBase):
     name: ClassVar[str] = "pseudonymize"
     selection: ClassVar[str] = "none"
     kind: ClassVar[str] = "table"
     Params: ClassVar[type[MechanismParams]] = PseudonymizeParams
 
-    def parse_params(self, raw: dict[str, Any], n_rows: int) -> PseudonymizeParams:
-        return parse(PseudonymizeParams, raw, self.name)
 
     def guarantee(self, params: PseudonymizeParams) -> Guarantee:
         return Guarantee(self.name, None, None, ADD_REMOVE_ONE_ROW, False, LABEL,
                          "equal inputs map to equal outputs; frequencies and uniqueness survive")
 
-    def budget_steps(self, params: PseudonymizeParams) -> list[BudgetStep]:
-        return []
 
     def release_table(self, frame: pd.DataFrame, dimensions: list[str], informative: list[str],
                       class_columns: list[str], params: PseudonymizeParams,
