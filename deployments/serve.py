@@ -3,7 +3,9 @@
 * ``medrelease-release/on-demand``: a steward fills in the form in the Prefect UI;
 * ``medrelease-release/scheduled-<dataset>``: one per dataset config with a ``schedule`` (cron);
 * ``medrelease-on-arrival/on-arrival``: started by the ``medrelease.extract.arrived`` event that
-  the inbox watcher emits, with the event's dataset, file and hash as parameters.
+  the inbox watcher emits, with the event's dataset, file and hash as parameters;
+* ``medrelease-watch-inbox/watch-inbox``: the watcher itself as a long-lived flow run (start it
+  from the UI with the inbox path) for setups without a separate ``medrelease watch`` process.
 
 ``medrelease serve`` runs them (and, with ``--inbox``, the watcher) against the server named by
 ``PREFECT_API_URL``. ``deployments/prefect.yaml`` describes the same deployments for
@@ -21,7 +23,7 @@ from prefect.events import DeploymentEventTrigger
 
 from flows.arrival import arrival_release_flow
 from flows.release import release_flow
-from flows.watch import ARRIVED, watch_loop
+from flows.watch import ARRIVED, watch_inbox_flow, watch_loop
 from medrelease.config import load_config, project_root
 
 ARRIVAL_PARAMETERS = {
@@ -57,6 +59,11 @@ def build_deployments() -> list:
             description=f"Scheduled release of {dataset} ({cron}, UTC)",
             tags=["medrelease", "scheduled"],
         ))
+    deployments.append(watch_inbox_flow.to_deployment(
+        name="watch-inbox",
+        description="Long-lived inbox watcher as a flow run (alternative to `medrelease watch`)",
+        tags=["medrelease", "watcher"],
+    ))
     deployments.append(arrival_release_flow.to_deployment(
         name="on-arrival",
         description="Release exactly the extract announced by the inbox watcher",

@@ -48,7 +48,7 @@ def served(tmp_path_factory):
                 while True:
                     with get_client(sync_client=True) as client:
                         names = {d.name for d in client.read_deployments()}
-                    if {"on-demand", "scheduled-nps-sample", "on-arrival"} <= names:
+                    if {"on-demand", "scheduled-nps-sample", "on-arrival", "watch-inbox"} <= names:
                         break
                     assert proc.poll() is None, (base / "serve.log").read_text()[-3000:]
                     assert time.monotonic() < deadline, "deployments not served in time"

@@ -167,3 +167,32 @@ def test_pseudonymization_without_key_is_refused_and_counted(home: Path, monkeyp
     with pytest.raises(Exception, match="needs a key"):
         release_flow(ReleaseRequest(seed=9, mechanism={"mechanism": "pseudonymize"}))
     assert _release_dirs(home) == []
+
+
+@pytest.mark.parametrize(("epsilon", "error", "message"), [
+    (0.0, "ParameterError", "epsilon must be a positive"),
+    (-1.0, "ParameterError", "epsilon must be a positive"),
+    (float("nan"), "ParameterError", "epsilon must be a positive"),
+    (1e6, "BudgetExceededError", r"requested 1e\+06 > total 10"),
+])
+def test_bad_budgets_are_refused_before_any_spend(home: Path, epsilon, error, message) -> None:
+    with pytest.raises(Exception, match=message) as err:
+        release_flow(ReleaseRequest(seed=1, mechanism={"mechanism": "ipa", "epsilon": epsilon}))
+    assert type(err.value).__name__ == error
+    assert _spends(home) == [] and _release_dirs(home) == []
+
+
+def test_malformed_config_and_one_row_table(home: Path) -> None:
+    from medrelease.errors import ConfigError
+
+    bad = home / "bad.yaml"
+    bad.write_text("name: Bad Name!\ncolumns: {}\n")
+    with pytest.raises(ConfigError, match="(?s)name.*lower-case.*privacy"):
+        release_flow(ReleaseRequest(dataset=str(bad)))
+    one = home / "one.csv"
+    one.write_text("patient_id,age,sex,length_of_stay,surgery,region,diagnosis\n"
+                   "1,34,F,3,N,11,A001\n")
+    result = release_flow(ReleaseRequest(input_path=str(one), seed=2))
+    # The sound mechanism cannot show a single person: no cell reaches its threshold.
+    assert result["manifest"]["released_rows"] == 0
+    assert result["manifest"]["checks_passed"]
