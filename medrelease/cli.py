@@ -252,6 +252,31 @@ def watch(
 
 
 @app.command()
+def audit(
+    mechanism: str = typer.Option("ipa-paper", help="mechanism to audit"),
+    eps: float = typer.Option(1.0, "--eps", help="the epsilon it claims"),
+    runs: int = typer.Option(200, help="runs on each of the two neighbouring tables"),
+) -> None:
+    """Empirical privacy audit: a 95 % lower bound on epsilon from worst-case neighbours."""
+    from medrelease.audit import run_audit
+
+    with Progress(SpinnerColumn(), TextColumn("auditing {task.description}"), BarColumn(),
+                  TextColumn("{task.completed}/{task.total} runs"), TimeElapsedColumn(),
+                  console=console, transient=True) as progress:
+        task_id = progress.add_task(mechanism, total=2 * runs)
+        result = run_audit(mechanism, eps, runs,
+                           progress=lambda done, total: progress.update(task_id, completed=done))
+    verdict = ("[red bold]EXCEEDS ITS CLAIM[/]" if result.exceeds_claim
+               else "[green]within its claim[/]")
+    console.print(Panel(
+        f"event: {result.event}\n"
+        f"second-half hits: {result.hits_with}/{runs - runs // 2} with the target, "
+        f"{result.hits_without}/{runs - runs // 2} without\n"
+        f"epsilon lower bound ({result.confidence:.0%}): [bold]{result.epsilon_lower_bound:.2f}"
+        f"[/] vs claimed {eps:g} -> {verdict}", title=f"audit of {mechanism}"))
+
+
+@app.command()
 def show(manifest: Path = typer.Argument(..., help="a release's manifest.json")) -> None:
     """Print a release manifest's key facts."""
     data = json.loads(manifest.read_text())

@@ -187,7 +187,7 @@ def test_malformed_config_and_one_row_table(home: Path) -> None:
 
     bad = home / "bad.yaml"
     bad.write_text("name: Bad Name!\ncolumns: {}\n")
-    with pytest.raises(ConfigError, match="(?s)name.*lower-case.*privacy"):
+    with pytest.raises(ConfigError, match=r"(?s)name.*lower-case.*privacy"):
         release_flow(ReleaseRequest(dataset=str(bad)))
     one = home / "one.csv"
     one.write_text("patient_id,age,sex,length_of_stay,surgery,region,diagnosis\n"
