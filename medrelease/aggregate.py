@@ -230,3 +230,68 @@ def _factorize_informative(
     codes = grouped.ngroup().to_numpy(dtype=np.int64)
     domain = grouped.size().reset_index()[informative]
     return codes, domain.reset_index(drop=True)
+
+
+INF_RADIX = 1 << 22  # streaming: room for 4M distinct informative values while chunks arrive
+
+
+def aggregate_chunks(chunks, config: DatasetConfig) -> CountTable:
+    """Aggregate an extract chunk by chunk; memory is bounded by the count table, not the rows.
+
+    Informative values get global codes as they are first seen (or the declared domain's codes);
+    each chunk's cells are merged into the running table at once. The result equals
+    ``aggregate`` on the whole table.
+    """
+    taxonomies = tuple(config.taxonomies[c] for c in config.dimensions)
+    domain = config.informative_domain
+    known: dict = {}
+    values: list = []
+    merged_keys = np.zeros(0, dtype=np.int64)
+    merged_counts = np.zeros(0, dtype=np.int64)
+    n_rows = 0
+    dims_space = key_space(taxonomies, 1)
+    if dims_space * INF_RADIX >= MAX_KEY:
+        raise InputValidationError("the dimensions' combined domain is too large to stream")
+    radices = place_values(taxonomies, INF_RADIX)
+    for chunk in chunks:
+        frame = prepare_table(chunk, config) if len(chunk) else chunk
+        if frame.empty:
+            continue
+        if domain is not None:
+            inf_codes, _ = _codes_in_domain(frame[config.informative[0]], domain)
+        elif config.informative:
+            local, uniques = _factorize_informative(frame, config.informative)
+            rows = uniques.itertuples(index=False, name=None)
+            lookup = np.array([known.setdefault(r, len(known)) for r in rows], dtype=np.int64)
+            if len(known) > len(values):
+                values.extend(list(known)[len(values):])
+            inf_codes = lookup[local]
+        else:
+            inf_codes = np.zeros(len(frame), dtype=np.int64)
+        if len(known) >= INF_RADIX:
+            raise InputValidationError("more than 4,194,304 distinct informative values")
+        keys = inf_codes.astype(np.int64)
+        for column, taxonomy, radix in zip(config.dimensions, taxonomies, radices, strict=True):
+            keys += taxonomy.encode(frame[column]).astype(np.int64) * radix
+        chunk_keys, chunk_counts = group_sum(keys, np.ones(len(keys), dtype=np.int64))
+        merged_keys, merged_counts = group_sum(np.concatenate([merged_keys, chunk_keys]),
+                                               np.concatenate([merged_counts, chunk_counts]))
+        n_rows += len(frame)
+    if n_rows == 0:
+        raise InputValidationError("input table has no rows: there is nothing to release")
+    if domain is not None:
+        informative = pd.DataFrame({config.informative[0]: np.asarray(domain, dtype=object)})
+    elif config.informative:
+        informative = pd.DataFrame(values, columns=config.informative)
+        informative = informative.astype(object)
+    else:
+        informative = pd.DataFrame(index=pd.RangeIndex(1))
+    n_inf = max(len(informative), 1)
+    # Repack from the streaming radix to the final one (inf code least significant, n_inf wide).
+    dims_part, inf_part = np.divmod(merged_keys, INF_RADIX)
+    final_keys, final_counts = group_sum(dims_part * n_inf + inf_part, merged_counts)
+    return CountTable(
+        dimensions=tuple(config.dimensions), taxonomies=taxonomies, cell_keys=final_keys,
+        counts=final_counts, informative=informative, n_rows=n_rows,
+        public_domain=bool(config.informative) and domain is not None,
+    )

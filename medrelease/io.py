@@ -84,3 +84,18 @@ def _raw_header(source: Path, encoding: str, delimiter: str) -> list[str]:
     with source.open(encoding=encoding, newline="") as handle:
         return next(csv.reader(handle, delimiter=delimiter), [])
 
+
+
+def iter_chunks(config: DatasetConfig, path: str | Path | None = None,
+                rows_per_chunk: int = 500_000):
+    """The extract in chunks (Parquet row groups / CSV chunks), columns as in ``read_input``."""
+    source = Path(path) if path else config.input_path
+    if config.input.format == "parquet" or source.suffix.lower() == ".parquet":
+        import pyarrow.parquet as pq
+
+        for batch in pq.ParquetFile(source).iter_batches(batch_size=rows_per_chunk):
+            yield batch.to_pandas()
+        return
+    yield from pd.read_csv(source, sep=config.input.delimiter, dtype=str,
+                           encoding=config.input.encoding, keep_default_na=False,
+                           na_values=[""], chunksize=rows_per_chunk)

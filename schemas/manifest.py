@@ -57,6 +57,7 @@ class Manifest(BaseModel):
     input_rows: int
     released_rows: int
     information_loss: dict[str, float]
+    risk: dict[str, float | int]
     checks_passed: bool
     files: list[str]
 

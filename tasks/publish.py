@@ -14,6 +14,7 @@ from prefect.cache_policies import NO_CACHE
 from medrelease.config import DatasetConfig
 from medrelease.mechanisms.base import ReleaseContext
 from medrelease.release import MaterializedRelease, ReleasePlan
+from medrelease.risk import risk_report
 from medrelease.store import ReleaseStore
 from schemas.manifest import Manifest
 from schemas.output import CheckReport
@@ -70,6 +71,7 @@ def build_manifest(
         released_rows=len(chosen.table),
         information_loss=({"ncp": chosen.il.ncp, "emd": chosen.il.emd, "rate": chosen.il.rate,
                            "il": chosen.il.il} if chosen.il is not None else {}),
+        risk=risk_report(chosen.table, config.dimensions),
         checks_passed=checks.success,
         files=DATA_FILES,
     )

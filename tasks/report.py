@@ -35,6 +35,14 @@ def release_summary_markdown(manifest: dict, candidates: pd.DataFrame) -> str:
         f"- input: `{manifest['input_file']}` (sha256 `{manifest['input_sha256'][:16]}…`)",
         f"- seed policy: {manifest['seed_policy']}",
         "",
+        "## Re-identification risk (released dimensions)",
+        f"- classes: {manifest['risk']['classes']:,}; smallest class (k achieved): "
+        f"{manifest['risk']['smallest_class']}; rows unique on the dimensions: "
+        f"{manifest['risk']['unique_row_share']:.1%}",
+        f"- prosecutor risk: max {manifest['risk']['prosecutor_risk_max']:.3f}, mean "
+        f"{manifest['risk']['prosecutor_risk_mean']:.3f} (for DP mechanisms the guarantee, not "
+        "these numbers, bounds what can be learned)",
+        "",
         "## Budget",
         "| step | epsilon | delta | mechanism |",
         "|---|---|---|---|",
