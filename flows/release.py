@@ -1,5 +1,7 @@
-"""The release flow: validate -> charge budget -> aggregate -> score nodes (fan-out) -> select
--> materialize -> check -> publish, with the budget steps, per-node IL and a summary as artifacts.
+"""The release flow: validate + aggregate (one streamed pass) -> charge budget -> score nodes
+(fan-out) -> select -> materialize -> check -> publish, with the budget steps, per-node IL and a
+summary as artifacts. Mechanisms without a lattice (Mondrian, pseudonymization, DiffGen) read
+the validated rows instead.
 
 Parameters are one pydantic model, so the Prefect UI renders a form: the mechanism is a choice
 whose own parameters (epsilon, its split, delta, threshold) appear under it.
@@ -20,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from medrelease.ledger import Ledger
 from medrelease.mechanisms import get_mechanism, uses_lattice
+from medrelease.mechanisms.base import ReleaseContext
 from medrelease.mechanisms.diffgen import DiffGenParams
 from medrelease.mechanisms.histogram import HistogramParams
 from medrelease.mechanisms.ipa import IPAParams
@@ -31,9 +34,8 @@ from medrelease.release import candidates_frame, node_batches
 from medrelease.settings import ledger_path, store_root
 from tasks.budget import artifact_key, charge_budget, finalize_spend, plan
 from tasks.checks import check_output
-from tasks.inputs import load_and_validate_input, load_dataset_config
+from tasks.inputs import load_and_validate_input, load_dataset_config, validate_and_aggregate
 from tasks.lattice import (
-    aggregate_input,
     materialize_release,
     release_rows,
     score_node_batch,
@@ -138,16 +140,21 @@ def release_flow(request: ReleaseRequest = ReleaseRequest()) -> dict[str, Any]: 
     ledger = str(ledger_path())
 
     config = load_dataset_config(request.dataset)
-    frame, input_info = load_and_validate_input(config, request.input_path)
-    release_plan = plan(config, request.mechanism.mechanism, request.mechanism_params(),
-                        input_info.rows, request.seed, config.informative_domain is not None)
-    spend_id = charge_budget(config, release_plan, ledger, run_id)
-    if not uses_lattice(release_plan.mechanism):
+    mechanism = request.mechanism.mechanism
+    if not uses_lattice(mechanism):
+        frame, input_info = load_and_validate_input(config, request.input_path)
+        release_plan = plan(config, mechanism, request.mechanism_params(), input_info.rows,
+                            request.seed, config.informative_domain is not None)
+        spend_id = charge_budget(config, release_plan, ledger, run_id)
         return _release_directly(request, config, frame, input_info, release_plan, spend_id,
                                  ledger, run_id)
+    # Lattice mechanisms: one streamed pass validates and aggregates before any budget is spent.
+    counts, input_info = validate_and_aggregate(config, request.input_path)
+    release_plan = plan(config, mechanism, request.mechanism_params(), input_info.rows,
+                        request.seed, counts.public_domain)
+    spend_id = charge_budget(config, release_plan, ledger, run_id)
     try:
-        context = aggregate_input(config, frame)
-        del frame
+        context = ReleaseContext.from_counts(counts)
         batches = node_batches(context, request.batch_size, release_plan)
         progress_id = create_progress_artifact(
             progress=0.0, key=artifact_key(config.name, "scoring-progress"),

@@ -278,7 +278,8 @@ def aggregate_chunks(chunks, config: DatasetConfig) -> CountTable:
                                                np.concatenate([merged_counts, chunk_counts]))
         n_rows += len(frame)
     if n_rows == 0:
-        raise InputValidationError("input table has no rows: there is nothing to release")
+        raise InputValidationError(
+            "the input has no data rows (empty file or header only): nothing to release")
     if domain is not None:
         informative = pd.DataFrame({config.informative[0]: np.asarray(domain, dtype=object)})
     elif config.informative:

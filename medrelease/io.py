@@ -88,14 +88,38 @@ def _raw_header(source: Path, encoding: str, delimiter: str) -> list[str]:
 
 def iter_chunks(config: DatasetConfig, path: str | Path | None = None,
                 rows_per_chunk: int = 500_000):
-    """The extract in chunks (Parquet row groups / CSV chunks), columns as in ``read_input``."""
+    """The extract in chunks (Parquet row groups / CSV chunks), columns as in ``read_input``.
+
+    The same file checks as ``read_input`` run on the first chunk; row labels continue across
+    chunks, so validation messages name rows of the whole file.
+    """
     source = Path(path) if path else config.input_path
+    if not source.is_file():
+        raise InputValidationError(f"input file not found: {source}")
+    if source.stat().st_size == 0:
+        raise InputValidationError(f"input file {source} is empty (0 bytes): nothing to release")
     if config.input.format == "parquet" or source.suffix.lower() == ".parquet":
         import pyarrow.parquet as pq
 
         for batch in pq.ParquetFile(source).iter_batches(batch_size=rows_per_chunk):
             yield batch.to_pandas()
         return
-    yield from pd.read_csv(source, sep=config.input.delimiter, dtype=str,
-                           encoding=config.input.encoding, keep_default_na=False,
-                           na_values=[""], chunksize=rows_per_chunk)
+    try:
+        reader = pd.read_csv(source, sep=config.input.delimiter, dtype=str,
+                             encoding=config.input.encoding, keep_default_na=False,
+                             na_values=[""], chunksize=rows_per_chunk)
+        first = True
+        for chunk in reader:
+            if first:
+                _check_header(config, source, chunk, config.input.delimiter)
+                first = False
+            yield chunk
+    except UnicodeDecodeError as exc:
+        raise InputValidationError(
+            f"{source} is not valid {config.input.encoding} text (byte {exc.start}): set "
+            f"input.encoding in the dataset config to the file's encoding (for example latin-1)"
+        ) from exc
+    except pd.errors.EmptyDataError as exc:
+        raise InputValidationError(f"input file {source} has no header and no rows") from exc
+    except pd.errors.ParserError as exc:
+        raise InputValidationError(f"cannot parse {source} as CSV: {exc}") from exc

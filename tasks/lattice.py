@@ -7,7 +7,6 @@ import pandas as pd
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from medrelease.aggregate import aggregate
 from medrelease.config import DatasetConfig
 from medrelease.lattice import Node
 from medrelease.mechanisms.base import NodeSummary, ReleaseContext
@@ -20,11 +19,6 @@ from medrelease.release import (
     search_minimum_loss,
     select_node,
 )
-
-
-@task(name="aggregate", cache_policy=NO_CACHE)
-def aggregate_input(config: DatasetConfig, frame: pd.DataFrame) -> ReleaseContext:
-    return ReleaseContext.from_counts(aggregate(frame, config))
 
 
 @task(name="score-node-batch", cache_policy=NO_CACHE)

@@ -46,5 +46,5 @@ def test_release_run_records_artifacts_on_a_real_server(api_url, tmp_path: Path,
     assert "differential privacy" in by_key["nps-sample-release-summary"].data
     names = [t.name.rsplit("-", 1)[0] for t in task_runs]
     assert names.count("score-node-batch") == 8  # 256 nodes / 32 per batch
-    assert {"validate-input", "charge-budget", "aggregate", "select-node", "check-output",
+    assert {"validate-and-aggregate", "charge-budget", "select-node", "check-output",
             "publish-release"} <= set(names)
