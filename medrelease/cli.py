@@ -113,11 +113,12 @@ def _fail(exc: BaseException) -> None:
 @app.command()
 def release(
     dataset: str = typer.Argument(..., help="dataset name or path to its dataset.yaml"),
-    mechanism: str = typer.Option("ipa", help="ipa (sound, default), ipa-paper, histogram, kanon"),
+    mechanism: str = typer.Option(
+        "ipa", help="ipa (default), ipa-paper, histogram, kanon, mondrian, pseudonymize, diffgen"),
     epsilon: float = typer.Option(1.0, help="total privacy budget of this release"),
     delta: float | None = typer.Option(None, help="ipa only: total delta (default min(1e-6, 1/(10n)))"),
     threshold: int = typer.Option(2, "--threshold", help="ipa/ipa-paper: suppression threshold t"),
-    k: int = typer.Option(10, help="kanon: minimum class size"),
+    k: int = typer.Option(10, help="kanon / mondrian: minimum class size"),
     max_suppression: float = typer.Option(0.02, help="kanon: largest share of rows suppressed"),
     input_path: Path | None = typer.Option(None, "--input", help="release this file instead"),
     seed: int | None = typer.Option(None, help="TEST ONLY: fixed seed, marks NOT FOR PUBLICATION"),
@@ -133,10 +134,12 @@ def release(
     params: dict[str, Any] = {"mechanism": mechanism}
     if mechanism in ("ipa", "ipa-paper"):
         params.update(epsilon=epsilon, suppression_threshold=threshold)
-    elif mechanism == "histogram":
+    elif mechanism in ("histogram", "diffgen"):
         params["epsilon"] = epsilon
     elif mechanism == "kanon":
         params.update(k=k, max_suppression=max_suppression)
+    elif mechanism == "mondrian":
+        params["k"] = k
     if delta is not None and mechanism == "ipa":
         params["delta"] = delta
     try:
