@@ -18,7 +18,7 @@ from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from prefect.futures import as_completed
 from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from medrelease.ledger import Ledger
 from medrelease.mechanisms import get_mechanism, uses_lattice
@@ -32,6 +32,7 @@ from medrelease.mechanisms.mondrian import MondrianParams
 from medrelease.mechanisms.pseudonymize import PseudonymizeParams
 from medrelease.release import candidates_frame, node_batches
 from medrelease.settings import ledger_path, store_root
+from medrelease.store import StoreError, safe_relative
 from tasks.budget import artifact_key, charge_budget, finalize_spend, plan
 from tasks.checks import check_output
 from tasks.inputs import load_and_validate_input, load_dataset_config, validate_and_aggregate
@@ -121,6 +122,17 @@ class ReleaseRequest(BaseModel):
     destination: str | None = Field(
         default=None, description="Optional sub-folder of the release store for this release"
     )
+
+    @field_validator("destination")
+    @classmethod
+    def _destination_inside_store(cls, value: str | None) -> str | None:
+        # Checked here, before any budget is charged, not only when publishing.
+        if value is not None:
+            try:
+                safe_relative(value, "destination")
+            except StoreError as exc:
+                raise ValueError(str(exc)) from None
+        return value
 
     def mechanism_params(self) -> dict[str, Any]:
         return self.mechanism.model_dump(exclude={"mechanism"}, exclude_none=True)
