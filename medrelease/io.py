@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import csv
 import hashlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pandas as pd
@@ -42,13 +44,11 @@ def read_input(config: DatasetConfig, path: str | Path | None = None) -> pd.Data
     return _read_csv(config, source)
 
 
-def _read_csv(config: DatasetConfig, source: Path) -> pd.DataFrame:
-    delimiter = config.input.delimiter
+@contextmanager
+def _csv_errors(config: DatasetConfig, source: Path) -> Iterator[None]:
+    """Turn pandas' CSV exceptions into messages that say how to fix the file or the config."""
     try:
-        frame = pd.read_csv(
-            source, sep=delimiter, dtype=str, encoding=config.input.encoding,
-            keep_default_na=False, na_values=[""], engine="c",
-        )
+        yield
     except UnicodeDecodeError as exc:
         raise InputValidationError(
             f"{source} is not valid {config.input.encoding} text (byte {exc.start}): "
@@ -59,7 +59,17 @@ def _read_csv(config: DatasetConfig, source: Path) -> pd.DataFrame:
         raise InputValidationError(f"input file {source} has no header and no rows") from exc
     except pd.errors.ParserError as exc:
         raise InputValidationError(f"cannot parse {source} as CSV: {exc}") from exc
-    _check_header(config, source, frame, delimiter)
+
+
+def _csv_options(config: DatasetConfig) -> dict:
+    return {"sep": config.input.delimiter, "dtype": str, "encoding": config.input.encoding,
+            "keep_default_na": False, "na_values": [""]}
+
+
+def _read_csv(config: DatasetConfig, source: Path) -> pd.DataFrame:
+    with _csv_errors(config, source):
+        frame = pd.read_csv(source, engine="c", **_csv_options(config))
+    _check_header(config, source, frame, config.input.delimiter)
     return frame
 
 
@@ -104,22 +114,9 @@ def iter_chunks(config: DatasetConfig, path: str | Path | None = None,
         for batch in pq.ParquetFile(source).iter_batches(batch_size=rows_per_chunk):
             yield batch.to_pandas()
         return
-    try:
-        reader = pd.read_csv(source, sep=config.input.delimiter, dtype=str,
-                             encoding=config.input.encoding, keep_default_na=False,
-                             na_values=[""], chunksize=rows_per_chunk)
-        first = True
-        for chunk in reader:
-            if first:
+    with _csv_errors(config, source):
+        reader = pd.read_csv(source, chunksize=rows_per_chunk, **_csv_options(config))
+        for position, chunk in enumerate(reader):
+            if position == 0:
                 _check_header(config, source, chunk, config.input.delimiter)
-                first = False
             yield chunk
-    except UnicodeDecodeError as exc:
-        raise InputValidationError(
-            f"{source} is not valid {config.input.encoding} text (byte {exc.start}): set "
-            f"input.encoding in the dataset config to the file's encoding (for example latin-1)"
-        ) from exc
-    except pd.errors.EmptyDataError as exc:
-        raise InputValidationError(f"input file {source} has no header and no rows") from exc
-    except pd.errors.ParserError as exc:
-        raise InputValidationError(f"cannot parse {source} as CSV: {exc}") from exc
