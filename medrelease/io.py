@@ -29,14 +29,24 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def read_input(config: DatasetConfig, path: str | Path | None = None) -> pd.DataFrame:
-    """The extract as a frame of text columns (Parquet keeps its own types)."""
+def _existing_source(config: DatasetConfig, path: str | Path | None) -> Path:
+    """The extract's path, checked to exist and to hold something."""
     source = Path(path) if path else config.input_path
     if not source.is_file():
         raise InputValidationError(f"input file not found: {source}")
     if source.stat().st_size == 0:
         raise InputValidationError(f"input file {source} is empty (0 bytes): nothing to release")
-    if config.input.format == "parquet" or source.suffix.lower() == ".parquet":
+    return source
+
+
+def _is_parquet(config: DatasetConfig, source: Path) -> bool:
+    return config.input.format == "parquet" or source.suffix.lower() == ".parquet"
+
+
+def read_input(config: DatasetConfig, path: str | Path | None = None) -> pd.DataFrame:
+    """The extract as a frame of text columns (Parquet keeps its own types)."""
+    source = _existing_source(config, path)
+    if _is_parquet(config, source):
         try:
             return pd.read_parquet(source)
         except Exception as exc:  # pyarrow raises several unrelated types
@@ -103,12 +113,8 @@ def iter_chunks(config: DatasetConfig, path: str | Path | None = None,
     The same file checks as ``read_input`` run on the first chunk; row labels continue across
     chunks, so validation messages name rows of the whole file.
     """
-    source = Path(path) if path else config.input_path
-    if not source.is_file():
-        raise InputValidationError(f"input file not found: {source}")
-    if source.stat().st_size == 0:
-        raise InputValidationError(f"input file {source} is empty (0 bytes): nothing to release")
-    if config.input.format == "parquet" or source.suffix.lower() == ".parquet":
+    source = _existing_source(config, path)
+    if _is_parquet(config, source):
         import pyarrow.parquet as pq
 
         for batch in pq.ParquetFile(source).iter_batches(batch_size=rows_per_chunk):
