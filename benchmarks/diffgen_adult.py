@@ -46,10 +46,9 @@ def main() -> None:
                     out = release(train, config, mechanism="diffgen",
                                   params={"epsilon": eps, "specializations": h, "score": score},
                                   seed=run)
-                    cut = {c: sorted(set(out.table[c].astype(str))) for c in predictors}
                     results.append((accuracies(
                         train, test, predictors, label, out.table,
-                        lambda t, cut=cut: impl.generalize(t, config, cut)), len(out.table)))
+                        lambda t, d=out.details: impl.generalize(t, config, d)), len(out.table)))
                 ba = results[0][0].baseline * 100
                 la = results[0][0].lower_bound * 100
                 ca = statistics.mean(r.release for r, _ in results) * 100

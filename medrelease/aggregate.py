@@ -116,8 +116,8 @@ def prepare_table(table: pd.DataFrame, config: DatasetConfig,
                   include_class: bool = False) -> pd.DataFrame:
     """Check the columns the config needs are present and apply the missing-value policy.
 
-    Returns the declared dimension and informative columns only; undeclared columns never go
-    further than this function.
+    Returns the declared dimension and informative columns (with ``include_class`` also the class
+    and set-valued ones) only; undeclared columns never go further than this function.
     """
     if len(table.columns) != len(set(table.columns)):
         dup = table.columns[table.columns.duplicated()].unique().tolist()
@@ -132,7 +132,16 @@ def prepare_table(table: pd.DataFrame, config: DatasetConfig,
             f"config {config.name!r}; input has: {', '.join(map(str, table.columns))}",
             [{"column": c, "problem": "missing column"} for c in missing],
         )
-    frame = table[needed]
+    sets = [c for c in config.set_valued if include_class]
+    missing_sets = [c for c in sets if c not in table.columns]
+    if missing_sets:
+        raise InputValidationError(
+            f"input lacks set-valued column(s) {', '.join(repr(c) for c in missing_sets)} "
+            f"declared in dataset config {config.name!r}",
+            [{"column": c, "problem": "missing column"} for c in missing_sets],
+        )
+    # A blank set-valued cell is an empty item set, not a missing value.
+    frame = table[needed + sets].fillna({c: "" for c in sets}) if sets else table[needed]
     if frame.empty:
         raise InputValidationError("input table has no rows: there is nothing to release")
     nulls = frame.isna()

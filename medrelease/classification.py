@@ -32,12 +32,24 @@ def split(frame: pd.DataFrame, test_share: float = 0.3, seed: int = 0):
         drop=True)
 
 
+def features(frame: pd.DataFrame, set_valued: dict[str, str] | None = None) -> pd.DataFrame:
+    """One-hot predictors (as text); a set-valued column becomes one indicator per item or node."""
+    set_valued = set_valued or {}
+    plain = [c for c in frame.columns if c not in set_valued]
+    parts = [pd.get_dummies(frame[plain].astype(str), dtype=np.uint8)]
+    for column, separator in set_valued.items():
+        items = frame[column].fillna("").astype(str).str.get_dummies(sep=separator)
+        parts.append(items.add_prefix(f"{column}:").astype(np.uint8))
+    return pd.concat(parts, axis=1)
+
+
 def tree_accuracy(train_x: pd.DataFrame, train_y: pd.Series, test_x: pd.DataFrame,
-                  test_y: pd.Series, seed: int = 0) -> float:
-    """One-hot predictors (as text), entropy decision tree, accuracy on the test records."""
+                  test_y: pd.Series, seed: int = 0,
+                  set_valued: dict[str, str] | None = None) -> float:
+    """Indicator features, entropy decision tree, accuracy on the test records."""
     from sklearn.tree import DecisionTreeClassifier
 
-    both = pd.get_dummies(pd.concat([train_x, test_x]).astype(str), dtype=np.uint8)
+    both = features(pd.concat([train_x, test_x]), set_valued).fillna(0)
     model = DecisionTreeClassifier(criterion="entropy", min_samples_leaf=5, random_state=seed)
     model.fit(both.iloc[: len(train_x)], train_y.astype(str))
     return float((model.predict(both.iloc[len(train_x):]) == test_y.astype(str).to_numpy()).mean())
@@ -46,10 +58,13 @@ def tree_accuracy(train_x: pd.DataFrame, train_y: pd.Series, test_x: pd.DataFram
 def accuracies(
     train: pd.DataFrame, test: pd.DataFrame, predictors: list[str], label: str,
     released: pd.DataFrame, generalize_test: Callable[[pd.DataFrame], pd.DataFrame],
+    set_valued: dict[str, str] | None = None,
 ) -> Accuracies:
+    """BA, LA and CA; ``set_valued`` maps item-set columns to their separator."""
     majority = train[label].astype(str).mode().iloc[0]
     lower = float((test[label].astype(str) == majority).mean())
-    base = tree_accuracy(train[predictors], train[label], test[predictors], test[label])
-    cand = tree_accuracy(released[predictors], released[label], generalize_test(test),
-                         test[label])
+    base = tree_accuracy(train[predictors], train[label], test[predictors], test[label],
+                         set_valued=set_valued)
+    cand = tree_accuracy(released[predictors], released[label],
+                         generalize_test(test)[predictors], test[label], set_valued=set_valued)
     return Accuracies(base, lower, cand)

@@ -95,8 +95,9 @@ def _show_result(result: dict[str, Any], seconds: float) -> None:
         f"[bold]manifest[/]  {Path(result['path']) / 'manifest.json'}",
         f"[bold]report[/]    {Path(result['path']) / 'report.md'}",
         f"[bold]rows[/]      {manifest['input_rows']:,} in -> {manifest['released_rows']:,} out",
-        f"[bold]node[/]      {manifest['chosen_node']}",
-        f"[bold]IL[/]        {manifest['information_loss']['il']:.3f}",
+        f"[bold]node[/]      {manifest['chosen_node'] or '(no lattice node: ' + manifest['mechanism'] + ')'}",
+        "[bold]IL[/]        " + (f"{manifest['information_loss']['il']:.3f}"
+                                  if manifest["information_loss"] else "n/a for this mechanism"),
         f"[bold]guarantee[/] [{style}]{guarantee['statement']}[/]",
         f"[bold]flow run[/]  {result['flow_run_id']}   ({seconds:.1f} s)",
     ]
@@ -113,8 +114,9 @@ def _fail(exc: BaseException) -> None:
 @app.command()
 def release(
     dataset: str = typer.Argument(..., help="dataset name or path to its dataset.yaml"),
-    mechanism: str = typer.Option(
-        "ipa", help="ipa (default), ipa-paper, histogram, kanon, mondrian, pseudonymize, diffgen"),
+    mechanism: str | None = typer.Option(
+        None, help="ipa, ipa-paper, histogram, kanon, mondrian, pseudonymize, diffgen "
+                   "(default: the dataset config's)"),
     epsilon: float = typer.Option(1.0, help="total privacy budget of this release"),
     delta: float | None = typer.Option(None, help="ipa only: total delta (default min(1e-6, 1/(10n)))"),
     threshold: int = typer.Option(2, "--threshold", help="ipa/ipa-paper: suppression threshold t"),
@@ -124,6 +126,8 @@ def release(
     seed: int | None = typer.Option(None, help="TEST ONLY: fixed seed, marks NOT FOR PUBLICATION"),
     batch_size: int = typer.Option(32, help="lattice nodes per scoring task"),
     destination: str | None = typer.Option(None, help="sub-folder of the release store"),
+    specializations: int = typer.Option(10, help="diffgen: number of specializations h"),
+    score: str = typer.Option("max", help="diffgen: utility score, max or infogain"),
 ) -> None:
     """Release a dataset through the Prefect flow."""
     _defaults()
@@ -131,11 +135,19 @@ def release(
 
     from flows.release import ReleaseRequest
 
+    if mechanism is None:
+        try:
+            mechanism = find_config(dataset).mechanism.name
+        except MedreleaseError as exc:
+            _fail(exc)
+
     params: dict[str, Any] = {"mechanism": mechanism}
     if mechanism in ("ipa", "ipa-paper"):
         params.update(epsilon=epsilon, suppression_threshold=threshold)
-    elif mechanism in ("histogram", "diffgen"):
+    elif mechanism == "histogram":
         params["epsilon"] = epsilon
+    elif mechanism == "diffgen":
+        params.update(epsilon=epsilon, specializations=specializations, score=score)
     elif mechanism == "kanon":
         params.update(k=k, max_suppression=max_suppression)
     elif mechanism == "mondrian":
@@ -277,6 +289,24 @@ def audit(
         f"{result.hits_without}/{runs - runs // 2} without\n"
         f"epsilon lower bound ({result.confidence:.0%}): [bold]{result.epsilon_lower_bound:.2f}"
         f"[/] vs claimed {eps:g} -> {verdict}", title=f"audit of {mechanism}"))
+
+
+@app.command("prepare-mimic")
+def prepare_mimic(
+    source: Path = typer.Option(Path("../shared/data/mimic-iii-demo"),
+                                help="folder with ADMISSIONS, PATIENTS and DIAGNOSES_ICD CSVs"),
+    output: Path | None = typer.Option(None, help="where to write (default: the mimic-demo "
+                                                  "dataset's input path)"),
+) -> None:
+    """Join the MIMIC-III demo per admission (the DiffGen experiment's table) into a CSV."""
+    from medrelease.mimic import write_admissions
+
+    target = output or find_config("mimic-demo").input_path
+    try:
+        rows = write_admissions(source, target)
+    except MedreleaseError as exc:
+        _fail(exc)
+    console.print(f"{rows} admissions -> {target}")
 
 
 @app.command()

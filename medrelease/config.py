@@ -50,8 +50,8 @@ class ColumnSpec(_Strict):
     def _role_needs(self) -> ColumnSpec:
         if self.role == "dimension" and not self.taxonomy:
             raise ValueError("a 'dimension' column needs a 'taxonomy' file")
-        if self.role == "set_valued" and not self.separator:
-            raise ValueError("a 'set_valued' column needs a 'separator'")
+        if self.role == "set_valued" and not (self.separator and self.taxonomy):
+            raise ValueError("a 'set_valued' column needs a 'separator' and an item 'taxonomy'")
         if self.domain and self.role != "informative":
             raise ValueError("'domain' (a file of every possible value) is for informative columns")
         return self
@@ -107,6 +107,11 @@ class DatasetConfig(_Strict):
         return [c for c, s in self.columns.items() if s.role == "dimension"]
 
     @property
+    def set_valued(self) -> list[str]:
+        """Columns holding a set of items (e.g. an admission's ICD-9 codes) in one cell."""
+        return [c for c, s in self.columns.items() if s.role == "set_valued"]
+
+    @property
     def informative(self) -> list[str]:
         return [c for c, s in self.columns.items() if s.role == "informative"]
 
@@ -149,10 +154,10 @@ class DatasetConfig(_Strict):
 
     @cached_property
     def taxonomies(self) -> dict[str, Taxonomy]:
-        """Taxonomy per dimension, loaded once per config object."""
+        """Taxonomy per dimension and per set-valued column (over its items), loaded once."""
         return {
             c: load_taxonomy(self.resolve(self.columns[c].taxonomy or ""), c)
-            for c in self.dimensions
+            for c in self.dimensions + self.set_valued
         }
 
 

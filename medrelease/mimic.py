@@ -8,9 +8,12 @@ Blank categorical values become ``UNKNOWN`` so they are a value of their own, no
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pandas as pd
+
+from medrelease.errors import InputValidationError
 
 PREDICTORS = ["gender", "ethnicity", "marital_status", "insurance", "admission_type",
               "religion", "admission_location"]
@@ -19,6 +22,10 @@ ITEM_SEPARATOR = "|"
 
 def admissions_table(folder: str | Path) -> pd.DataFrame:
     folder = Path(folder)
+    missing = [n for n in ("ADMISSIONS.csv", "PATIENTS.csv", "DIAGNOSES_ICD.csv")
+               if not (folder / n).is_file()]
+    if missing:
+        raise InputValidationError(f"MIMIC-III folder {folder} lacks {', '.join(missing)}")
     admissions = pd.read_csv(folder / "ADMISSIONS.csv", dtype=str, keep_default_na=False)
     patients = pd.read_csv(folder / "PATIENTS.csv", dtype=str, keep_default_na=False)
     diagnoses = pd.read_csv(folder / "DIAGNOSES_ICD.csv", dtype=str, keep_default_na=False)
@@ -41,3 +48,14 @@ def admissions_table(folder: str | Path) -> pd.DataFrame:
     for column in PREDICTORS:
         out[column] = out[column].replace("", "UNKNOWN").fillna("UNKNOWN")
     return out
+
+
+def write_admissions(folder: str | Path, target: str | Path) -> int:
+    """Write the per-admission table as CSV (atomically: a partial file never has the name)."""
+    table = admissions_table(folder)
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(f".{target.name}.partial")
+    table.to_csv(partial, index=False)
+    os.replace(partial, target)
+    return len(table)

@@ -21,7 +21,7 @@ from medrelease.config import DatasetConfig
 from medrelease.errors import ParameterError
 from medrelease.guarantee import BudgetStep, Guarantee, PrivacyAccountant
 from medrelease.lattice import Node
-from medrelease.mechanisms import DEFAULT_MECHANISM, get_mechanism, uses_lattice
+from medrelease.mechanisms import DEFAULT_MECHANISM, check_fits, get_mechanism, uses_lattice
 from medrelease.mechanisms.base import MechanismParams, NodeSummary, ReleaseContext, summarize
 from medrelease.metrics import ILParts, ReleasedCells, information_loss
 from medrelease.randomness import RandomSource, exponential_mechanism, selection_probabilities
@@ -235,6 +235,7 @@ class Release:
     for_publication: bool
     input_rows: int
     released_il: ILParts
+    details: dict[str, Any] = field(default_factory=dict)  # mechanism's own summary (diffgen: cut)
 
     @property
     def released_rows(self) -> int:
@@ -311,7 +312,7 @@ def release_from_counts(
 
 
 def numeric_predictors(config: DatasetConfig) -> int:
-    return sum(1 for t in config.taxonomies.values() if t.kind == "numeric")
+    return sum(1 for c in config.dimensions if config.taxonomies[c].kind == "numeric")
 
 
 def release_without_lattice(
@@ -360,6 +361,7 @@ def release(
     merged = dict(config.mechanism.params) if name == config.mechanism.name else {}
     merged.update(params or {})
     # Parameters are checked before the table is touched, so bad parameters never cost a pass.
+    check_fits(config, name)
     get_mechanism(name).parse_params(merged, max(len(table), 1))
     if not uses_lattice(name):
         plan = plan_release(name, merged, len(table), 0, seed, config.informative_domain is not None,
@@ -371,6 +373,7 @@ def release(
             budget_steps=plan.budget_steps, seed_policy=plan.random.seed_policy,
             for_publication=plan.random.for_publication, input_rows=len(table),
             released_il=chosen.il or ILParts(float("nan"), float("nan"), float("nan")),
+            details=chosen.details,
         )
     counts = aggregate(table, config)
     return release_from_counts(counts, name, merged, seed, batch_size, workers, progress)

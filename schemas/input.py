@@ -42,6 +42,18 @@ def _covered_by(taxonomy: Taxonomy):
     return covered_text
 
 
+def _items_covered_by(taxonomy: Taxonomy, separator: str):
+    """Every item of a set-valued cell must be a leaf of the item taxonomy (blank = no items)."""
+    leaves = pd.Index(taxonomy.leaves, dtype="string")
+
+    def covered(series: pd.Series) -> pd.Series:
+        items = series.astype("string").str.split(separator, regex=False).explode().str.strip()
+        bad = items.notna() & (items != "") & ~items.isin(leaves)
+        return ~bad.groupby(level=0).any().reindex(series.index, fill_value=False)
+
+    return covered
+
+
 def input_schema(config: DatasetConfig) -> pa.DataFrameSchema:
     """The pandera schema of a dataset's extract (undeclared columns are allowed and ignored)."""
     nullable = config.missing == "drop_rows"
@@ -61,6 +73,13 @@ def input_schema(config: DatasetConfig) -> pa.DataFrameSchema:
             checks.append(pa.Check(_covered_by(taxonomy),
                                    error=f"is not covered by its taxonomy ({taxonomy.source})"))
         columns[name] = pa.Column(checks=checks, nullable=nullable, required=True)
+    for name in config.set_valued:
+        taxonomy = config.taxonomies[name]
+        columns[name] = pa.Column(
+            checks=[pa.Check(_items_covered_by(taxonomy, config.columns[name].separator or ""),
+                             error=f"holds an item not covered by its item taxonomy "
+                                   f"({taxonomy.source})")],
+            nullable=True, required=True)
     return pa.DataFrameSchema(
         columns,
         checks=[pa.Check(lambda frame: len(frame) > 0, error="the table has no rows")],

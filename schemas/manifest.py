@@ -58,6 +58,9 @@ class Manifest(BaseModel):
     released_rows: int
     information_loss: dict[str, float]
     risk: dict[str, float | int]
+    mechanism_details: dict[str, Any] = Field(
+        default_factory=dict,
+        description="the mechanism's own released summary (diffgen: final cut, set-valued splits)")
     checks_passed: bool
     files: list[str]
 

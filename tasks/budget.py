@@ -10,6 +10,7 @@ from prefect.cache_policies import NO_CACHE
 
 from medrelease.config import DatasetConfig
 from medrelease.ledger import Ledger
+from medrelease.mechanisms import check_fits
 from medrelease.release import ReleasePlan, numeric_predictors, plan_release
 
 
@@ -19,13 +20,14 @@ def artifact_key(dataset: str, what: str) -> str:
 
 
 def lattice_size(config: DatasetConfig) -> int:
-    return math.prod(t.height + 1 for t in config.taxonomies.values())
+    return math.prod(config.taxonomies[c].height + 1 for c in config.dimensions)
 
 
 @task(name="plan-release", cache_policy=NO_CACHE)
 def plan(config: DatasetConfig, mechanism: str, params: dict, n_rows: int,
          seed: int | None, public_domain: bool) -> ReleasePlan:
     """Validate parameters and state the guarantee; draws no noise."""
+    check_fits(config, mechanism)
     return plan_release(mechanism, params, n_rows, lattice_size(config), seed, public_domain,
                         numeric_predictors(config))
 

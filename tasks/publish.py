@@ -71,11 +71,16 @@ def build_manifest(
         released_rows=len(chosen.table),
         information_loss=({"ncp": chosen.il.ncp, "emd": chosen.il.emd, "rate": chosen.il.rate,
                            "il": chosen.il.il} if chosen.il is not None else {}),
-        risk=risk_report(chosen.table, config.dimensions),
+        risk=risk_report(chosen.table, config.dimensions + config.set_valued),
+        mechanism_details={k: v for k, v in chosen.details.items() if k in PUBLIC_DETAILS},
         checks_passed=checks.success,
         files=DATA_FILES,
     )
     return manifest.model_dump(mode="json")
+
+
+# Mechanism summaries that are outputs of the mechanism (no raw values, nothing un-noised).
+PUBLIC_DETAILS = ("leaf_partitions", "cut", "set_specializations")
 
 
 @task(name="publish-release", cache_policy=NO_CACHE)

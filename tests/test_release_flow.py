@@ -196,3 +196,31 @@ def test_malformed_config_and_one_row_table(home: Path) -> None:
     # The sound mechanism cannot show a single person: no cell reaches its threshold.
     assert result["manifest"]["released_rows"] == 0
     assert result["manifest"]["checks_passed"]
+
+
+MIMIC = Path(__file__).resolve().parents[2] / "shared" / "data" / "mimic-iii-demo"
+
+
+@pytest.mark.skipif(not MIMIC.is_dir(), reason="MIMIC-III demo not beside the checkout")
+def test_mimic_set_valued_diffgen_through_the_flow(home: Path) -> None:
+    from medrelease.mimic import write_admissions
+
+    extract = home / "admissions.csv"
+    write_admissions(MIMIC, extract)
+    with pytest.raises(Exception, match="cannot release set-valued"):
+        release_flow(ReleaseRequest(dataset="mimic-demo", input_path=str(extract), seed=1,
+                                    mechanism={"mechanism": "ipa"}))
+    assert _spends(home) == []
+    result = release_flow(ReleaseRequest(
+        dataset="mimic-demo", input_path=str(extract), seed=2,
+        mechanism={"mechanism": "diffgen", "epsilon": 1.0, "specializations": 5}))
+    manifest = result["manifest"]
+    assert manifest["checks_passed"] and manifest["input_rows"] == 129
+    details = manifest["mechanism_details"]
+    assert set(details) == {"leaf_partitions", "cut", "set_specializations"}
+    assert "icd9_codes" in details["cut"]
+    [spend] = _spends(home)
+    assert spend.epsilon == manifest["epsilon_spent"] == 1.0
+    released = Path(result["path"]) / "data.csv"
+    header = released.read_text().splitlines()[0].split(",")
+    assert header[-2:] == ["icd9_codes", "died_in_hospital"] and "hadm_id" not in header

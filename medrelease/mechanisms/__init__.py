@@ -34,13 +34,26 @@ def get_mechanism(name: str) -> LatticeMechanism:
         ) from None
 
 
-__all__ = ["DEFAULT_MECHANISM", "MECHANISMS", "NodeSummary", "ReleaseContext", "get_mechanism"]
+SET_VALUED_MECHANISMS = ("diffgen",)
+
+
+def check_fits(config, name: str) -> None:
+    """Refuse a mechanism that cannot release every declared column of the dataset."""
+    if config.set_valued and name not in SET_VALUED_MECHANISMS:
+        raise ParameterError(
+            f"mechanism {name!r} cannot release set-valued column(s) "
+            f"{', '.join(repr(c) for c in config.set_valued)} of dataset {config.name!r}; use "
+            f"{' or '.join(repr(m) for m in SET_VALUED_MECHANISMS)}, or give them role 'drop'"
+        )
+
+
+__all__ = ["DEFAULT_MECHANISM", "MECHANISMS", "NodeSummary", "ReleaseContext", "check_fits", "get_mechanism"]
 
 
 def output_columns(config, name: str) -> list[str]:
     """The columns a mechanism's release carries (anything else must not appear)."""
     if name == "diffgen":
-        return config.dimensions + config.class_columns
+        return config.dimensions + config.set_valued + config.class_columns
     if name == "pseudonymize":
         return config.dimensions + config.informative + config.class_columns
     return config.dimensions + config.informative

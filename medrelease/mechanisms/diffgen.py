@@ -15,7 +15,10 @@ scale 2/eps, each record in exactly one leaf partition). Candidates and split-po
 from the taxonomies and earlier private choices only, never from the data, so the whole
 procedure is eps-DP by sequential and parallel composition.
 
-Set-valued predictors (diagnosis-code sets over an item taxonomy) are not implemented yet.
+Set-valued predictors (diagnosis-code sets over an item taxonomy, ``setvalued.py``) are candidates
+like any cut value; a round that splits one spends its second ``eps'`` (a categorical round's is
+unused, a numeric round's pays the new split points) on the noisy emptiness test of the children,
+so the total stays ``eps``.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from medrelease.config import DatasetConfig
 from medrelease.errors import ParameterError
 from medrelease.guarantee import ADD_REMOVE_ONE_ROW, BudgetStep, Guarantee
 from medrelease.mechanisms.base import MechanismBase, MechanismParams, noise_bound
+from medrelease.mechanisms.setvalued import ChildGroups, SetCut, encode_item_sets
 from medrelease.randomness import discrete_laplace, exponential_mechanism
 from medrelease.taxonomy import Taxonomy
 
@@ -43,6 +47,10 @@ class DiffGenParams(MechanismParams):
     epsilon: float = Field(default=1.0, gt=0, allow_inf_nan=False, description="privacy budget")
     specializations: int = Field(default=10, ge=0, le=200, description="h: number of rounds")
     score: Literal["max", "infogain"] = Field(default="max", description="utility score")
+    spurious_per_split: float = Field(
+        default=1.0, gt=0, le=100, allow_inf_nan=False,
+        description="set-valued columns: expected spurious item combinations per split value "
+                    "(sets the emptiness threshold; lower = higher threshold)")
     n_numeric: SkipJsonSchema[int] = 0  # set by the release driver from the dataset config
 
     @property
@@ -121,8 +129,10 @@ class DiffGen(MechanismBase):
         if params.specializations:
             steps.append(BudgetStep("specializations", eps_call * params.specializations, 0.0,
                                     self.name, f"exponential mechanism ({params.score}) per round"))
-            steps.append(BudgetStep("split points", eps_call * params.specializations, 0.0,
-                                    self.name, "split points of newly specialized intervals"))
+            steps.append(BudgetStep("split points / emptiness tests",
+                                    eps_call * params.specializations, 0.0, self.name,
+                                    "per round: split points of a newly specialized interval, "
+                                    "or the noisy emptiness test of a set-valued split"))
         spent = sum(s.epsilon for s in steps)
         steps.append(BudgetStep("leaf counts", params.epsilon - spent, 0.0, self.name,
                                 "discrete Laplace per leaf partition x class, empty ones included"))
@@ -141,13 +151,23 @@ class DiffGen(MechanismBase):
         taxonomies = [config.taxonomies[p] for p in predictors]
         leaf = np.stack([t.encode(frame[p]) for p, t in zip(predictors, taxonomies, strict=True)],
                         axis=1).astype(np.int64)
+        set_cuts, itemsets, set_rows = [], [], []
+        for name in config.set_valued:
+            row_set, sets = encode_item_sets(frame[name], config.columns[name].separator or "",
+                                             config.taxonomies[name])
+            set_cuts.append(SetCut(config.taxonomies[name]))
+            itemsets.append(sets)
+            set_rows.append(row_set)
         class_codes, class_values = pd.factorize(frame[class_column].astype("string"), sort=True)
         n_cls = len(class_values)
         if n_cls < 2:
             raise ParameterError(f"diffgen: class column {class_column!r} has fewer than 2 values")
-        # Aggregate once: counts per (finest predictor vector, class).
-        cells, counts = np.unique(np.column_stack([leaf, class_codes]), axis=0, return_counts=True)
-        leaf, classes = cells[:, :-1], cells[:, -1]
+        # Aggregate once: counts per (finest predictor vector, item-set cells, class).
+        cells, counts = np.unique(np.column_stack([leaf, *set_rows, class_codes]), axis=0,
+                                  return_counts=True)
+        n_rel = len(predictors)
+        leaf, set_cell, classes = cells[:, :n_rel], cells[:, n_rel:-1], cells[:, -1]
+        set_assign = [cut.initial(sets) for cut, sets in zip(set_cuts, itemsets, strict=True)]
         sensitivity = 1.0 if params.score == "max" else math.log2(n_cls)
         eps_call = params.eps_call
 
@@ -163,8 +183,10 @@ class DiffGen(MechanismBase):
                 cut.values.append((cut.taxonomy.height, 0))
                 cut.splits.append(None)
 
+        set_steps: list[dict[str, Any]] = []
         for _ in range(params.specializations):
-            candidates, scores = [], []
+            candidates: list[tuple] = []
+            scores: list[float] = []
             for i, cut in enumerate(cuts):
                 for v in range(len(cut.values)):
                     child = self._children(cut, v, leaf[:, i])
@@ -174,17 +196,37 @@ class DiffGen(MechanismBase):
                     n_children = int(child.max()) + 1 if child.size else 1
                     table = _class_table(child[mine], classes[mine], counts[mine],
                                          max(n_children, 1), n_cls)
-                    candidates.append((i, v))
+                    candidates.append(("relational", i, v))
+                    scores.append(_score(table, params.score))
+            for j, set_cut in enumerate(set_cuts):
+                for node in set_cut.candidates():
+                    groups = set_cut.groups(node, itemsets[j], set_assign[j])
+                    group, mine = _cell_groups(groups, itemsets[j].n_sets, set_cell[:, j])
+                    table = _class_table(group[mine], classes[mine], counts[mine],
+                                         max(groups.parent.size, 1), n_cls)
+                    candidates.append(("set", j, groups, group, mine))
                     scores.append(_score(table, params.score))
             if not candidates:
                 break
-            i, v = candidates[exponential_mechanism(rng, np.array(scores), eps_call, sensitivity)]
-            self._specialize(cuts[i], v, leaf[:, i], assign[:, i], classes, counts, n_cls,
-                             params, sensitivity, eps_call, rng)
+            chosen = candidates[exponential_mechanism(rng, np.array(scores), eps_call,
+                                                      sensitivity)]
+            if chosen[0] == "relational":
+                _, i, v = chosen
+                self._specialize(cuts[i], v, leaf[:, i], assign[:, i], classes, counts, n_cls,
+                                 params, sensitivity, eps_call, rng)
+                continue
+            _, j, groups, group, mine = chosen
+            group_counts = np.bincount(group[mine], weights=counts[mine],
+                                       minlength=groups.parent.size).astype(np.int64)
+            step = set_cuts[j].specialize(groups, group_counts, eps_call,
+                                          params.spurious_per_split, rng, set_assign[j])
+            set_steps.append({"column": config.set_valued[j], **step})
 
-        shape = [len(c.values) for c in cuts]
+        shape = [len(c.values) for c in cuts] + [len(c.values) for c in set_cuts]
         n_leaves = math.prod(shape)
-        partition = np.ravel_multi_index(tuple(assign.T), shape)
+        leaf_coords = [assign[:, i] for i in range(n_rel)] + [
+            set_assign[j][set_cell[:, j]] for j in range(len(set_cuts))]
+        partition = np.ravel_multi_index(tuple(leaf_coords), shape)
         true = np.bincount(partition * n_cls + classes, weights=counts,
                            minlength=n_leaves * n_cls).astype(np.int64)
         noisy = np.maximum(0, true + discrete_laplace(rng, 2.0 / params.epsilon, true.size))
@@ -192,30 +234,43 @@ class DiffGen(MechanismBase):
         cell_index = cell_index[rng.permutation(cell_index.size)]
         part, cls = np.divmod(cell_index, n_cls)
         coords = np.unravel_index(part, shape)
+        labels_of = [[cut.label(j) for j in range(len(cut.values))] for cut in cuts + set_cuts]
         table = {}
-        for name, cut, coord in zip(predictors, cuts, coords, strict=True):
-            labels = np.array([cut.label(j) for j in range(len(cut.values))], dtype=object)
-            table[name] = labels[coord]
+        for name, labels, coord in zip(predictors + config.set_valued, labels_of, coords,
+                                       strict=True):
+            table[name] = np.asarray(labels, dtype=object)[coord]
         table[class_column] = np.asarray(class_values, dtype=object)[cls]
         summary = {
             "leaf_partitions": n_leaves,
-            "cut": {name: [cut.label(j) for j in range(len(cut.values))]
-                    for name, cut in zip(predictors, cuts, strict=True)},
+            "cut": dict(zip(predictors + config.set_valued, labels_of, strict=True)),
             "cells": int(true.size),
+            "set_specializations": set_steps,
+            "set_cuts": dict(zip(config.set_valued, set_cuts, strict=True)),
         }
         return pd.DataFrame(table), summary
 
     def generalize(self, frame: pd.DataFrame, config: DatasetConfig,
-                   cut_labels: dict[str, list[str]]) -> pd.DataFrame:
-        """Map raw records to the released cut (to test a classifier trained on the release)."""
+                   details: dict[str, Any]) -> pd.DataFrame:
+        """Map raw records to the released cut (to test a classifier trained on the release).
+
+        ``details`` is the release's summary: relational values by their cut labels, item sets
+        by replaying the recorded set-valued splits.
+        """
         out = {}
         for name in config.dimensions:
             taxonomy = config.taxonomies[name]
             leaf = taxonomy.encode(frame[name])
             mapped = np.full(len(frame), "*", dtype=object)
-            for label in cut_labels[name]:
+            for label in details["cut"][name]:
                 mapped[_covers(taxonomy, label, leaf)] = label
             out[name] = mapped
+        for name, set_cut in details.get("set_cuts", {}).items():
+            row_set, sets = encode_item_sets(frame[name], config.columns[name].separator or "",
+                                             config.taxonomies[name])
+            values = set_cut.replay(sets)
+            labels = np.asarray([set_cut.label(v) for v in range(len(set_cut.values))],
+                                dtype=object)
+            out[name] = labels[values[row_set]]
         return pd.DataFrame(out)
 
     # -- helpers ---------------------------------------------------------------------------
@@ -279,6 +334,15 @@ class DiffGen(MechanismBase):
         np.add.at(per_leaf, (leaf[inside] - lo, classes[inside]), counts[inside])
         scores = _split_scores(per_leaf, params.score)
         return lo + exponential_mechanism(rng, scores, eps_call, sensitivity)
+
+
+def _cell_groups(groups: ChildGroups, n_sets: int, set_cell: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """Child group of every count cell under a set-valued candidate, and which cells it affects."""
+    of_set = np.full(n_sets, -1, dtype=np.int64)
+    of_set[groups.cells] = groups.group
+    group = of_set[set_cell]
+    return group, group >= 0
 
 
 def _covers(taxonomy: Taxonomy, label: str, leaf: np.ndarray) -> np.ndarray:
