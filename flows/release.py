@@ -20,6 +20,7 @@ from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from flows.evaluate import evaluate_flow
 from medrelease.ledger import Ledger
 from medrelease.mechanisms import get_mechanism, uses_lattice
 from medrelease.mechanisms.base import ReleaseContext
@@ -122,6 +123,10 @@ class ReleaseRequest(BaseModel):
     destination: str | None = Field(
         default=None, description="Optional sub-folder of the release store for this release"
     )
+    evaluate: bool = Field(
+        default=True, description="Afterwards, write the internal utility/risk report with plots "
+                                  "(evaluations folder, never published)"
+    )
 
     @field_validator("destination")
     @classmethod
@@ -205,7 +210,20 @@ def release_flow(request: ReleaseRequest = ReleaseRequest()) -> dict[str, Any]: 
         "path": published.path,
         "manifest": published.manifest,
         "flow_run_id": run_id,
+        "evaluation": _evaluate_after(request, published.path, input_info.path),
     }
+
+
+def _evaluate_after(request: ReleaseRequest, release_path: str, input_path: str) -> str | None:
+    """Run the evaluate flow as a subflow; the release stands even if its evaluation fails."""
+    if not request.evaluate:
+        return None
+    try:
+        return evaluate_flow(release_path=release_path, input_path=input_path)["report"]
+    except Exception as exc:  # evidence is best effort; the release is already published
+        get_run_logger().warning("evaluation of %s failed: %s: %s", release_path,
+                                 type(exc).__name__, exc)
+        return None
 
 
 def _release_directly(request: ReleaseRequest, config, frame, input_info, release_plan,
@@ -224,7 +242,8 @@ def _release_directly(request: ReleaseRequest, config, frame, input_info, releas
         raise
     publish_artifacts(published.manifest, pd.DataFrame())
     return {"release_id": published.release_id, "path": published.path,
-            "manifest": published.manifest, "flow_run_id": run_id}
+            "manifest": published.manifest, "flow_run_id": run_id,
+            "evaluation": _evaluate_after(request, published.path, input_info.path)}
 
 
 def artifacts_of_run(flow_run_id: str) -> list[tuple[str, str, str]]:

@@ -101,6 +101,8 @@ def _show_result(result: dict[str, Any], seconds: float) -> None:
         f"[bold]guarantee[/] [{style}]{guarantee['statement']}[/]",
         f"[bold]flow run[/]  {result['flow_run_id']}   ({seconds:.1f} s)",
     ]
+    if result.get("evaluation"):
+        body.append(f"[bold]evidence[/]  {result['evaluation']}  (internal: compares with raw data)")
     if not manifest["for_publication"]:
         body.append("[red bold]NOT FOR PUBLICATION[/] (fixed seed)")
     console.print(Panel("\n".join(body), title=f"released {manifest['dataset']}"))

@@ -22,3 +22,9 @@ def ledger_path() -> Path:
 
 def store_root() -> Path:
     return Path(os.environ.get("MEDRELEASE_STORE", data_home() / "releases")).resolve()
+
+
+def evaluations_root() -> Path:
+    """Internal evidence (it looks at raw data): kept apart from the publishable store."""
+    return Path(os.environ.get("MEDRELEASE_EVALUATIONS",
+                               data_home() / "evaluations")).resolve()

@@ -13,6 +13,7 @@ from medrelease.errors import BudgetExceededError, InputValidationError
 from medrelease.ledger import Ledger
 from medrelease.store import StoreError
 from schemas.manifest import Manifest
+from tests.test_evaluation import check_report
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -52,6 +53,15 @@ def test_full_run_publishes_release_and_ledger(home: Path) -> None:
     [spend] = _spends(home)
     assert spend.status == "released" and spend.release_id == manifest.release_id
     assert spend.flow_run_id == result["flow_run_id"]
+    # The evaluation (internal evidence) ran at the end, outside the publishable store.
+    report = Path(result["evaluation"])
+    assert report.is_relative_to(home / "evaluations") and not report.is_relative_to(
+        home / "releases")
+    page = check_report(report)
+    assert "Analysis queries (IPA paper)" in page.headings
+    evaluation = json.loads((report.parent / "evaluation.json").read_text())
+    assert evaluation["release_id"] == manifest.release_id
+    assert evaluation["risk_release"]["k_achieved"] == manifest.risk["k_achieved"]
 
 
 def test_one_task_per_node_and_paper_mechanism(home: Path) -> None:
@@ -160,6 +170,12 @@ def test_pseudonymization_key_never_reaches_any_output(home: Path, monkeypatch, 
         run = client.read_flow_run(result["flow_run_id"])
     assert artifacts and all(key not in str(a.data) + str(a.description) for a in artifacts)
     assert key not in str(run.parameters)
+    evaluation = json.loads((Path(result["evaluation"]).parent / "evaluation.json").read_text())
+    attack = evaluation["frequency_attack"]["records_reidentified_share"]
+    assert 0.0 < attack <= 1.0
+    # pseudonymization keeps every row unique that was unique
+    assert evaluation["risk_release"]["unique_row_share"] == evaluation["risk_input"][
+        "unique_row_share"]
 
 
 def test_pseudonymization_without_key_is_refused_and_counted(home: Path, monkeypatch) -> None:

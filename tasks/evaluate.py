@@ -1,0 +1,81 @@
+"""Tasks of the evaluate flow: load a release with its input, evaluate, write the report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+from prefect import get_run_logger, task
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.cache_policies import NO_CACHE
+
+from medrelease.config import DatasetConfig
+from medrelease.errors import InputValidationError
+from medrelease.evaluation import Evaluation, evaluate_release
+from medrelease.io import file_sha256, read_input
+from medrelease.report_html import INTERNAL, write_report
+from schemas.input import validate_input
+from tasks.budget import artifact_key
+
+
+@task(name="load-release-and-input", cache_policy=NO_CACHE)
+def load_release_and_input(release_path: str, input_path: str | None
+                           ) -> tuple[dict, DatasetConfig, pd.DataFrame]:
+    """The manifest, the config it was made with, and the input (checked against its hash)."""
+    folder = Path(release_path)
+    manifest_file = folder / "manifest.json"
+    if not manifest_file.is_file():
+        raise InputValidationError(f"{folder} is not a release folder (no manifest.json)")
+    manifest = json.loads(manifest_file.read_text(encoding="utf-8"))
+    config = DatasetConfig(**manifest["dataset_config"])
+    source = Path(input_path or manifest["input_file"])
+    if not source.is_file():
+        raise InputValidationError(f"the release's input {source} is gone; pass --input")
+    if file_sha256(source) != manifest["input_sha256"]:
+        raise InputValidationError(
+            f"{source} is not the file this release was made from (sha256 differs from the "
+            "manifest): evaluating against it would be misleading")
+    frame = validate_input(read_input(config, source), config)
+    return manifest, config, frame
+
+
+@task(name="evaluate-release", cache_policy=NO_CACHE)
+def evaluate(release_path: str, config: DatasetConfig, frame: pd.DataFrame) -> Evaluation:
+    evaluation = evaluate_release(release_path, frame, config)
+    get_run_logger().info("evaluated release %s (%s)", evaluation.release_id,
+                          evaluation.mechanism)
+    return evaluation
+
+
+@task(name="write-evaluation-report", cache_policy=NO_CACHE)
+def write_evaluation_report(evaluation: Evaluation, target: str) -> str:
+    """report.html + plots + evaluation.json, and the same numbers as Prefect artifacts."""
+    folder = write_report(evaluation, target)
+    lines = [f"# Evaluation of {evaluation.release_id}", "", f"_{INTERNAL}_", "",
+             f"- mechanism: **{evaluation.mechanism}** — {evaluation.guarantee}",
+             f"- rows: {evaluation.input_rows:,} in, {evaluation.released_rows:,} out",
+             f"- report: `{folder / 'report.html'}`"]
+    if evaluation.query_summary:
+        s = evaluation.query_summary
+        lines.append(f"- queries (diagnosis {s['diagnosis']}): stays mean abs error "
+                     f"{s['stays_mean_abs_error']:.2f}, mean rel error "
+                     f"{s['stays_mean_rel_error']:.3f}; avg LOS mean abs error "
+                     f"{s['avg_los_mean_abs_error']:.2f} days")
+    for name, scores in evaluation.classification.items():
+        lines.append(f"- {name}: " + ", ".join(f"{k} {v:.3f}" for k, v in scores.items()))
+    if evaluation.frequency_attack:
+        lines.append(f"- frequency-matching attack re-identifies "
+                     f"{evaluation.frequency_attack['records_reidentified_share']:.1%} of records")
+    create_markdown_artifact("\n".join(lines),
+                             key=artifact_key(evaluation.dataset, "evaluation"),
+                             description="Utility and risk of the release (internal)")
+    if evaluation.queries is not None:
+        create_table_artifact(json.loads(evaluation.queries.round(3).to_json(orient="records")),
+                              key=artifact_key(evaluation.dataset, "evaluation-queries"),
+                              description="IPA paper queries, original vs release")
+    risk = [{"measure": k, "release": evaluation.risk_release.get(k),
+             "input": evaluation.risk_input.get(k)} for k in evaluation.risk_release]
+    create_table_artifact(risk, key=artifact_key(evaluation.dataset, "evaluation-risk"),
+                          description="Re-identification risk, release vs input")
+    return str(folder)

@@ -1,0 +1,124 @@
+"""Evaluation numbers against direct computation on small tables; the HTML report's plots."""
+
+from __future__ import annotations
+
+import math
+from html.parser import HTMLParser
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from medrelease.classification import information_gain
+from medrelease.risk import frequency_attack
+from medrelease.utility import compare_queries
+
+
+def _label(config, column: str, value, level: int) -> str:
+    taxonomy = config.taxonomies[column]
+    leaf = int(taxonomy.encode(pd.Series([str(value)]))[0])
+    return taxonomy.level_labels[level][taxonomy.level_codes[level][leaf]]
+
+
+def test_queries_spread_generalized_values_as_specified(nps_config) -> None:
+    original = pd.DataFrame({
+        "age": ["22", "23", "27", "41"], "sex": ["F", "F", "M", "F"],
+        "length_of_stay": ["3", "5", "1", "10"], "surgery": ["N", "N", "Y", "N"],
+        "region": ["1", "1", "1", "1"], "diagnosis": ["A000", "A000", "A000", "B1"]})
+    released = pd.DataFrame({
+        "age": [_label(nps_config, "age", 22, 1), "23"],          # [20-29] -> groups 20 and 25
+        "sex": ["F", "*"],                                          # * -> half F, half M
+        "length_of_stay": ["3", _label(nps_config, "length_of_stay", 5, 1)],  # [5-9]: midpoint 7
+        "surgery": ["N", "*"],                                      # * -> half non-surgical
+        "region": ["1", "1"], "diagnosis": ["A000", "A000"]})
+    side, summary = compare_queries(original, released, nps_config, diagnosis="A000")
+    cell = side.set_index(["age_group", "sex"])
+    assert cell.loc[(20, "F"), "original_stays"] == 2
+    assert cell.loc[(20, "F"), "original_avg_los"] == 4.0
+    assert cell.loc[(25, "M"), "original_stays"] == 0          # surgical stay excluded
+    assert cell.loc[(20, "F"), "released_stays"] == pytest.approx(0.5 + 0.25)
+    assert cell.loc[(25, "F"), "released_stays"] == pytest.approx(0.5)
+    assert cell.loc[(20, "M"), "released_stays"] == pytest.approx(0.25)
+    assert cell.loc[(20, "F"), "released_avg_los"] == pytest.approx((0.5 * 3 + 0.25 * 7) / 0.75)
+    assert cell.loc[(20, "M"), "released_avg_los"] == pytest.approx(7.0)
+    errors = (side["released_stays"] - side["original_stays"]).abs()
+    assert summary["stays_mean_abs_error"] == pytest.approx(errors.mean())
+
+
+def test_frequency_attack_by_hand() -> None:
+    raw = pd.DataFrame({"a": ["x", "x", "x", "y", "y", "z"], "b": ["p", "q", "p", "q", "p", "q"]})
+    result = frequency_attack(raw, ["a", "b"])
+    assert result["values_decoded_share:a"] == 1.0     # frequencies 3, 2, 1: all distinct
+    assert result["values_decoded_share:b"] == 0.5     # p and q tie at 3
+    assert result["records_reidentified_share"] == 0.5
+
+
+def test_information_gain_by_hand() -> None:
+    frame = pd.DataFrame({"x": ["a", "a", "b", "b"], "noise": ["u", "v", "u", "v"],
+                          "y": ["1", "1", "0", "0"]})
+    gains = information_gain(frame, "y", ["x", "noise"])
+    assert gains["x"] == pytest.approx(1.0) and gains["noise"] == pytest.approx(0.0)
+
+
+class _Images(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.sources: list[str] = []
+        self.headings: list[str] = []
+        self._in_heading = False
+
+    def handle_starttag(self, tag, attrs) -> None:
+        if tag == "img":
+            self.sources.append(dict(attrs)["src"])
+        self._in_heading = tag in ("h1", "h2")
+
+    def handle_data(self, data) -> None:
+        if self._in_heading:
+            self.headings.append(data.strip())
+            self._in_heading = False
+
+
+def check_report(report: Path) -> _Images:
+    """Every plot the page shows exists, is a non-empty PNG; returns the parsed page."""
+    parser = _Images()
+    parser.feed(report.read_text(encoding="utf-8"))
+    assert parser.sources, "the report shows no plot"
+    for source in parser.sources:
+        image = report.parent / source
+        data = image.read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 2000, source
+    return parser
+
+
+def test_report_for_a_real_release(tmp_path, nps_config, nps_sample) -> None:
+    from medrelease.evaluation import evaluate_release
+    from medrelease.release import release
+    from medrelease.report_html import write_report
+
+    # A release folder as the flow publishes it (manifest, data, candidates), built directly.
+    result = release(nps_sample.head(4000), nps_config, seed=3)
+    folder = tmp_path / "rel"
+    folder.mkdir()
+    result.table.to_parquet(folder / "data.parquet")
+    result.candidates.to_csv(folder / "candidates.csv", index=False)
+    manifest = {
+        "dataset": "nps-sample", "release_id": "r1", "mechanism": "ipa",
+        "guarantee": {"statement": result.guarantee.statement()}, "for_publication": False,
+        "budget_steps": [s.__dict__ for s in result.budget_steps],
+        "information_loss": {"il": result.released_il.il}, "input_rows": 4000,
+        "released_rows": len(result.table)}
+    import json
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    evaluation = evaluate_release(folder, nps_sample.head(4000), nps_config)
+    target = write_report(evaluation, tmp_path / "evaluation")
+    parser = check_report(target / "report.html")
+    assert {"plots/query_stays.png", "plots/il_by_height.png", "plots/budget.png"} <= set(
+        parser.sources)
+    side, _ = compare_queries(nps_sample.head(4000), result.table, nps_config)
+    assert np.allclose(evaluation.queries["released_stays"], side["released_stays"])
+    heights = evaluation.il_by_height
+    levels = [c for c in result.candidates.columns if c.startswith("level_")]
+    top = result.candidates[result.candidates[levels].sum(axis=1) == heights["height"].max()]
+    assert math.isclose(heights["il"].iloc[-1], top["il"].mean())
+    assert not list(tmp_path.glob(".partial-*"))
