@@ -28,7 +28,7 @@ from medrelease.settings import ledger_path, store_root
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Differentially private microdata releases (IPA and friends) on Prefect.")
 console = Console()
-SCORED = re.compile(r"scored (\d+) of (\d+) lattice nodes")
+SCORED = re.compile(r"(scored|audited) (\d+) of (\d+) (lattice nodes|runs)")
 TASK_NAME = re.compile(r"Task run '([a-z-]+)-[0-9a-f]+'")
 
 
@@ -49,9 +49,9 @@ class _ProgressHandler(logging.Handler):
         message = record.getMessage()
         scored = SCORED.search(message)
         if scored:
-            done, total = map(int, scored.groups())
-            self.progress.update(self.task_id, completed=done, total=total,
-                                 description="scoring lattice nodes")
+            verb, done, total, what = scored.groups()
+            self.progress.update(self.task_id, completed=int(done), total=int(total),
+                                 description=f"{verb} {what}")
             return
         name = getattr(record, "task_run_name", None) or ""
         match = TASK_NAME.search(name) or TASK_NAME.search(message)
@@ -63,6 +63,11 @@ def _run_flow(request: Any) -> dict[str, Any]:
     """Run the release flow in-process with a progress bar instead of Prefect's log lines."""
     from flows.release import release_flow
 
+    return _with_progress(release_flow, request)
+
+
+def _with_progress(flow_function: Any, *args: Any, **kwargs: Any) -> Any:
+    """Run a flow in-process; its log lines drive a progress bar."""
     loggers = [logging.getLogger(n) for n in ("prefect.flow_runs", "prefect.task_runs")]
     with Progress(SpinnerColumn(), TextColumn("{task.description:<24}"), BarColumn(),
                   TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
@@ -78,7 +83,7 @@ def _run_flow(request: Any) -> dict[str, Any]:
                     quiet.append((existing, existing.level))
                     existing.setLevel(logging.WARNING)
         try:
-            return release_flow(request)
+            return flow_function(*args, **kwargs)
         finally:
             for logger in loggers:
                 logger.removeHandler(handler)
@@ -273,24 +278,28 @@ def audit(
     mechanism: str = typer.Option("ipa-paper", help="mechanism to audit"),
     eps: float = typer.Option(1.0, "--eps", help="the epsilon it claims"),
     runs: int = typer.Option(200, help="runs on each of the two neighbouring tables"),
+    design: str | None = typer.Option(None, help="unique, tipping or classification "
+                                                 "(default: classification for diffgen, else unique)"),
 ) -> None:
     """Empirical privacy audit: a 95 % lower bound on epsilon from worst-case neighbours."""
-    from medrelease.audit import run_audit
+    _defaults()
+    from flows.audit import audit_flow
 
-    with Progress(SpinnerColumn(), TextColumn("auditing {task.description}"), BarColumn(),
-                  TextColumn("{task.completed}/{task.total} runs"), TimeElapsedColumn(),
-                  console=console, transient=True) as progress:
-        task_id = progress.add_task(mechanism, total=2 * runs)
-        result = run_audit(mechanism, eps, runs,
-                           progress=lambda done, total: progress.update(task_id, completed=done))
-    verdict = ("[red bold]EXCEEDS ITS CLAIM[/]" if result.exceeds_claim
+    try:
+        result = _with_progress(audit_flow, mechanism=mechanism, epsilon=eps, runs=runs,
+                                design=design)
+    except (MedreleaseError, ValueError) as exc:
+        _fail(exc)
+    verdict = ("[red bold]EXCEEDS ITS CLAIM[/]" if result["exceeds_claim"]
                else "[green]within its claim[/]")
+    half = runs - runs // 2
     console.print(Panel(
-        f"event: {result.event}\n"
-        f"second-half hits: {result.hits_with}/{runs - runs // 2} with the target, "
-        f"{result.hits_without}/{runs - runs // 2} without\n"
-        f"epsilon lower bound ({result.confidence:.0%}): [bold]{result.epsilon_lower_bound:.2f}"
-        f"[/] vs claimed {eps:g} -> {verdict}", title=f"audit of {mechanism}"))
+        f"design: {result['design']}\nevent: {result['event']}\n"
+        f"second-half hits: {result['hits_with']}/{half} with the target, "
+        f"{result['hits_without']}/{half} without\n"
+        f"epsilon lower bound ({result['confidence']:.0%}): "
+        f"[bold]{result['epsilon_lower_bound']:.2f}[/] vs claimed {eps:g} -> {verdict}",
+        title=f"audit of {mechanism}"))
 
 
 @app.command("prepare-mimic")

@@ -44,6 +44,7 @@ class ColumnSpec(_Strict):
     taxonomy: str | None = None
     separator: str | None = None
     domain: str | None = None
+    values: list[str] | None = None
     description: str = ""
 
     @model_validator(mode="after")
@@ -52,6 +53,10 @@ class ColumnSpec(_Strict):
             raise ValueError("a 'dimension' column needs a 'taxonomy' file")
         if self.role == "set_valued" and not (self.separator and self.taxonomy):
             raise ValueError("a 'set_valued' column needs a 'separator' and an item 'taxonomy'")
+        if self.values is not None and (self.role != "class" or not self.values
+                                        or len(set(self.values)) != len(self.values)):
+            raise ValueError("'values' (every possible class value, distinct) is for the class "
+                             "column")
         if self.domain and self.role != "informative":
             raise ValueError("'domain' (a file of every possible value) is for informative columns")
         return self
@@ -118,6 +123,13 @@ class DatasetConfig(_Strict):
     @property
     def class_columns(self) -> list[str]:
         return [c for c, s in self.columns.items() if s.role == "class"]
+
+    @property
+    def class_domain(self) -> list[str] | None:
+        """The public list of class values, when the config declares one (``values:``)."""
+        if len(self.class_columns) != 1:
+            return None
+        return self.columns[self.class_columns[0]].values
 
     @property
     def declared(self) -> list[str]:

@@ -73,6 +73,14 @@ def input_schema(config: DatasetConfig) -> pa.DataFrameSchema:
             checks.append(pa.Check(_covered_by(taxonomy),
                                    error=f"is not covered by its taxonomy ({taxonomy.source})"))
         columns[name] = pa.Column(checks=checks, nullable=nullable, required=True)
+    for name in config.class_columns:
+        allowed_classes = config.columns[name].values
+        if allowed_classes:
+            index = pd.Index(allowed_classes, dtype="string")
+            columns[name] = pa.Column(checks=[pa.Check(
+                lambda series, index=index: series.isna() | series.astype("string").isin(index),
+                error="is not one of the class values declared in the dataset config")],
+                nullable=nullable, required=True)
     for name in config.set_valued:
         taxonomy = config.taxonomies[name]
         columns[name] = pa.Column(

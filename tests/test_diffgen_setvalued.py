@@ -38,7 +38,7 @@ def items_config(tmp_path):
         "columns": {
             "sex": {"role": "dimension", "taxonomy": "sex.csv"},
             "codes": {"role": "set_valued", "separator": "|", "taxonomy": "items.csv"},
-            "outcome": {"role": "class"},
+            "outcome": {"role": "class", "values": ["no", "yes"]},
         },
         "privacy": {"lifetime_epsilon": 100.0},
     }, tmp_path)

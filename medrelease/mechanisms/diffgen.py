@@ -158,10 +158,21 @@ class DiffGen(MechanismBase):
             set_cuts.append(SetCut(config.taxonomies[name]))
             itemsets.append(sets)
             set_rows.append(row_set)
-        class_codes, class_values = pd.factorize(frame[class_column].astype("string"), sort=True)
+        class_values = config.class_domain
+        if not class_values:
+            raise ParameterError(
+                f"diffgen needs the class column's public domain: declare 'values: [...]' for "
+                f"{class_column!r} in the dataset config (taking the values from the data would "
+                "reveal a class value only one person has)")
         n_cls = len(class_values)
         if n_cls < 2:
-            raise ParameterError(f"diffgen: class column {class_column!r} has fewer than 2 values")
+            raise ParameterError(f"diffgen: class column {class_column!r} needs at least 2 values")
+        class_codes = pd.Categorical(frame[class_column].astype("string"),
+                                     categories=class_values).codes.astype(np.int64)
+        if (class_codes < 0).any():
+            bad = frame[class_column][class_codes < 0].astype(str).unique()[:5]
+            raise ParameterError(f"diffgen: class column {class_column!r} has values outside its "
+                                 f"declared domain: {', '.join(map(repr, bad))}")
         # Aggregate once: counts per (finest predictor vector, item-set cells, class).
         cells, counts = np.unique(np.column_stack([leaf, *set_rows, class_codes]), axis=0,
                                   return_counts=True)
