@@ -28,6 +28,11 @@ def make_dataset(rows: int, folder: Path) -> Path:
     data = folder / f"nps_{rows}.csv"
     if not data.exists():
         generate_nps(rows, seed=11).to_csv(data, index=False)
+    return write_config(data, folder)
+
+
+def write_config(data: Path, folder: Path) -> Path:
+    """The bench dataset config: nps-sample's columns and taxonomies, ``data`` as input."""
     sample = yaml.safe_load((ROOT / "datasets/nps-sample/dataset.yaml").read_text())
     sample["name"] = "nps-bench"
     sample["input"]["path"] = str(data)

@@ -46,6 +46,7 @@ from tasks.lattice import (
 )
 from tasks.publish import publish_release
 from tasks.report import publish_artifacts
+from tasks.runners import RunnerKind, fan_out_runner
 
 
 class IPAOptions(IPAParams):
@@ -123,6 +124,14 @@ class ReleaseRequest(BaseModel):
     destination: str | None = Field(
         default=None, description="Optional sub-folder of the release store for this release"
     )
+    task_runner: RunnerKind = Field(
+        default="thread", description="Fan-out of lattice scoring: 'thread' (default, fastest on "
+                                      "one machine) or 'dask' (local cluster or dask_address)"
+    )
+    dask_address: str | None = Field(
+        default=None, description="Dask scheduler address (tcp://host:8786) for task_runner dask; "
+                                  "empty: a local cluster"
+    )
     evaluate: bool = Field(
         default=True, description="Afterwards, write the internal utility/risk report with plots "
                                   "(evaluations folder, never published)"
@@ -182,14 +191,17 @@ def release_flow(request: ReleaseRequest = ReleaseRequest()) -> dict[str, Any]: 
             summaries = search_lattice(context, release_plan)
             update_progress_artifact(progress_id, progress=100.0)
         else:
-            futures = score_node_batch.map(batches, context=unmapped(context),
-                                           release_plan=unmapped(release_plan))
             total = sum(len(b) for b in batches)
-            for done, future in enumerate(as_completed(list(futures)), start=1):
-                summaries.extend(future.result())
-                update_progress_artifact(progress_id, progress=100.0 * done / len(batches))
-                if done % max(1, len(batches) // 4) == 0 or done == len(batches):
-                    logger.info("scored %d of %d lattice nodes", len(summaries), total)
+            with fan_out_runner(request.task_runner, dask_address=request.dask_address) as runner:
+                logger.info("scoring on the %s task runner", request.task_runner)
+                futures = runner.map(score_node_batch, {
+                    "nodes": batches, "context": unmapped(context),
+                    "release_plan": unmapped(release_plan)})
+                for done, future in enumerate(as_completed(list(futures)), start=1):
+                    summaries.extend(future.result())
+                    update_progress_artifact(progress_id, progress=100.0 * done / len(batches))
+                    if done % max(1, len(batches) // 4) == 0 or done == len(batches):
+                        logger.info("scored %d of %d lattice nodes", len(summaries), total)
         index, probabilities = select_candidate(release_plan, summaries)
         chosen = materialize_release(context, release_plan, index)
         checks = check_output(config, context, chosen)

@@ -1,0 +1,125 @@
+"""Scale benchmark: NPS-like extracts of millions of rows through the release flow, on the thread
+runner and on the Dask runner; prints wall time and peak memory (issue 7).
+
+Each extract is written once (in 1M-row chunks) under ``var/bench/``. Every (rows, runner) pair
+runs the whole flow (streamed validation + aggregation, budget, fan-out, selection, checks,
+publish; no evaluation) in a fresh child process; the parent samples the resident memory of the
+child and all its descendants (Dask's worker processes) every 0.2 s and reports the peak sum.
+
+    python benchmarks/scale_bench.py [--rows 1400000 10000000 30000000] [--runners thread dask]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+CHUNK = 1_000_000
+
+
+def write_extract(rows: int, folder: Path) -> Path:
+    """The NPS-like extract of ``rows`` rows (generated in chunks so memory stays small)."""
+    from medrelease.nps import generate_nps
+
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / f"nps_{rows}.csv"
+    if target.exists():
+        return target
+    partial = folder / f".{target.name}.partial"
+    with partial.open("w", encoding="utf-8") as handle:
+        for start in range(0, rows, CHUNK):
+            part = generate_nps(min(CHUNK, rows - start), seed=1000 + start // CHUNK,
+                                start_id=start)
+            part.to_csv(handle, index=False, header=start == 0)
+    partial.replace(target)
+    return target
+
+
+def child(rows: int, runner: str, extract: str, config_path: str) -> None:
+    from flows.release import ReleaseRequest, release_flow
+
+    started = time.perf_counter()
+    result = release_flow(ReleaseRequest(dataset=config_path, input_path=extract, seed=1,
+                                         task_runner=runner, evaluate=False))
+    print("RESULT " + json.dumps({"wall": time.perf_counter() - started,
+                                  "released_rows": result["manifest"]["released_rows"],
+                                  "input_rows": result["manifest"]["input_rows"]}), flush=True)
+
+
+def tree_rss(process) -> int:
+    import psutil
+
+    total = 0
+    for p in [process, *process.children(recursive=True)]:
+        with contextlib.suppress(psutil.Error):
+            total += p.memory_info().rss
+    return total
+
+
+def measure(rows: int, runner: str, extract: Path, config: Path, env: dict) -> dict:
+    import psutil
+
+    started = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, __file__, "--child", "--rows", str(rows),
+                             "--runners", runner, "--extract", str(extract),
+                             "--config", str(config)],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+    handle, peak = psutil.Process(proc.pid), 0
+    while proc.poll() is None:
+        with contextlib.suppress(psutil.Error):
+            peak = max(peak, tree_rss(handle))
+        time.sleep(0.2)
+    wall = time.perf_counter() - started
+    out = proc.stdout.read() if proc.stdout else ""
+    line = next((x for x in out.splitlines() if x.startswith("RESULT ")), None)
+    if proc.returncode != 0 or line is None:
+        return {"rows": rows, "runner": runner, "error": f"exit {proc.returncode}"}
+    result = json.loads(line[len("RESULT "):])
+    return {"rows": rows, "runner": runner, "flow_wall_s": result["wall"],
+            "process_wall_s": wall, "peak_rss_gb": peak / 1e9,
+            "released_rows": result["released_rows"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, nargs="*", default=[1_400_000, 10_000_000,
+                                                                 30_000_000])
+    parser.add_argument("--runners", nargs="*", default=["thread", "dask"])
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--extract", help=argparse.SUPPRESS)
+    parser.add_argument("--config", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    bench = ROOT / "var" / "bench"
+    if args.child:
+        child(args.rows[0], args.runners[0], args.extract, args.config)
+        return
+    from flow_bench import write_config
+
+    env = {**os.environ, "MEDRELEASE_HOME": str(bench / "home"),
+           "PREFECT_HOME": str(bench / "prefect"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+           "DO_NOT_TRACK": "1", "PREFECT_LOGGING_TO_API_ENABLED": "false"}
+    print(f"{'rows':>12} {'runner':>7} {'flow wall s':>12} {'process s':>10} {'peak GB':>8}"
+          f" {'rows out':>10}", flush=True)
+    for rows in args.rows:
+        extract = write_extract(rows, bench)
+        config = write_config(extract, bench)
+        for runner in args.runners:
+            r = measure(rows, runner, extract, config, env)
+            if "error" in r:
+                print(f"{rows:>12,} {runner:>7} failed: {r['error']}", flush=True)
+                continue
+            print(f"{rows:>12,} {runner:>7} {r['flow_wall_s']:12.1f} {r['process_wall_s']:10.1f}"
+                  f" {r['peak_rss_gb']:8.2f} {r['released_rows']:>10,}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

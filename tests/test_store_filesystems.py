@@ -1,0 +1,50 @@
+"""A release store on a full or a read-only filesystem (real tmpfs mounts) fails cleanly."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+from prefect.testing.utilities import prefect_test_harness
+
+from flows.release import ReleaseRequest, release_flow
+from medrelease.ledger import Ledger
+from medrelease.store import StoreError
+
+
+def _mount(target: Path, options: str) -> bool:
+    target.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(target)],
+                          capture_output=True, check=False)
+    return done.returncode == 0
+
+
+@pytest.fixture(scope="module", autouse=True)
+def harness():
+    with prefect_test_harness(server_startup_timeout=120):
+        yield
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ("size=64k", "No space left on device"),
+    ("ro,size=1m", "Read-only file system"),
+])
+def test_full_or_read_only_store_fails_cleanly(tmp_path: Path, monkeypatch, options: str,
+                                               message: str) -> None:
+    store = tmp_path / "store"
+    if not _mount(store, options):
+        pytest.skip("cannot mount a tmpfs here (needs root / CAP_SYS_ADMIN)")
+    try:
+        monkeypatch.setenv("MEDRELEASE_HOME", str(tmp_path / "home"))
+        monkeypatch.setenv("MEDRELEASE_STORE", str(store))
+        with pytest.raises(StoreError, match=message):
+            release_flow(ReleaseRequest(seed=1, evaluate=False))
+        # nothing visible in the store: at most a hidden partial folder, never a release
+        visible = [p for p in store.rglob("*") if not any(
+            part.startswith(".partial") for part in p.relative_to(store).parts)]
+        assert [p for p in visible if p.is_file()] == []
+        [spend] = Ledger(tmp_path / "home" / "ledger.sqlite").spends()
+        assert spend.status == "failed" and message in (spend.note or "")
+    finally:
+        subprocess.run(["umount", str(store)], check=False)
