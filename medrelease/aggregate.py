@@ -125,20 +125,13 @@ def prepare_table(table: pd.DataFrame, config: DatasetConfig,
     needed = config.dimensions + config.informative
     if include_class:
         needed = needed + config.class_columns
-    missing = [c for c in needed if c not in table.columns]
+    sets = [c for c in config.set_valued if include_class]
+    missing = [c for c in needed + sets if c not in table.columns]
     if missing:
         raise InputValidationError(
             f"input lacks column(s) {', '.join(repr(c) for c in missing)} declared in dataset "
             f"config {config.name!r}; input has: {', '.join(map(str, table.columns))}",
             [{"column": c, "problem": "missing column"} for c in missing],
-        )
-    sets = [c for c in config.set_valued if include_class]
-    missing_sets = [c for c in sets if c not in table.columns]
-    if missing_sets:
-        raise InputValidationError(
-            f"input lacks set-valued column(s) {', '.join(repr(c) for c in missing_sets)} "
-            f"declared in dataset config {config.name!r}",
-            [{"column": c, "problem": "missing column"} for c in missing_sets],
         )
     # A blank set-valued cell is an empty item set, not a missing value.
     frame = table[needed + sets].fillna({c: "" for c in sets}) if sets else table[needed]

@@ -149,3 +149,15 @@ def test_mimic_demo_release() -> None:
     assert list(result.table.columns) == [*config.dimensions, "icd9_codes", "died_in_hospital"]
     steps = {s.step: s.epsilon for s in result.budget_steps}
     assert steps["split points / emptiness tests"] == pytest.approx(5 * 1.0 / 20)
+
+
+def test_class_domain_must_be_declared(tmp_path) -> None:
+    (tmp_path / "sex.csv").write_text("F;*\nM;*\n")
+    config = config_from_dict({
+        "name": "nodomain", "input": {"path": "x.csv"},
+        "columns": {"sex": {"role": "dimension", "taxonomy": "sex.csv"},
+                    "outcome": {"role": "class"}},
+        "privacy": {"lifetime_epsilon": 10.0}}, tmp_path)
+    table = pd.DataFrame({"sex": ["F", "M"] * 10, "outcome": ["no"] * 19 + ["rare"]})
+    with pytest.raises(ParameterError, match=r"public domain.*values"):
+        release(table, config, mechanism="diffgen", seed=1)
