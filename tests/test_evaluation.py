@@ -122,3 +122,45 @@ def test_report_for_a_real_release(tmp_path, nps_config, nps_sample) -> None:
     top = result.candidates[result.candidates[levels].sum(axis=1) == heights["height"].max()]
     assert math.isclose(heights["il"].iloc[-1], top["il"].mean())
     assert not list(tmp_path.glob(".partial-*"))
+
+
+def _release_folder(folder: Path, result, dataset: str, mechanism: str, details=None) -> Path:
+    import json
+
+    folder.mkdir()
+    result.table.to_parquet(folder / "data.parquet")
+    result.candidates.to_csv(folder / "candidates.csv", index=False)
+    (folder / "manifest.json").write_text(json.dumps({
+        "dataset": dataset, "release_id": "r2", "mechanism": mechanism,
+        "guarantee": {"statement": result.guarantee.statement()}, "for_publication": False,
+        "budget_steps": [s.__dict__ for s in result.budget_steps], "information_loss": {},
+        "input_rows": result.input_rows, "released_rows": len(result.table),
+        "mechanism_details": details or {}}))
+    return folder
+
+
+def test_classification_evidence_for_a_diffgen_release(tmp_path) -> None:
+    from medrelease.config import find_config
+    from medrelease.evaluation import evaluate_release
+    from medrelease.io import read_input
+    from medrelease.release import release
+    from medrelease.report_html import write_report
+    from schemas.input import validate_input
+
+    config = find_config("adult")
+    frame = validate_input(read_input(config), config).head(4000)
+    result = release(frame, config, mechanism="diffgen",
+                     params={"epsilon": 2.0, "specializations": 6}, seed=2)
+    details = {"cut": result.details["cut"]}
+    folder = _release_folder(tmp_path / "rel", result, "adult", "diffgen", details)
+    evaluation = evaluate_release(folder, frame, config)
+    scores = evaluation.classification
+    assert set(scores) == {"LA", "BA tree", "BA forest", "CA tree", "CA forest"}
+    assert all(0.0 <= s["accuracy"] <= 1.0 for s in scores.values())
+    assert scores["BA tree"]["accuracy"] > scores["LA"]["accuracy"]
+    gain = evaluation.information_gain.set_index("attribute")
+    direct = information_gain(frame, "salary-class", ["sex"])["sex"]
+    assert gain.loc["sex", "before"] == pytest.approx(direct)
+    page = check_report(write_report(evaluation, tmp_path / "ev") / "report.html")
+    assert "plots/classification.png" in page.sources
+    assert "plots/information_gain.png" in page.sources
