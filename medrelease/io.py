@@ -117,8 +117,16 @@ def iter_chunks(config: DatasetConfig, path: str | Path | None = None,
     if _is_parquet(config, source):
         import pyarrow.parquet as pq
 
-        for batch in pq.ParquetFile(source).iter_batches(batch_size=rows_per_chunk):
-            yield batch.to_pandas()
+        try:
+            parquet = pq.ParquetFile(source)
+        except Exception as exc:  # pyarrow raises several unrelated types
+            raise InputValidationError(f"cannot read Parquet file {source}: {exc}") from exc
+        offset = 0
+        for batch in parquet.iter_batches(batch_size=rows_per_chunk):
+            chunk = batch.to_pandas()
+            chunk.index = pd.RangeIndex(offset, offset + len(chunk))  # rows of the whole file
+            offset += len(chunk)
+            yield chunk
         return
     with _csv_errors(config, source):
         reader = pd.read_csv(source, chunksize=rows_per_chunk, **_csv_options(config))

@@ -32,3 +32,25 @@ def test_chunks_equal_one_pass_with_declared_domain(nps_config) -> None:
 def test_chunks_equal_one_pass_with_observed_values(paper_config) -> None:
     chunks = [PAPER_TABLE_5.iloc[i:i + 2] for i in range(0, 7, 2)]
     _same(aggregate(PAPER_TABLE_5, paper_config), aggregate_chunks(chunks, paper_config))
+
+
+def test_parquet_row_groups_stream_with_file_row_numbers(nps_config, tmp_path) -> None:
+    import pytest
+
+    from medrelease.errors import InputValidationError
+    from schemas.input import validate_input
+
+    frame = read_input(nps_config).astype(str)
+    parquet = tmp_path / "extract.parquet"
+    frame.to_parquet(parquet, row_group_size=4_000)
+    whole = aggregate(frame, nps_config)
+    streamed = aggregate_chunks(iter_chunks(nps_config, parquet, rows_per_chunk=3_000),
+                                nps_config)
+    assert np.array_equal(whole.cell_keys, streamed.cell_keys)
+    assert np.array_equal(whole.counts, streamed.counts)
+    bad = frame.copy()
+    bad.loc[10_500, "sex"] = "X"
+    bad.to_parquet(parquet)
+    with pytest.raises(InputValidationError, match=r"row\(s\) 10501"):
+        for chunk in iter_chunks(nps_config, parquet, rows_per_chunk=3_000):
+            validate_input(chunk, nps_config)
