@@ -9,6 +9,7 @@ whose own parameters (epsilon, its split, delta, threshold) appear under it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Annotated, Any, Literal
 
@@ -46,7 +47,7 @@ from tasks.lattice import (
 )
 from tasks.publish import publish_release
 from tasks.report import publish_artifacts
-from tasks.runners import RunnerKind, fan_out_runner
+from tasks.runners import RunnerKind, connect, fan_out_runner
 
 
 class IPAOptions(IPAParams):
@@ -178,7 +179,15 @@ def release_flow(request: ReleaseRequest = ReleaseRequest()) -> dict[str, Any]: 
     counts, input_info = validate_and_aggregate(config, request.input_path)
     release_plan = plan(config, mechanism, request.mechanism_params(), input_info.rows,
                         request.seed, counts.public_domain)
-    spend_id = charge_budget(config, release_plan, ledger, run_id)
+    fan_out = contextlib.ExitStack()
+    runner = fan_out.enter_context(fan_out_runner(request.task_runner,
+                                                  dask_address=request.dask_address))
+    try:
+        connect(runner, request.task_runner)  # a runner that cannot start costs no budget
+        spend_id = charge_budget(config, release_plan, ledger, run_id)
+    except BaseException:
+        fan_out.close()
+        raise
     try:
         context = ReleaseContext.from_counts(counts)
         batches = node_batches(context, request.batch_size, release_plan)
@@ -192,7 +201,7 @@ def release_flow(request: ReleaseRequest = ReleaseRequest()) -> dict[str, Any]: 
             update_progress_artifact(progress_id, progress=100.0)
         else:
             total = sum(len(b) for b in batches)
-            with fan_out_runner(request.task_runner, dask_address=request.dask_address) as runner:
+            with fan_out:  # the runner started before the charge; closed after the fan-out
                 logger.info("scoring on the %s task runner", request.task_runner)
                 futures = runner.map(score_node_batch, {
                     "nodes": batches, "context": unmapped(context),
@@ -216,6 +225,8 @@ def release_flow(request: ReleaseRequest = ReleaseRequest()) -> dict[str, Any]: 
         # Marked directly, not as a task, so it also happens when the run is being cancelled.
         Ledger(ledger).mark(spend_id, "failed", note=f"{type(exc).__name__}: {exc}"[:500])
         raise
+    finally:
+        fan_out.close()  # no-op when the fan-out already closed it
     publish_artifacts(published.manifest, candidates)
     return {
         "release_id": published.release_id,

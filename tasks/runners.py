@@ -14,6 +14,12 @@ from typing import Literal
 
 from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 
+from medrelease.errors import MedreleaseError
+
+
+class RunnerUnavailableError(MedreleaseError):
+    """The fan-out's task runner could not start (raised before any budget is spent)."""
+
 RunnerKind = Literal["thread", "dask"]
 
 
@@ -26,6 +32,19 @@ def fan_out_runner(kind: RunnerKind, workers: int | None = None,
 
     address = dask_address or os.environ.get("MEDRELEASE_DASK_ADDRESS")
     if address:
-        return DaskTaskRunner(address=address)
+        return DaskTaskRunner(address=address, client_kwargs={"timeout": "15s"})
     return DaskTaskRunner(cluster_kwargs={"n_workers": workers, "threads_per_worker": 1,
                                           "processes": True, "dashboard_address": None})
+
+
+def connect(runner: TaskRunner, kind: RunnerKind) -> None:
+    """Start the local cluster or reach the scheduler now, so a failure costs no budget."""
+    if kind != "dask":
+        return
+    try:
+        runner.client  # noqa: B018 - the property starts the cluster / connects
+    except Exception as exc:
+        raise RunnerUnavailableError(
+            f"the Dask task runner did not start ({type(exc).__name__}: {exc}); no budget was "
+            "spent. Check dask_address / MEDRELEASE_DASK_ADDRESS, or use task_runner 'thread'"
+        ) from exc

@@ -255,3 +255,13 @@ def test_dask_runner_gives_the_same_release_as_threads(home: Path, tmp_path: Pat
     thread, dask = (pd.read_parquet(Path(r["path"]) / "data.parquet") for r in results)
     assert results[0]["manifest"]["chosen_node"] == results[1]["manifest"]["chosen_node"]
     assert thread.equals(dask)
+
+
+def test_unreachable_dask_scheduler_fails_before_any_spend(home: Path) -> None:
+    from tasks.runners import RunnerUnavailableError
+
+    with pytest.raises(RunnerUnavailableError, match="no budget was spent"):
+        release_flow(ReleaseRequest(seed=1, task_runner="dask",
+                                    dask_address="tcp://127.0.0.1:9", evaluate=False))
+    assert _spends(home) == []
+    assert _release_dirs(home) == []
