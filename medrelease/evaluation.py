@@ -9,19 +9,17 @@ for the steward and is written outside the release folder, never published with 
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from medrelease.classification import information_gain, model_scores, split
 from medrelease.config import DatasetConfig
+from medrelease.mechanisms import get_mechanism
 from medrelease.risk import frequency_attack, risk_report
-from medrelease.taxonomy import SUPPRESSED
-from medrelease.utility import AnalysisQuery, compare_queries, leaf_values
+from medrelease.utility import AnalysisQuery, compare_queries
 
 
 @dataclass
@@ -55,16 +53,6 @@ class Evaluation:
         return out
 
 
-def generalize_to_labels(original: pd.Series, taxonomy, labels: list[str]) -> pd.Series:
-    """Map raw values to whichever released label covers them (``*`` if none does)."""
-    mapped = pd.Series(SUPPRESSED, index=original.index, dtype=object)
-    raw = original.astype(str)
-    for label in labels:
-        covered = {str(v) for v in leaf_values(taxonomy, label)}
-        mapped[raw.isin(covered)] = label
-    return mapped
-
-
 def _classification(original: pd.DataFrame, released: pd.DataFrame, config: DatasetConfig,
                     mechanism: str, details: dict[str, Any]) -> tuple[dict, str]:
     label = config.class_columns[0] if config.class_columns else None
@@ -79,9 +67,10 @@ def _classification(original: pd.DataFrame, released: pd.DataFrame, config: Data
         scores[f"BA {kind}"] = model_scores(raw_train[predictors], raw_train[label],
                                             raw_test[predictors], raw_test[label], kind)
     if mechanism == "diffgen" and details.get("cut"):
-        generalized = pd.DataFrame({
-            c: generalize_to_labels(raw_test[c], config.taxonomies[c], details["cut"][c])
-            for c in predictors})
+        # relational columns by their cut labels; set-valued ones need the split history,
+        # which the manifest does not carry
+        generalized = get_mechanism("diffgen").generalize(raw_test, config,
+                                                         {"cut": details["cut"]})
         note = ("CA: trained on the release, tested on 30 % of the input generalized to the "
                 "release's cut (those records were part of the release's input; the held-out "
                 "version is benchmarks/diffgen_adult.py). Set-valued columns are left out here.")
@@ -147,7 +136,3 @@ def evaluate_release(release_dir: str | Path, original: pd.DataFrame, config: Da
         evaluation.frequency_attack = frequency_attack(original, dims)
     evaluation.il_by_height = _il_by_height(candidates)
     return evaluation
-
-
-def finite(value: float) -> bool:
-    return isinstance(value, (int, float, np.floating)) and math.isfinite(float(value))

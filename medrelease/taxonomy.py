@@ -12,6 +12,7 @@ Two file formats (ALGORITHMS.md §1):
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -23,6 +24,7 @@ import yaml
 from medrelease.errors import InputValidationError, TaxonomyError, format_rows
 
 SUPPRESSED = "*"
+INTERVAL = re.compile(r"^\[?(-?\d+)(?:-(-?\d+))?\]?$")  # "34" or "[20-29]"
 TaxonomyKind = Literal["categorical", "numeric"]
 
 
@@ -66,6 +68,25 @@ class Taxonomy:
         """
         counts = self.level_leaf_counts[level].astype(np.float64)
         return np.where(counts <= 1, 0.0, counts / self.n_leaves)
+
+    def leaf_mask(self, label: str) -> np.ndarray:
+        """Which leaves a released label stands for (all False for an unknown label).
+
+        A label of any level matches its leaves; for numeric taxonomies an integer or an
+        interval ``[lo-hi]`` that is not a level label (DiffGen's private split points) matches
+        the leaves inside it. The one place released labels are read back.
+        """
+        for level in range(self.height + 1):
+            labels = self.level_labels[level]
+            if label in labels:
+                return self.level_codes[level] == labels.index(label)
+        interval = INTERVAL.match(label) if self.kind == "numeric" else None
+        if interval is None:
+            return np.zeros(self.n_leaves, dtype=bool)
+        low = int(interval.group(1))
+        high = int(interval.group(2) or low)
+        values = np.asarray(self.leaves, dtype=np.int64)
+        return (values >= low) & (values <= high)
 
     def labels(self, level: int) -> np.ndarray:
         """Labels of all codes at ``level`` as an object array (index with codes)."""

@@ -59,12 +59,7 @@ GROUP BY 1, 2
 
 def leaf_values(taxonomy: Taxonomy, label: str) -> np.ndarray:
     """The raw (leaf) values a released label stands for; empty if the label is unknown."""
-    for level in range(taxonomy.height + 1):
-        labels = taxonomy.level_labels[level]
-        if label in labels:
-            code = labels.index(label)
-            return np.asarray(taxonomy.leaves, dtype=object)[taxonomy.level_codes[level] == code]
-    return np.asarray([], dtype=object)
+    return np.asarray(taxonomy.leaves, dtype=object)[taxonomy.leaf_mask(label)]
 
 
 def _weights(config: DatasetConfig, query: AnalysisQuery, table: pd.DataFrame, diagnosis: str,

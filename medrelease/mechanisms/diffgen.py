@@ -273,7 +273,7 @@ class DiffGen(MechanismBase):
             leaf = taxonomy.encode(frame[name])
             mapped = np.full(len(frame), "*", dtype=object)
             for label in details["cut"][name]:
-                mapped[_covers(taxonomy, label, leaf)] = label
+                mapped[taxonomy.leaf_mask(label)[leaf]] = label
             out[name] = mapped
         for name, set_cut in details.get("set_cuts", {}).items():
             row_set, sets = encode_item_sets(frame[name], config.columns[name].separator or "",
@@ -354,18 +354,3 @@ def _cell_groups(groups: ChildGroups, n_sets: int, set_cell: np.ndarray
     of_set[groups.cells] = groups.group
     group = of_set[set_cell]
     return group, group >= 0
-
-
-def _covers(taxonomy: Taxonomy, label: str, leaf: np.ndarray) -> np.ndarray:
-    if taxonomy.kind == "numeric" and (label.startswith("[") or label.lstrip("-").isdigit()):
-        text = label.strip("[]")
-        low, _, high = text.partition("-") if not text.startswith("-") else (text, "", text)
-        low_v, high_v = int(low), int(high or low)
-        values = np.asarray(taxonomy.leaves, dtype=np.int64)[leaf]
-        return (values >= low_v) & (values <= high_v)
-    for level in range(taxonomy.height + 1):
-        labels = taxonomy.level_labels[level]
-        if label in labels:
-            code = labels.index(label)
-            return taxonomy.level_codes[level][leaf] == code
-    return np.zeros(len(leaf), dtype=bool)
