@@ -47,12 +47,10 @@ def frequency_attack(raw: pd.DataFrame, columns: list[str]) -> dict[str, float]:
     out: dict[str, float] = {}
     for column in columns:
         values = raw[column].astype(str)
-        freq = values.map(values.value_counts())
-        ties = freq.map(values.value_counts().value_counts())   # values sharing that frequency
-        p_value = (1.0 / ties).to_numpy(dtype=float)
-        record_p *= p_value
+        counts = values.value_counts()
+        ties = values.map(counts).map(counts.value_counts())   # values sharing that frequency
+        record_p *= (1.0 / ties).to_numpy(dtype=float)
         # one value per tie group is decoded in expectation
-        out[f"values_decoded_share:{column}"] = float(
-            values.value_counts().nunique() / max(values.nunique(), 1))
+        out[f"values_decoded_share:{column}"] = float(counts.nunique() / max(len(counts), 1))
     out["records_reidentified_share"] = float(record_p.mean())
     return out

@@ -15,7 +15,6 @@ from medrelease.errors import InputValidationError
 from medrelease.evaluation import Evaluation, evaluate_release
 from medrelease.io import file_sha256, read_input
 from medrelease.report_html import INTERNAL, write_report
-from schemas.input import validate_input
 from tasks.budget import artifact_key
 
 
@@ -36,8 +35,8 @@ def load_release_and_input(release_path: str, input_path: str | None
         raise InputValidationError(
             f"{source} is not the file this release was made from (sha256 differs from the "
             "manifest): evaluating against it would be misleading")
-    frame = validate_input(read_input(config, source), config)
-    return manifest, config, frame
+    # Same bytes as the release's input, which passed validation then: read, not re-validated.
+    return manifest, config, read_input(config, source)
 
 
 @task(name="evaluate-release", cache_policy=NO_CACHE)
