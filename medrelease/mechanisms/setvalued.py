@@ -112,10 +112,16 @@ class SetCut:
         under = self.taxonomy.level_codes[level] == code
         return np.unique(self.taxonomy.level_codes[level - 1][under])
 
-    def groups(self, node: Node, itemsets: ItemSets, assign: np.ndarray) -> ChildGroups:
-        """Which child of ``node`` every affected cell falls into (vectorized over items)."""
+    def groups(self, node: Node, itemsets: ItemSets, assign: np.ndarray,
+               replaying: bool = False) -> ChildGroups:
+        """Which child of ``node`` every affected cell falls into (vectorized over items).
+
+        ``replaying``: the split of ``node`` is being replayed, so values that hold it count as
+        unsplit (their freezing came from this very split).
+        """
         level, code = node
-        holds = np.array([node in v.nodes and node not in v.frozen for v in self.values])
+        holds = np.array([node in v.nodes and (replaying or node not in v.frozen)
+                          for v in self.values])
         affected = holds[assign]
         taxonomy = self.taxonomy
         kids = self.children_of(node)
@@ -163,14 +169,8 @@ class SetCut:
     def replay(self, itemsets: ItemSets) -> np.ndarray:
         """Current values of new cells (held-out records) under the recorded splits."""
         assign = self.initial(itemsets)
-        pool = self.values
         for node, children in self.history:
-            # Values are rebuilt per step: a node is frozen only after its own step.
-            self.values = [SetValue(v.nodes, frozenset(f for f in v.frozen if f != node))
-                           for v in pool]
-            groups = self.groups(node, itemsets, assign)
-            self._move(groups, assign, children)
-        self.values = pool
+            self._move(self.groups(node, itemsets, assign, replaying=True), assign, children)
         return assign
 
     @staticmethod
