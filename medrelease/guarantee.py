@@ -51,6 +51,11 @@ class Guarantee:
     def as_dict(self) -> dict:
         return asdict(self)
 
+    @classmethod
+    def no_dp_claim(cls, mechanism: str, label: str, notes: str) -> Guarantee:
+        """Syntactic models and pseudonymization: no epsilon at all, never 'proven'."""
+        return cls(mechanism, None, None, ADD_REMOVE_ONE_ROW, False, label, notes)
+
     def statement(self) -> str:
         """One plain sentence for summaries."""
         if self.epsilon is None:

@@ -116,7 +116,6 @@ class DiffGen(MechanismBase):
     kind: ClassVar[str] = "classification"
     Params: ClassVar[type[MechanismParams]] = DiffGenParams
 
-
     def guarantee(self, params: DiffGenParams) -> Guarantee:
         return Guarantee(self.name, params.epsilon, 0.0, ADD_REMOVE_ONE_ROW, True, LABEL)
 

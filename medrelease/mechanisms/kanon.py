@@ -18,7 +18,7 @@ import numpy as np
 from pydantic import Field
 
 from medrelease.errors import ParameterError
-from medrelease.guarantee import ADD_REMOVE_ONE_ROW, Guarantee
+from medrelease.guarantee import Guarantee
 from medrelease.lattice import Node, NodeTable
 from medrelease.mechanisms.base import (
     MechanismBase,
@@ -43,10 +43,9 @@ class KAnonymity(MechanismBase):
     selection: ClassVar[str] = "minimum_loss"
     Params: ClassVar[type[MechanismParams]] = KAnonParams
 
-
     def guarantee(self, params: KAnonParams) -> Guarantee:
-        return Guarantee(self.name, None, None, ADD_REMOVE_ONE_ROW, False, LABEL,
-                         f"every released class has at least k={params.k} rows")
+        return Guarantee.no_dp_claim(self.name, LABEL,
+                                     f"every released class has at least k={params.k} rows")
 
 
     def candidate_nodes(self, context: ReleaseContext, params: KAnonParams) -> list[Node]:

@@ -23,7 +23,7 @@ from pydantic import Field
 
 from medrelease.aggregate import CountTable
 from medrelease.errors import ParameterError
-from medrelease.guarantee import ADD_REMOVE_ONE_ROW, Guarantee
+from medrelease.guarantee import Guarantee
 from medrelease.mechanisms.base import MechanismBase, MechanismParams
 from medrelease.metrics import ILParts
 from medrelease.taxonomy import Taxonomy
@@ -124,10 +124,10 @@ class Mondrian(MechanismBase):
     kind: ClassVar[str] = "counts"
     Params: ClassVar[type[MechanismParams]] = MondrianParams
 
-
     def guarantee(self, params: MondrianParams) -> Guarantee:
-        return Guarantee(self.name, None, None, ADD_REMOVE_ONE_ROW, False, LABEL,
-                         f"{params.variant} Mondrian: every partition has at least k={params.k} rows")
+        return Guarantee.no_dp_claim(
+            self.name, LABEL,
+            f"{params.variant} Mondrian: every partition has at least k={params.k} rows")
 
 
     def row_bounds(self, params: MondrianParams, n_rows: int) -> tuple[int, int]:

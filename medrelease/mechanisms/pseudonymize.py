@@ -20,7 +20,7 @@ import pandas as pd
 from pydantic import Field
 
 from medrelease.errors import ParameterError
-from medrelease.guarantee import ADD_REMOVE_ONE_ROW, Guarantee
+from medrelease.guarantee import Guarantee
 from medrelease.mechanisms.base import MechanismBase, MechanismParams
 
 LABEL = "pseudonymization — no formal privacy guarantee"
@@ -86,10 +86,9 @@ class Pseudonymize(MechanismBase):
     kind: ClassVar[str] = "table"
     Params: ClassVar[type[MechanismParams]] = PseudonymizeParams
 
-
     def guarantee(self, params: PseudonymizeParams) -> Guarantee:
-        return Guarantee(self.name, None, None, ADD_REMOVE_ONE_ROW, False, LABEL,
-                         "equal inputs map to equal outputs; frequencies and uniqueness survive")
+        return Guarantee.no_dp_claim(self.name, LABEL,
+                                     "equal inputs map to equal outputs; frequencies and uniqueness survive")
 
 
     def release_table(self, frame: pd.DataFrame, dimensions: list[str], informative: list[str],
