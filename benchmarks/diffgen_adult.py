@@ -22,19 +22,15 @@ def main() -> None:
     parser.add_argument("--h", type=int, nargs="*", default=[10])
     args = parser.parse_args()
 
-    from medrelease.classification import accuracies, split
+    from medrelease.classification import diffgen_heldout, split
     from medrelease.config import find_config
     from medrelease.io import read_input
-    from medrelease.mechanisms.diffgen import DiffGen
-    from medrelease.release import release
     from schemas.input import validate_input
 
     config = find_config("adult")
     frame = validate_input(read_input(config), config)
     train, test = split(frame, 0.3, seed=0)
     label = config.class_columns[0]
-    predictors = config.dimensions
-    impl = DiffGen()
     print(f"Adult: {len(train):,} training / {len(test):,} test records, class {label!r}")
     print(f"{'eps':>5} {'h':>3} {'score':>8} {'BA %':>6} {'LA %':>6} {'CA %':>6} {'BA-CA':>6}"
           f" {'rows':>7}")
@@ -43,12 +39,10 @@ def main() -> None:
             for score in ("max", "infogain"):
                 results = []
                 for run in range(args.runs):
-                    out = release(train, config, mechanism="diffgen",
-                                  params={"epsilon": eps, "specializations": h, "score": score},
-                                  seed=run)
-                    results.append((accuracies(
-                        train, test, predictors, label, out.table,
-                        lambda t, d=out.details: impl.generalize(t, config, d)), len(out.table)))
+                    scores, out = diffgen_heldout(
+                        train, test, config,
+                        {"epsilon": eps, "specializations": h, "score": score}, seed=run)
+                    results.append((scores, len(out.table)))
                 ba = results[0][0].baseline * 100
                 la = results[0][0].lower_bound * 100
                 ca = statistics.mean(r.release for r, _ in results) * 100

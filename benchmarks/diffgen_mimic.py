@@ -26,19 +26,15 @@ def main() -> None:
     parser.add_argument("--source", default=str(ROOT.parent / "shared/data/mimic-iii-demo"))
     args = parser.parse_args()
 
-    from medrelease.classification import accuracies, split
+    from medrelease.classification import diffgen_heldout, split
     from medrelease.config import find_config
-    from medrelease.mechanisms.diffgen import DiffGen
     from medrelease.mimic import admissions_table
-    from medrelease.release import release
     from schemas.input import validate_input
 
     config = find_config("mimic-demo")
     frame = validate_input(admissions_table(args.source), config)
     train, test = split(frame, 1 / 3, seed=0)
     label = config.class_columns[0]
-    predictors = config.dimensions + config.set_valued
-    impl = DiffGen()
     print(f"MIMIC-III demo: {len(train)} training / {len(test)} test admissions, class {label!r}")
     print(f"{'eps':>5} {'h':>3} {'score':>8} {'BA %':>6} {'LA %':>6} {'CA %':>6} {'sd':>5}"
           f" {'set splits':>10} {'kept':>5} {'rows':>5}")
@@ -47,12 +43,10 @@ def main() -> None:
             for score in ("max", "infogain"):
                 results, set_splits, kept, rows = [], [], [], []
                 for run in range(args.runs):
-                    out = release(train, config, mechanism="diffgen",
-                                  params={"epsilon": eps, "specializations": h, "score": score},
-                                  seed=run)
-                    results.append(accuracies(
-                        train, test, predictors, label, out.table,
-                        lambda t, d=out.details: impl.generalize(t, config, d), {"icd9_codes": "|"}))
+                    scores, out = diffgen_heldout(
+                        train, test, config,
+                        {"epsilon": eps, "specializations": h, "score": score}, seed=run)
+                    results.append(scores)
                     steps = out.details["set_specializations"]
                     set_splits.append(len(steps))
                     kept.append(sum(s["children_kept"] for s in steps))

@@ -49,26 +49,20 @@ def il_over_eps(dataset: str, rows: int, runs: int) -> list[dict]:
 
 
 def diffgen_grid(runs: int, hs: list[int]) -> list[dict]:
-    from medrelease.classification import accuracies, split
+    from medrelease.classification import diffgen_heldout, split
     from medrelease.config import find_config
     from medrelease.io import read_input
-    from medrelease.mechanisms.diffgen import DiffGen
-    from medrelease.release import release
     from schemas.input import validate_input
 
     config = find_config("adult")
     frame = validate_input(read_input(config), config)
     train, test = split(frame, 0.3, seed=0)
-    impl, label, out = DiffGen(), config.class_columns[0], []
+    out = []
     for eps in EPSILONS:
         for h in hs:
-            accs = []
-            for run in range(runs):
-                released = release(train, config, mechanism="diffgen",
-                                    params={"epsilon": eps, "specializations": h}, seed=run)
-                accs.append(accuracies(train, test, config.dimensions, label, released.table,
-                                       lambda t, d=released.details: impl.generalize(t, config,
-                                                                                     d)))
+            accs = [diffgen_heldout(train, test, config,
+                                    {"epsilon": eps, "specializations": h}, seed=run)[0]
+                    for run in range(runs)]
             out.append({"eps": eps, "h": h, "BA": accs[0].baseline * 100,
                         "LA": accs[0].lower_bound * 100,
                         "CA": statistics.mean(a.release for a in accs) * 100})

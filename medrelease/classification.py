@@ -110,3 +110,22 @@ def information_gain(frame: pd.DataFrame, label: str, attributes: list[str]) -> 
         gains[column] = base - float(sum(w * entropy(row) for w, row in zip(weights, table,
                                                                             strict=True)))
     return gains
+
+
+def diffgen_heldout(train: pd.DataFrame, test: pd.DataFrame, config, params: dict,
+                    seed: int | None = None):
+    """DiffGen released from ``train``; BA / LA / CA on ``test`` generalized to its cut.
+
+    Set-valued columns are predictors too (one indicator per item or node). Returns the
+    accuracies and the release.
+    """
+    from medrelease.mechanisms import get_mechanism
+    from medrelease.release import release
+
+    released = release(train, config, mechanism="diffgen", params=params, seed=seed)
+    impl = get_mechanism("diffgen")
+    separators = {c: config.columns[c].separator or "" for c in config.set_valued}
+    scores = accuracies(train, test, config.dimensions + config.set_valued,
+                        config.class_columns[0], released.table,
+                        lambda t: impl.generalize(t, config, released.details), separators)
+    return scores, released
