@@ -73,3 +73,12 @@ def nps_config() -> DatasetConfig:
 @pytest.fixture(scope="session")
 def nps_sample(nps_config: DatasetConfig) -> pd.DataFrame:
     return pd.read_csv(nps_config.input_path)
+
+
+@pytest.fixture(scope="module")
+def prefect_harness():
+    """A temporary Prefect API for one test module (``pytestmark = usefixtures(...)``)."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield

@@ -9,7 +9,6 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from prefect.testing.utilities import prefect_test_harness
 
 from flows.release import ReleaseRequest, release_flow
 from medrelease.errors import MedreleaseError
@@ -20,10 +19,7 @@ from .conftest import ROOT
 HEADER = ["patient_id", "age", "sex", "length_of_stay", "surgery", "region", "diagnosis"]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def harness():
-    with prefect_test_harness(server_startup_timeout=120):
-        yield
+pytestmark = pytest.mark.usefixtures("prefect_harness")
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-from prefect.testing.utilities import prefect_test_harness
 
 from flows.release import ReleaseRequest, release_flow
 from medrelease.errors import BudgetExceededError, InputValidationError
@@ -15,11 +14,7 @@ from medrelease.store import StoreError
 from schemas.manifest import Manifest
 from tests.test_evaluation import check_report
 
-
-@pytest.fixture(scope="module", autouse=True)
-def harness():
-    with prefect_test_harness(server_startup_timeout=120):
-        yield
+pytestmark = pytest.mark.usefixtures("prefect_harness")
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from prefect.testing.utilities import prefect_test_harness
 
 from flows.release import ReleaseRequest, release_flow
 from medrelease.ledger import Ledger
@@ -20,10 +19,7 @@ def _mount(target: Path, options: str) -> bool:
     return done.returncode == 0
 
 
-@pytest.fixture(scope="module", autouse=True)
-def harness():
-    with prefect_test_harness(server_startup_timeout=120):
-        yield
+pytestmark = pytest.mark.usefixtures("prefect_harness")
 
 
 @pytest.mark.parametrize(("options", "message"), [
