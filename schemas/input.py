@@ -34,12 +34,17 @@ def _covered_by(taxonomy: Taxonomy):
             return series.isna() | numbers.isna() | ((numbers >= low) & (numbers <= high))
 
         return covered
-    leaves = pd.Index(taxonomy.leaves, dtype="string")
+    return _one_of(taxonomy.leaves)
 
-    def covered_text(series: pd.Series) -> pd.Series:
-        return series.isna() | series.astype("string").isin(leaves)
 
-    return covered_text
+def _one_of(values) -> object:
+    """Check: each (present) value is one of ``values``, compared as text."""
+    allowed = pd.Index([str(v) for v in values], dtype="string")
+
+    def check(series: pd.Series) -> pd.Series:
+        return series.isna() | series.astype("string").isin(allowed)
+
+    return check
 
 
 def _items_covered_by(taxonomy: Taxonomy, separator: str):
@@ -64,10 +69,8 @@ def input_schema(config: DatasetConfig) -> pa.DataFrameSchema:
         if spec.type == "integer":
             checks.append(pa.Check(_whole_number, error="is not a whole number"))
         if spec.role == "informative" and spec.domain:
-            allowed = pd.Index(config.informative_domain or [], dtype="string")
-            checks.append(pa.Check(
-                lambda series, allowed=allowed: series.isna() | series.astype("string").isin(allowed),
-                error=f"is not in its declared domain ({spec.domain})"))
+            checks.append(pa.Check(_one_of(config.informative_domain or []),
+                                   error=f"is not in its declared domain ({spec.domain})"))
         if spec.role == "dimension":
             taxonomy = config.taxonomies[name]
             checks.append(pa.Check(_covered_by(taxonomy),
@@ -76,9 +79,8 @@ def input_schema(config: DatasetConfig) -> pa.DataFrameSchema:
     for name in config.class_columns:
         allowed_classes = config.columns[name].values
         if allowed_classes:
-            index = pd.Index(allowed_classes, dtype="string")
             columns[name] = pa.Column(checks=[pa.Check(
-                lambda series, index=index: series.isna() | series.astype("string").isin(index),
+                _one_of(allowed_classes),
                 error="is not one of the class values declared in the dataset config")],
                 nullable=nullable, required=True)
     for name in config.set_valued:
