@@ -52,7 +52,7 @@ def child(rows: int, runner: str, extract: str, config_path: str) -> None:
                                          task_runner=runner, evaluate=False))
     print("RESULT " + json.dumps({"wall": time.perf_counter() - started,
                                   "released_rows": result["manifest"]["released_rows"],
-                                  "input_rows": result["manifest"]["input_rows"]}), flush=True)
+                                  "input_rows": result["record"]["input_rows"]}), flush=True)
 
 
 def tree_rss(process) -> int:

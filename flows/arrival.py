@@ -8,7 +8,6 @@ content was already released for the dataset is never released again.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +18,8 @@ from medrelease.config import find_config
 from medrelease.errors import InputValidationError, MedreleaseError
 from medrelease.inbox import move_to
 from medrelease.io import file_sha256
-from medrelease.settings import store_root
-from medrelease.store import ReleaseStore
+from medrelease.settings import steward_root
+from medrelease.store import StewardRecords
 
 
 class DuplicateExtractError(MedreleaseError):
@@ -28,10 +27,13 @@ class DuplicateExtractError(MedreleaseError):
 
 
 def _already_released(dataset: str, sha256: str) -> str | None:
-    for folder in ReleaseStore(store_root()).releases(dataset):
-        manifest = json.loads((folder / "manifest.json").read_text())
-        if manifest.get("input_sha256") == sha256:
-            return manifest.get("release_id")
+    """The real (not TEST) release of this content, from the steward records (the public
+    manifest no longer carries the input's hash)."""
+    for record in StewardRecords(steward_root()).records(dataset):
+        if (record.get("status") == "published" and not record.get("test_release")
+                and record.get("input_sha256") == sha256
+                and Path(record.get("published_path") or "").is_dir()):
+            return record["release_id"]
     return None
 
 

@@ -1,6 +1,6 @@
 """The evaluate flow: utility and risk evidence for one published release (also run by every
-release at its end). The result compares with raw data, so it goes to the internal
-evaluations folder, never into the release store."""
+release at its end). The result compares with raw data, so it goes into the release's steward
+record folder, never into a release store."""
 
 from __future__ import annotations
 
@@ -9,18 +9,17 @@ from typing import Any
 
 from prefect import flow
 
-from medrelease.settings import evaluations_root
 from tasks.evaluate import evaluate, load_release_and_input, write_evaluation_report
 
 
 @flow(name="medrelease-evaluate", description="Utility, risk and plots for one release",
       validate_parameters=True)
 def evaluate_flow(release_path: str, input_path: str | None = None) -> dict[str, Any]:
-    """Evaluate the release in ``release_path`` against its input (default: the manifest's)."""
-    manifest, config, frame = load_release_and_input(release_path, input_path)
-    evaluation = evaluate(release_path, config, frame)
-    target = evaluations_root() / manifest["dataset"] / manifest["release_id"]
-    folder = write_evaluation_report(evaluation, str(target))
+    """Evaluate the release in ``release_path`` against its input (default: the one its
+    steward record names); the report goes beside the steward record, never published."""
+    loaded = load_release_and_input(release_path, input_path)
+    evaluation = evaluate(release_path, loaded)
+    folder = write_evaluation_report(evaluation, str(loaded.steward_folder / "evaluation"))
     return {"report": str(Path(folder) / "report.html"), "folder": folder,
             "query_summary": evaluation.query_summary,
             "classification": evaluation.classification}

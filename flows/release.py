@@ -13,6 +13,7 @@ import contextlib
 import os
 from typing import Annotated, Any, Literal
 
+import numpy as np
 import pandas as pd
 from prefect import flow, get_run_logger, unmapped
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
@@ -32,10 +33,10 @@ from medrelease.mechanisms.ipa_paper import IPAPaperParams
 from medrelease.mechanisms.kanon import KAnonParams
 from medrelease.mechanisms.mondrian import MondrianParams
 from medrelease.mechanisms.pseudonymize import PseudonymizeParams
-from medrelease.release import candidates_frame, node_batches
-from medrelease.settings import ledger_path, store_root
+from medrelease.release import candidates_frame, fixed_index, node_batches
+from medrelease.settings import ledger_path
 from medrelease.store import StoreError, safe_relative
-from tasks.budget import artifact_key, charge_budget, finalize_spend, plan
+from tasks.budget import Charge, artifact_key, charge_budget, finalize_spend, plan
 from tasks.checks import check_output
 from tasks.inputs import load_and_validate_input, load_dataset_config, validate_and_aggregate
 from tasks.lattice import (
@@ -45,7 +46,7 @@ from tasks.lattice import (
     search_lattice,
     select_candidate,
 )
-from tasks.publish import publish_release
+from tasks.publish import PublishResult, RunFacts, publish_release
 from tasks.report import publish_artifacts
 from tasks.runners import RunnerKind, connect, fan_out_runner
 
@@ -116,8 +117,10 @@ class ReleaseRequest(BaseModel):
     )
     seed: int | None = Field(
         default=None, ge=0,
-        description="TEST ONLY: a fixed seed makes the release reproducible and marks it NOT FOR "
-                    "PUBLICATION. Leave empty for a real release.",
+        description="TEST ONLY: a fixed seed makes the release reproducible, so it becomes a "
+                    "TEST release: written to the test store (never published) with TEST in "
+                    "its file names, and marked as test in the ledger. Leave empty for a real "
+                    "release.",
     )
     batch_size: int = Field(
         default=32, ge=1, le=4096, description="Lattice nodes per scoring task (1 = one per node)"
@@ -162,7 +165,6 @@ class ReleaseRequest(BaseModel):
 )
 def release_flow(request: ReleaseRequest = ReleaseRequest()) -> dict[str, Any]:  # noqa: B008
     """Run one release; returns the release id, folder and manifest (or raises, publishing nothing)."""
-    logger = get_run_logger()
     run_id = str(flow_run.id) if flow_run.id else None
     ledger = str(ledger_path())
 
@@ -170,79 +172,99 @@ def release_flow(request: ReleaseRequest = ReleaseRequest()) -> dict[str, Any]: 
     mechanism = request.mechanism.mechanism
     if not uses_lattice(mechanism):
         frame, input_info = load_and_validate_input(config, request.input_path)
-        release_plan = plan(config, mechanism, request.mechanism_params(), input_info.rows,
-                            request.seed, config.informative_domain is not None)
-        spend_id = charge_budget(config, release_plan, ledger, run_id)
-        return _release_directly(request, config, frame, input_info, release_plan, spend_id,
+        release_plan = plan(config, mechanism, request.mechanism_params(), request.seed)
+        charge = charge_budget(config, release_plan, ledger, run_id)
+        return _release_directly(request, config, frame, input_info, release_plan, charge,
                                  ledger, run_id)
     # Lattice mechanisms: one streamed pass validates and aggregates before any budget is spent.
     counts, input_info = validate_and_aggregate(config, request.input_path)
-    release_plan = plan(config, mechanism, request.mechanism_params(), input_info.rows,
-                        request.seed, counts.public_domain)
+    release_plan = plan(config, mechanism, request.mechanism_params(), request.seed)
     fan_out = contextlib.ExitStack()
     runner = fan_out.enter_context(fan_out_runner(request.task_runner,
                                                   dask_address=request.dask_address))
     try:
         connect(runner, request.task_runner)  # a runner that cannot start costs no budget
-        spend_id = charge_budget(config, release_plan, ledger, run_id)
+        charge = charge_budget(config, release_plan, ledger, run_id)
     except BaseException:
         fan_out.close()
         raise
     try:
         context = ReleaseContext.from_counts(counts)
-        batches = node_batches(context, request.batch_size, release_plan)
-        progress_id = create_progress_artifact(
-            progress=0.0, key=artifact_key(config.name, "scoring-progress"),
-            description=f"Lattice nodes scored ({len(context.lattice)} in {len(batches)} batches)",
-        )
-        summaries = []
-        if get_mechanism(release_plan.mechanism).selection == "minimum_loss":
-            summaries = search_lattice(context, release_plan)
-            update_progress_artifact(progress_id, progress=100.0)
-        else:
-            total = sum(len(b) for b in batches)
-            with fan_out:  # the runner started before the charge; closed after the fan-out
-                logger.info("scoring on the %s task runner", request.task_runner)
-                futures = runner.map(score_node_batch, {
-                    "nodes": batches, "context": unmapped(context),
-                    "release_plan": unmapped(release_plan)})
-                for done, future in enumerate(as_completed(list(futures)), start=1):
-                    summaries.extend(future.result())
-                    update_progress_artifact(progress_id, progress=100.0 * done / len(batches))
-                    if done % max(1, len(batches) // 4) == 0 or done == len(batches):
-                        logger.info("scored %d of %d lattice nodes", len(summaries), total)
-        index, probabilities = select_candidate(release_plan, summaries)
-        chosen = materialize_release(context, release_plan, index)
+        with fan_out:  # the runner started before the charge; closed after the fan-out
+            chosen, candidates = _choose_and_materialize(request, config, context, release_plan,
+                                                         runner)
         checks = check_output(config, context, chosen)
-        candidates = candidates_frame(context, summaries, probabilities)
-        published = publish_release(
-            str(store_root()), request.destination, config, input_info, release_plan, context,
-            chosen, candidates, checks, spend_id, run_id,
-        )
-        finalize_spend(ledger, spend_id, "released", release_id=published.release_id)
+        published = publish_release(RunFacts(config, input_info, release_plan, context, chosen,
+                                             charge, checks, candidates, run_id),
+                                    request.destination)
+        finalize_spend(ledger, charge.spend_id, "released", release_id=published.release_id)
     except BaseException as exc:
         # The reservation stays counted: noise may have been drawn before the failure.
         # Marked directly, not as a task, so it also happens when the run is being cancelled.
-        Ledger(ledger).mark(spend_id, "failed", note=f"{type(exc).__name__}: {exc}"[:500])
+        Ledger(ledger).mark(charge.spend_id, "failed", note=f"{type(exc).__name__}: {exc}"[:500])
         raise
     finally:
         fan_out.close()  # no-op when the fan-out already closed it
-    publish_artifacts(published.manifest, candidates)
-    return {
-        "release_id": published.release_id,
-        "path": published.path,
-        "manifest": published.manifest,
-        "flow_run_id": run_id,
-        "evaluation": _evaluate_after(request, published.path, input_info.path),
-    }
+    publish_artifacts(published.manifest, published.record, candidates)
+    return _result(request, published, run_id)
 
 
-def _evaluate_after(request: ReleaseRequest, release_path: str, input_path: str) -> str | None:
+def _choose_and_materialize(request: ReleaseRequest, config, context: ReleaseContext,
+                            release_plan, runner) -> tuple[Any, pd.DataFrame]:
+    """Score the candidates (fanned out), select privately, draw the chosen node's release.
+
+    A fixed-node mechanism (histogram) is not scored: its one noisy draw is the release, and
+    the steward's candidate summary is computed from that very draw.
+    """
+    index = fixed_index(context, release_plan)
+    if index is not None:
+        chosen = materialize_release(context, release_plan, index)
+        return chosen, candidates_frame(context, [chosen.summary], np.array([1.0]))
+    summaries = _score_candidates(request, config, context, release_plan, runner)
+    index, probabilities = select_candidate(release_plan, summaries)
+    chosen = materialize_release(context, release_plan, index)
+    return chosen, candidates_frame(context, summaries, probabilities)
+
+
+def _score_candidates(request: ReleaseRequest, config, context: ReleaseContext, release_plan,
+                      runner) -> list:
+    logger = get_run_logger()
+    batches = node_batches(context, request.batch_size, release_plan)
+    progress_id = create_progress_artifact(
+        progress=0.0, key=artifact_key(config.name, "scoring-progress"),
+        description=f"Lattice nodes scored ({len(context.lattice)} in {len(batches)} batches)",
+    )
+    if get_mechanism(release_plan.mechanism).selection == "minimum_loss":
+        summaries = search_lattice(context, release_plan)
+        update_progress_artifact(progress_id, progress=100.0)
+        return summaries
+    summaries = []
+    total = sum(len(b) for b in batches)
+    logger.info("scoring on the %s task runner", request.task_runner)
+    futures = runner.map(score_node_batch, {
+        "nodes": batches, "context": unmapped(context), "release_plan": unmapped(release_plan)})
+    for done, future in enumerate(as_completed(list(futures)), start=1):
+        summaries.extend(future.result())
+        update_progress_artifact(progress_id, progress=100.0 * done / len(batches))
+        if done % max(1, len(batches) // 4) == 0 or done == len(batches):
+            logger.info("scored %d of %d lattice nodes", len(summaries), total)
+    return summaries
+
+
+def _result(request: ReleaseRequest, published: PublishResult, run_id: str | None
+            ) -> dict[str, Any]:
+    return {"release_id": published.release_id, "path": published.path,
+            "manifest": published.manifest, "record": published.record,
+            "test_release": published.test_release, "flow_run_id": run_id,
+            "evaluation": _evaluate_after(request, published.path)}
+
+
+def _evaluate_after(request: ReleaseRequest, release_path: str) -> str | None:
     """Run the evaluate flow as a subflow; the release stands even if its evaluation fails."""
     if not request.evaluate:
         return None
     try:
-        return evaluate_flow(release_path=release_path, input_path=input_path)["report"]
+        return evaluate_flow(release_path=release_path)["report"]
     except Exception as exc:  # evidence is best effort; the release is already published
         get_run_logger().warning("evaluation of %s failed: %s: %s", release_path,
                                  type(exc).__name__, exc)
@@ -250,23 +272,20 @@ def _evaluate_after(request: ReleaseRequest, release_path: str, input_path: str)
 
 
 def _release_directly(request: ReleaseRequest, config, frame, input_info, release_plan,
-                      spend_id: str, ledger: str, run_id: str | None) -> dict[str, Any]:
-    """Mechanisms without a lattice search (Mondrian, pseudonymization)."""
+                      charge: Charge, ledger: str, run_id: str | None) -> dict[str, Any]:
+    """Mechanisms without a lattice search (Mondrian, pseudonymization, DiffGen)."""
     try:
         chosen = release_rows(config, frame, release_plan)
         checks = check_output(config, None, chosen, release_plan.mechanism)
-        published = publish_release(
-            str(store_root()), request.destination, config, input_info, release_plan, None,
-            chosen, pd.DataFrame(), checks, spend_id, run_id,
-        )
-        finalize_spend(ledger, spend_id, "released", release_id=published.release_id)
+        published = publish_release(RunFacts(config, input_info, release_plan, None, chosen,
+                                             charge, checks, pd.DataFrame(), run_id),
+                                    request.destination)
+        finalize_spend(ledger, charge.spend_id, "released", release_id=published.release_id)
     except BaseException as exc:
-        Ledger(ledger).mark(spend_id, "failed", note=f"{type(exc).__name__}: {exc}"[:500])
+        Ledger(ledger).mark(charge.spend_id, "failed", note=f"{type(exc).__name__}: {exc}"[:500])
         raise
-    publish_artifacts(published.manifest, pd.DataFrame())
-    return {"release_id": published.release_id, "path": published.path,
-            "manifest": published.manifest, "flow_run_id": run_id,
-            "evaluation": _evaluate_after(request, published.path, input_info.path)}
+    publish_artifacts(published.manifest, published.record, pd.DataFrame())
+    return _result(request, published, run_id)
 
 
 def artifacts_of_run(flow_run_id: str) -> list[tuple[str, str, str]]:

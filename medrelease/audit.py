@@ -56,6 +56,31 @@ class AuditResult:
     def exceeds_claim(self) -> bool:
         return self.epsilon_lower_bound > self.claimed_epsilon
 
+    @property
+    def ceiling(self) -> float:
+        """The largest bound these runs could ever show (all hits on one side, none on the other)."""
+        return detection_ceiling(self.runs_per_table, self.confidence)
+
+    @property
+    def verdict(self) -> str:
+        """'exceeds its claim', 'within its claim', or 'inconclusive' when the claim is at or
+        above what this number of runs can detect (more runs raise the ceiling)."""
+        if self.exceeds_claim:
+            return "exceeds its claim"
+        if self.claimed_epsilon >= self.ceiling:
+            return "inconclusive"
+        return "within its claim"
+
+
+def detection_ceiling(runs_per_table: int, confidence: float = 0.95) -> float:
+    """ln(p_low / p_high) for n/n hits against 0/n on the estimation half: no larger bound exists.
+
+    With 200 runs per table (100 estimated) at 95 % this is 3.28: a claim of eps >= 3.28 can
+    never be shown to fail, so such an audit is inconclusive, not a pass.
+    """
+    n = runs_per_table - runs_per_table // 2
+    return _bound(n, 0, n, (1.0 + confidence) / 2.0) if n > 0 else 0.0
+
 
 def default_design(mechanism: str) -> str:
     return "classification" if mechanism == "diffgen" else "unique"
@@ -77,20 +102,26 @@ def neighbouring_tables(n_rows: int = 60, seed: int = 0) -> tuple[pd.DataFrame, 
     return base, pd.concat([base, target], ignore_index=True)
 
 
-def tipping_copies(mechanism: str, epsilon: float, n_rows: int) -> int:
+def tipping_copies(mechanism: str, epsilon: float) -> int:
     """Rows of the tipping value in ``D``: one below the count the mechanism needs to show it."""
     impl = get_mechanism(mechanism)
-    params = impl.parse_params({"epsilon": epsilon}, n_rows)
+    params = impl.parse_params({"epsilon": epsilon})
     if hasattr(impl, "thresholds"):
         return max(1, impl.thresholds(params)[0] - 1)
     return max(1, getattr(params, "suppression_threshold", 2) - 1)
+
+
+def common_tables(n_rows: int = 60, seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``D'`` adds a copy of one of ``D``'s rows (a common value in a populated class)."""
+    base = _base(n_rows, seed)
+    return base, pd.concat([base, base.iloc[:1]], ignore_index=True)
 
 
 def tipping_tables(mechanism: str, epsilon: float, n_rows: int = 60, seed: int = 0
                    ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``D`` holds the tipping diagnosis one row short of the threshold, in one class."""
     base = _base(n_rows, seed)
-    copies = tipping_copies(mechanism, epsilon, n_rows)
+    copies = tipping_copies(mechanism, epsilon)
     tip = pd.DataFrame({"cat": ["c0"] * copies, "num": [0] * copies,
                         "inf": [TIPPING_VALUE] * copies})
     without = pd.concat([base, tip], ignore_index=True)

@@ -16,6 +16,7 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.panel import Panel
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -92,24 +93,27 @@ def _with_progress(flow_function: Any, *args: Any, **kwargs: Any) -> Any:
 
 
 def _show_result(result: dict[str, Any], seconds: float) -> None:
-    manifest = result["manifest"]
+    manifest, record = result["manifest"], result.get("record") or {}
     guarantee = manifest["guarantee"]
     style = "green" if guarantee["proven"] else "yellow"
+    il = record.get("information_loss") or {}
     body = [
         f"[bold]release[/]   {result['path']}",
         f"[bold]manifest[/]  {Path(result['path']) / 'manifest.json'}",
         f"[bold]report[/]    {Path(result['path']) / 'report.md'}",
-        f"[bold]rows[/]      {manifest['input_rows']:,} in -> {manifest['released_rows']:,} out",
+        f"[bold]rows[/]      {record.get('input_rows', 0):,} in -> "
+        f"{manifest['released_rows']:,} out",
         f"[bold]node[/]      {manifest['chosen_node'] or '(no lattice node: ' + manifest['mechanism'] + ')'}",
-        "[bold]IL[/]        " + (f"{manifest['information_loss']['il']:.3f}"
-                                  if manifest["information_loss"] else "n/a for this mechanism"),
+        "[bold]IL[/]        " + (f"{il['il']:.3f}" if il else "n/a for this mechanism"),
         f"[bold]guarantee[/] [{style}]{guarantee['statement']}[/]",
+        f"[bold]lifetime[/]  {manifest['lifetime']['statement']}",
         f"[bold]flow run[/]  {result['flow_run_id']}   ({seconds:.1f} s)",
     ]
     if result.get("evaluation"):
         body.append(f"[bold]evidence[/]  {result['evaluation']}  (internal: compares with raw data)")
-    if not manifest["for_publication"]:
-        body.append("[red bold]NOT FOR PUBLICATION[/] (fixed seed)")
+    if manifest["test_release"]:
+        body.append("[red bold]TEST RELEASE — NOT FOR PUBLICATION[/] (fixed seed; kept in the "
+                    "test store)")
     console.print(Panel("\n".join(body), title=f"released {manifest['dataset']}"))
 
 
@@ -125,12 +129,14 @@ def release(
         None, help="ipa, ipa-paper, histogram, kanon, mondrian, pseudonymize, diffgen "
                    "(default: the dataset config's)"),
     epsilon: float = typer.Option(1.0, help="total privacy budget of this release"),
-    delta: float | None = typer.Option(None, help="ipa only: total delta (default min(1e-6, 1/(10n)))"),
+    delta: float | None = typer.Option(None, help="ipa only: total delta (default 1e-6, or "
+                                                  "1/(10 N) for a declared bound N on the rows)"),
     threshold: int = typer.Option(2, "--threshold", help="ipa/ipa-paper: suppression threshold t"),
     k: int = typer.Option(10, help="kanon / mondrian: minimum class size"),
     max_suppression: float = typer.Option(0.02, help="kanon: largest share of rows suppressed"),
     input_path: Path | None = typer.Option(None, "--input", help="release this file instead"),
-    seed: int | None = typer.Option(None, help="TEST ONLY: fixed seed, marks NOT FOR PUBLICATION"),
+    seed: int | None = typer.Option(None, help="TEST ONLY: fixed seed; the release goes to the "
+                                               "test store, never published"),
     batch_size: int = typer.Option(32, help="lattice nodes per scoring task"),
     destination: str | None = typer.Option(None, help="sub-folder of the release store"),
     specializations: int = typer.Option(10, help="diffgen: number of specializations h"),
@@ -176,28 +182,48 @@ def release(
     _show_result(result, time.perf_counter() - started)
 
 
-@app.command()
-def ledger(dataset: str | None = typer.Argument(None, help="only this dataset")) -> None:
-    """Show every privacy-budget spend, per dataset, with what is left."""
+ledger_app = typer.Typer(help="The privacy-budget ledger: spends per source, and its cap.")
+app.add_typer(ledger_app, name="ledger")
+
+
+@ledger_app.callback(invoke_without_command=True)
+def ledger(ctx: typer.Context,
+           source: str | None = typer.Option(None, help="only this source")) -> None:
+    """Show every privacy-budget spend, per source, with what is left."""
+    if ctx.invoked_subcommand is not None:
+        return
     book = Ledger(ledger_path())
-    spends = book.spends(dataset)
+    spends = book.spends(source)
     table = Table(title=f"privacy budget ledger ({ledger_path()})")
-    for column in ("dataset", "mechanism", "epsilon", "delta", "status", "release", "when"):
+    for column in ("source", "dataset", "mechanism", "epsilon", "delta", "status", "release",
+                   "when"):
         table.add_column(column)
     for s in spends:
         colour = {"released": "green", "failed": "red"}.get(s.status, "yellow")
-        table.add_row(s.dataset, s.mechanism, f"{s.epsilon:g}", f"{s.delta:g}",
-                      f"[{colour}]{s.status}[/]", s.release_id or "-", s.created_at)
+        status = s.status + (" (test)" if s.test else "") + ("" if s.dp else " (no DP)")
+        table.add_row(s.source, s.dataset, s.mechanism, f"{s.epsilon:g}", f"{s.delta:g}",
+                      f"[{colour}]{status}[/]", s.release_id or "-", s.created_at)
     console.print(table)
-    for name in sorted({s.dataset for s in spends}):
-        try:
-            config = find_config(name)
-            state = book.state(name, config.privacy.lifetime_epsilon, config.privacy.lifetime_delta)
-            console.print(f"{name}: epsilon spent {state.epsilon_spent:g} of "
-                          f"{state.lifetime_epsilon:g} (left {state.epsilon_left:g}); delta spent "
-                          f"{state.delta_spent:g} of {state.lifetime_delta:g}")
-        except MedreleaseError:
-            console.print(f"{name}: (dataset config not found; totals unknown)")
+    for name in sorted({s.source for s in spends}):
+        console.print(book.state(name).statement())
+    for change in book.cap_changes(source):
+        console.print(f"cap of {change[0]} changed at {change[6]}: epsilon {change[1]:g} -> "
+                      f"{change[2]:g}, delta {change[3]:g} -> {change[4]:g} ({change[5]})")
+
+
+@ledger_app.command("set-cap")
+def ledger_set_cap(
+    source: str = typer.Argument(..., help="the ledger source id"),
+    epsilon: float = typer.Option(..., help="new lifetime epsilon of the source"),
+    delta: float = typer.Option(..., help="new lifetime delta of the source"),
+    reason: str = typer.Option(..., help="why (kept in the ledger with the time)"),
+) -> None:
+    """Change a source's lifetime cap (the YAML's value only applies at the first spend)."""
+    try:
+        Ledger(ledger_path()).set_cap(source, epsilon, delta, reason)
+    except MedreleaseError as exc:
+        _fail(exc)
+    console.print(f"cap of {source}: epsilon {epsilon:g}, delta {delta:g} (recorded: {reason})")
 
 
 @app.command()
@@ -278,11 +304,18 @@ def audit(
     mechanism: str = typer.Option("ipa-paper", help="mechanism to audit"),
     eps: float = typer.Option(1.0, "--eps", help="the epsilon it claims"),
     runs: int = typer.Option(200, help="runs on each of the two neighbouring tables"),
-    design: str | None = typer.Option(None, help="unique, tipping or classification "
-                                                 "(default: classification for diffgen, else unique)"),
+    design: str | None = typer.Option(
+        None, help="unique, tipping, classification (statistical only; default: "
+                   "classification for diffgen, else unique), or publication (the whole "
+                   "release flow on neighbours, every published byte inspected, then the "
+                   "statistical designs)"),
+    pairs: int = typer.Option(1, help="publication design: seeded neighbour pairs per design"),
 ) -> None:
     """Empirical privacy audit: a 95 % lower bound on epsilon from worst-case neighbours."""
     _defaults()
+    if design == "publication":
+        _publication_audit(mechanism, eps, runs, pairs)
+        return
     from flows.audit import audit_flow
 
     try:
@@ -290,16 +323,42 @@ def audit(
                                 design=design)
     except (MedreleaseError, ValueError) as exc:
         _fail(exc)
-    verdict = ("[red bold]EXCEEDS ITS CLAIM[/]" if result["exceeds_claim"]
-               else "[green]within its claim[/]")
+    console.print(Panel(_audit_text(result, runs, eps), title=f"audit of {mechanism}"))
+
+
+def _audit_text(result: dict[str, Any], runs: int, eps: float) -> str:
+    colour = {"exceeds its claim": "red bold", "inconclusive": "yellow bold"}.get(
+        result["verdict"], "green")
     half = runs - runs // 2
-    console.print(Panel(
-        f"design: {result['design']}\nevent: {result['event']}\n"
-        f"second-half hits: {result['hits_with']}/{half} with the target, "
-        f"{result['hits_without']}/{half} without\n"
-        f"epsilon lower bound ({result['confidence']:.0%}): "
-        f"[bold]{result['epsilon_lower_bound']:.2f}[/] vs claimed {eps:g} -> {verdict}",
-        title=f"audit of {mechanism}"))
+    return (f"design: {result['design']}\nevent: {result['event']}\n"
+            f"second-half hits: {result['hits_with']}/{half} with the target, "
+            f"{result['hits_without']}/{half} without\n"
+            f"epsilon lower bound ({result['confidence']:.0%}): "
+            f"[bold]{result['epsilon_lower_bound']:.2f}[/] vs claimed {eps:g} -> "
+            f"[{colour}]{result['verdict']}[/]\n"
+            f"ceiling: {runs} runs per table can show at most {result['ceiling']:.2f}")
+
+
+def _publication_audit(mechanism: str, eps: float, runs: int, pairs: int) -> None:
+    from flows.audit import publication_audit_flow
+
+    try:
+        result = _with_progress(publication_audit_flow, mechanism=mechanism, epsilon=eps,
+                                runs=runs, pairs=pairs)
+    except (MedreleaseError, ValueError) as exc:
+        _fail(exc)
+    lines = [f"designs: {', '.join(result['designs'])} ({pairs} pair(s) each, whole release "
+             "flow, same seed both sides)"]
+    lines += [f"[red]{escape(f)}[/]" for f in result["findings"]] or [
+        "[green]published bytes: only allow-listed files and fields; public fields identical "
+        "between neighbours; released figures re-derived; no unique value[/]"]
+    for stat in result["statistical"]:
+        lines.append(f"statistical ({stat['design']}): eps >= {stat['epsilon_lower_bound']:.2f}"
+                     f" -> {stat['verdict']} (ceiling {stat['ceiling']:.2f})")
+    colour = {"FLAGGED": "red bold", "inconclusive": "yellow bold"}.get(result["verdict"],
+                                                                          "green bold")
+    lines.append(f"verdict: [{colour}]{result['verdict']}[/]")
+    console.print(Panel("\n".join(lines), title=f"publication audit of {mechanism}"))
 
 
 @app.command("prepare-mimic")
@@ -321,12 +380,26 @@ def prepare_mimic(
 
 
 @app.command()
-def show(manifest: Path = typer.Argument(..., help="a release's manifest.json")) -> None:
-    """Print a release manifest's key facts."""
-    data = json.loads(manifest.read_text())
+def show(release: Path = typer.Argument(..., help="a release folder or its manifest.json")) -> None:
+    """Print a release's public facts, and the steward record's when this machine has it."""
+    from medrelease.settings import steward_root
+    from medrelease.store import StewardRecords, StoreError
+
+    folder = release.parent if release.name == "manifest.json" else release
+    data = json.loads((folder / "manifest.json").read_text())
     console.print_json(json.dumps({k: data[k] for k in (
-        "release_id", "dataset", "mechanism", "guarantee", "epsilon_spent", "delta_spent",
-        "chosen_node", "input_rows", "released_rows", "seed_policy")}))
+        "release_id", "dataset", "source", "mechanism", "guarantee", "epsilon_spent",
+        "delta_spent", "lifetime", "chosen_node", "released_rows", "seed_policy",
+        "test_release")}))
+    try:
+        record = StewardRecords(steward_root()).read(data["dataset"], data["release_id"])
+    except StoreError:
+        console.print("(no steward record on this machine: only the public facts are shown)")
+        return
+    console.print("[bold]steward record[/] (internal, never published):")
+    console.print_json(json.dumps({k: record.get(k) for k in (
+        "status", "input_file", "input_sha256", "input_rows", "information_loss",
+        "flow_run_id", "ledger_spend_id", "lifetime_cap_note", "declared_rows_check")}))
 
 
 def main() -> None:  # pragma: no cover - console entry point

@@ -63,10 +63,30 @@ class ColumnSpec(_Strict):
 
 
 class PrivacySpec(_Strict):
-    """The dataset's lifetime budget: all releases together may not spend more."""
+    """The source's lifetime budget, and public facts the mechanisms may depend on.
+
+    ``source`` names the data source in the ledger: every config that reads the same extract
+    must name the same source, so that they share one lifetime budget (the ledger refuses a
+    second id for an input it already knows). The lifetime budget is fixed in the ledger at the
+    first spend; editing it here later does not raise it (``medrelease ledger set-cap``).
+    ``max_rows`` is a *declared* public bound on the table size: the only way the size of the
+    table may enter a parameter (the default delta); the data's own row count never does.
+    """
 
     lifetime_epsilon: float = Field(gt=0, allow_inf_nan=False)
     lifetime_delta: float = Field(default=1e-5, ge=0, lt=1, allow_inf_nan=False)
+    source: str | None = Field(default=None, description="ledger source id (default: the "
+                                                         "dataset name)")
+    max_rows: int | None = Field(default=None, ge=1, le=10**12,
+                                 description="declared public upper bound on the rows of an "
+                                             "extract (sets the default delta)")
+
+    @field_validator("source")
+    @classmethod
+    def _source_is_slug(cls, value: str | None) -> str | None:
+        if value is not None and not DATASET_NAME.match(value):
+            raise ValueError("must be lower-case letters, digits, '-' or '_' (at most 64)")
+        return value
 
 
 class MechanismSpec(_Strict):
@@ -106,6 +126,16 @@ class DatasetConfig(_Strict):
         if not self.dimensions:
             raise ValueError("at least one column needs role 'dimension'")
         return self
+
+    @property
+    def source_id(self) -> str:
+        """The ledger's name for the data this config reads (shared by configs of one source)."""
+        return self.privacy.source or self.name
+
+    @property
+    def input_key(self) -> str:
+        """The config's own extract, canonical: the ledger ties it to one source id."""
+        return str(self.input_path.resolve())
 
     @property
     def dimensions(self) -> list[str]:

@@ -19,6 +19,7 @@ from medrelease.classification import information_gain, model_scores, split
 from medrelease.config import DatasetConfig
 from medrelease.mechanisms import get_mechanism
 from medrelease.risk import frequency_attack, risk_report
+from medrelease.store import find_data_file
 from medrelease.utility import AnalysisQuery, compare_queries
 
 
@@ -98,21 +99,28 @@ def _il_by_height(candidates: pd.DataFrame) -> pd.DataFrame | None:
 
 def evaluate_release(release_dir: str | Path, original: pd.DataFrame, config: DatasetConfig,
                      query: AnalysisQuery | None = None,
-                     details: dict[str, Any] | None = None) -> Evaluation:
-    """Evaluate the release in ``release_dir`` (manifest + data) against its input table."""
+                     details: dict[str, Any] | None = None,
+                     record: dict[str, Any] | None = None,
+                     candidates: pd.DataFrame | None = None) -> Evaluation:
+    """Evaluate the release in ``release_dir`` (public manifest + data) against its input.
+
+    ``record`` is the release's steward record (input rows, information loss) and
+    ``candidates`` its per-node summaries; both stay internal, as does the result.
+    """
     folder = Path(release_dir)
     manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
-    released = pd.read_parquet(folder / "data.parquet")
-    candidates_path = folder / "candidates.csv"
-    candidates = pd.read_csv(candidates_path) if candidates_path.is_file() and \
-        candidates_path.stat().st_size > 1 else pd.DataFrame()
+    released = pd.read_parquet(find_data_file(folder, ".parquet"))
+    record = record or {}
+    candidates = candidates if candidates is not None else pd.DataFrame()
     mechanism = manifest["mechanism"]
     details = details or manifest.get("mechanism_details", {})
     evaluation = Evaluation(
         dataset=manifest["dataset"], release_id=manifest["release_id"], mechanism=mechanism,
         guarantee=manifest["guarantee"]["statement"],
-        for_publication=manifest["for_publication"], budget_steps=manifest["budget_steps"],
-        information_loss=manifest["information_loss"], input_rows=manifest["input_rows"],
+        for_publication=not manifest.get("test_release", False),
+        budget_steps=manifest["budget_steps"],
+        information_loss=record.get("information_loss", {}),
+        input_rows=int(record.get("input_rows", len(original))),
         released_rows=manifest["released_rows"],
     )
     query = query or AnalysisQuery()

@@ -1,24 +1,39 @@
-"""All randomness of a release comes from one entropy source.
+"""All randomness of a release comes from one entropy source, drawn by exact samplers.
 
 ``RandomSource`` holds one ``numpy.random.SeedSequence``: from OS entropy by default, or from an
-explicit ``seed`` for reproducible tests — which marks the release "not for publication", since
-anyone who knows the seed can subtract the noise. Independent child streams (one per lattice
-node, one for the selection, one for the final draw) are spawned from it, so work can be split
-across threads or processes without sharing a generator.
+explicit ``seed`` for reproducible tests — which makes the release a TEST release (separate
+store, never published), since anyone who knows the seed can subtract the noise. Independent
+child streams (one per lattice node, one for the selection, one for the final draw) are spawned
+from it, so work can be split across threads or processes without sharing a generator.
 
-Samplers:
-* ``discrete_laplace``: integer noise for counts, drawn in bulk from the two-sided geometric
-  law (no floating-point Laplace rounded to integers).
-* ``exponential_mechanism``: Gumbel-max, which never exponentiates scores (no overflow), and
-  ``selection_probabilities`` with log-sum-exp for reports.
+Samplers (docs/PRIVACY.md, "Samplers"): every privacy claim assumes the noise has exactly the
+stated law, so none of them rounds a floating-point draw.
+
+* ``discrete_laplace``: P(Z = k) ∝ exp(-eps' |k|) with unbounded support, by Canonne, Kamath
+  and Steinke's algorithm (NeurIPS 2020, Algorithms 1-2) on integers only, vectorised. The
+  noise epsilon is ``eps' = floor(eps * 2^32) / 2^32 <= eps`` (a rational the integer sampler
+  can use); noise at ``eps' <= eps`` is ``eps``-DP a fortiori, and thresholds are computed for
+  ``eps'``. Uniform integers come from numpy's bounded-integer generator, which is exact.
+* ``exponential_mechanism``: P(i) ∝ exp(eps' u_i / (c Δ)) exactly (c = 2, or 1 for a monotone
+  score), by uniform proposals accepted with an exact Bernoulli(exp(-γ)) on rational γ.
+* ``tail_binomial``: how many of N zero counts pass ``Z >= threshold`` — the exact binomial,
+  by geometric skips computed with lazily refined, correctly rounded decimal arithmetic, for N
+  far beyond what can be enumerated (set-valued DiffGen).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from decimal import Context, Decimal
+from fractions import Fraction
 
 import numpy as np
+
+NOISE_GRID_BITS = 32
+NOISE_GRID = 1 << NOISE_GRID_BITS
+MIN_NOISE_EPSILON = 2.0 ** -20
+INT64_SAFE = 1 << 62
 
 
 @dataclass
@@ -38,10 +53,15 @@ class RandomSource:
         return self.seed is None
 
     @property
+    def test_release(self) -> bool:
+        """A fixed seed makes a TEST release: reproducible, and for that reason never published."""
+        return self.seed is not None
+
+    @property
     def seed_policy(self) -> str:
         if self.seed is None:
             return "OS entropy (for publication)"
-        return "fixed seed (test only: NOT FOR PUBLICATION)"
+        return "fixed seed (TEST release: NOT FOR PUBLICATION)"
 
     def spawn(self, n: int) -> list[np.random.SeedSequence]:
         """``n`` independent child seed sequences (each becomes its own generator)."""
@@ -51,62 +71,243 @@ class RandomSource:
         return np.random.default_rng(self._root.spawn(1)[0])
 
 
-def discrete_laplace(
-    rng: np.random.Generator, scale: float, size: int | tuple[int, ...]
-) -> np.ndarray:
-    """Integer noise with P(k) proportional to exp(-|k| / scale) (the two-sided geometric law).
+# -- the noise epsilon ---------------------------------------------------------------------
 
-    Drawn by inverting the law's tail with one uniform per draw: the sign of ``2U - 1`` is the
-    sign and ``W = |2U - 1|`` (uniform, independent of the sign) gives the magnitude
-    ``floor(log((1 - W)(1 + a) / 2) / log a)`` with ``a = exp(-1/scale)``, because
-    P(|Z| >= k) = 2 a^k / (1 + a) for k >= 1. Same law as the difference of two geometric draws
-    (the textbook construction, used as a cross-check in the tests) at 2.6x the speed; the tests
-    also compare it with OpenDP's sampler.
+def noise_fraction(epsilon: float) -> Fraction:
+    """eps' = floor(eps * 2^32) / 2^32: the rational epsilon the exact samplers draw with."""
+    if not (isinstance(epsilon, (int, float)) and math.isfinite(epsilon)
+            and epsilon >= MIN_NOISE_EPSILON):
+        raise ValueError(f"noise epsilon must be a finite number >= 2^-20, got {epsilon!r}")
+    return Fraction(math.floor(Fraction(epsilon) * NOISE_GRID), NOISE_GRID)
+
+
+def noise_epsilon(epsilon: float) -> float:
+    """eps' as a float (for tail formulas and reports)."""
+    return float(noise_fraction(epsilon))
+
+
+def discrete_laplace_tail(epsilon: float, k: int) -> float:
+    """P(Z >= k), k >= 1, for the discrete Laplace that ``discrete_laplace(eps)`` draws.
+
+    P(Z >= k) = x^k / (1 + x) with x = exp(-eps'); computed in logs so it never underflows to a
+    misleading 0 before the caller compares it with delta.
     """
-    if not scale > 0 or not math.isfinite(scale):
-        raise ValueError(f"discrete Laplace scale must be positive and finite, got {scale}")
-    a = math.exp(-1.0 / scale)
-    if a == 0.0:  # scale so small that every draw is 0
-        return np.zeros(size, dtype=np.int64)
-    signed = rng.random(size) * 2.0 - 1.0
-    tail = np.minimum(np.abs(signed), 1.0 - 2.0**-53)
-    magnitude = np.floor((np.log1p(-tail) + math.log((1.0 + a) / 2.0)) / math.log(a))
-    magnitude = magnitude.astype(np.int64)
-    return np.where(signed < 0, -magnitude, magnitude)
+    eps = noise_epsilon(epsilon)
+    return math.exp(-k * eps - math.log1p(math.exp(-eps)))
+
+
+# -- exact Bernoulli(exp(-gamma)) ------------------------------------------------------------
+
+def _bernoulli_exp_unit(rng: np.random.Generator, num: np.ndarray, den: int) -> np.ndarray:
+    """Bernoulli(exp(-num/den)) per entry, 0 <= num <= den (CKS Algorithm 1, vectorised).
+
+    K = 1; while Bernoulli(gamma / K): K += 1; return K odd. Bernoulli(num / (den K)) is
+    ``uniform{0..den K - 1} < num``, exact in integers. Every entry still running in round K
+    has the same K, so each round is one bounded-integer draw.
+    """
+    num = np.asarray(num, dtype=np.int64)
+    result = np.zeros(num.size, dtype=bool)
+    active = np.arange(num.size)
+    k = 1
+    while active.size:
+        if den * k >= INT64_SAFE:  # never in practice: P(K > 2^29) is below 1 / (2^29)!
+            for i in active:
+                result[i] = _scalar_bernoulli_exp_unit(rng, int(num[i]), den, k)
+            break
+        success = rng.integers(0, den * k, active.size) < num[active]
+        result[active[~success]] = k % 2 == 1
+        active = active[success]
+        k += 1
+    return result
+
+
+def _uniform_below(rng: np.random.Generator, n: int) -> int:
+    """Exact uniform integer in [0, n) for any positive Python int (rejection on raw bits)."""
+    if n <= INT64_SAFE:
+        return int(rng.integers(0, n))
+    bits = n.bit_length()
+    while True:
+        value = int.from_bytes(rng.bytes((bits + 7) // 8), "little") & ((1 << bits) - 1)
+        if value < n:
+            return value
+
+
+def _scalar_bernoulli_exp_unit(rng: np.random.Generator, num: int, den: int, k: int = 1) -> bool:
+    """Bernoulli(exp(-num/den)) for one rational in [0, 1], continuing from counter ``k``."""
+    while _uniform_below(rng, den * k) < num:
+        k += 1
+    return k % 2 == 1
+
+
+def bernoulli_exp(rng: np.random.Generator, gamma: Fraction) -> bool:
+    """Exact Bernoulli(exp(-gamma)) for a rational gamma >= 0 (CKS: whole part, then fraction)."""
+    if gamma < 0:
+        raise ValueError("gamma must be >= 0")
+    whole = math.floor(gamma)
+    for _ in range(whole):
+        if not _scalar_bernoulli_exp_unit(rng, 1, 1):
+            return False
+    rest = gamma - whole
+    return _scalar_bernoulli_exp_unit(rng, rest.numerator, rest.denominator)
+
+
+# -- discrete Laplace --------------------------------------------------------------------------
+
+def _count_exp1_successes(rng: np.random.Generator, n: int) -> np.ndarray:
+    """Per entry, the number of Bernoulli(exp(-1)) successes before the first failure."""
+    count = np.zeros(n, dtype=np.int64)
+    active = np.arange(n)
+    while active.size:
+        hit = _bernoulli_exp_unit(rng, np.ones(active.size, dtype=np.int64), 1)
+        active = active[hit]
+        count[active] += 1
+    return count
+
+
+def discrete_laplace(
+    rng: np.random.Generator, epsilon: float, size: int | tuple[int, ...]
+) -> np.ndarray:
+    """Integer noise with P(Z = k) ∝ exp(-eps' |k|), exactly (CKS Algorithm 2, vectorised).
+
+    With eps' = s / t: U ~ uniform{0..t-1}, accept with Bernoulli(exp(-U/t)); V = successes of
+    Bernoulli(exp(-1)); Y = floor((U + t V) / s); a fair sign B; reject (B = 1, Y = 0);
+    return (1 - 2B) Y. Unbounded support, symmetric, no floating point.
+    """
+    eps = noise_fraction(epsilon)
+    s, t = eps.numerator, eps.denominator
+    shape = (size,) if isinstance(size, (int, np.integer)) else tuple(size)
+    n = int(np.prod(shape))
+    out = np.zeros(n, dtype=np.int64)
+    todo = np.arange(n)
+    while todo.size:
+        u = rng.integers(0, t, todo.size)
+        accepted = _bernoulli_exp_unit(rng, u, t)
+        idx, u = todo[accepted], u[accepted]
+        v = _count_exp1_successes(rng, idx.size)
+        if v.size and int(v.max()) >= (INT64_SAFE // t) - 1:  # astronomically rare: big ints
+            y = np.array([(int(a) + t * int(b)) // s for a, b in zip(u, v, strict=True)],
+                         dtype=object)
+        else:
+            y = (u + t * v) // s
+        negative = rng.integers(0, 2, idx.size).astype(bool)
+        keep = ~(negative & (y == 0))
+        out[idx[keep]] = np.where(negative[keep], -y[keep], y[keep]).astype(np.int64)
+        todo = np.concatenate([todo[~accepted], idx[~keep]])
+    return out.reshape(shape)
 
 
 def discrete_laplace_by_geometrics(
-    rng: np.random.Generator, scale: float, size: int | tuple[int, ...]
+    rng: np.random.Generator, epsilon: float, size: int | tuple[int, ...]
 ) -> np.ndarray:
-    """The textbook construction (difference of two geometric draws), kept as a reference."""
-    p = -math.expm1(-1.0 / scale)
+    """The textbook construction (difference of two geometric draws), a test reference only."""
+    p = -math.expm1(-noise_epsilon(epsilon))
     return rng.geometric(p, size=size).astype(np.int64) - rng.geometric(p, size=size)
 
 
-def discrete_laplace_tail(scale: float, k: int) -> float:
-    """P(Z >= k) for the discrete Laplace above, k >= 1: exp(-k/scale) / (1 + exp(-1/scale))."""
-    return math.exp(-k / scale) / (1.0 + math.exp(-1.0 / scale))
-
+# -- exponential mechanism -------------------------------------------------------------------
 
 def exponential_mechanism(
-    rng: np.random.Generator, scores: np.ndarray, epsilon: float, sensitivity: float
+    rng: np.random.Generator, scores: np.ndarray, epsilon: float, sensitivity: float,
+    monotone: bool = False,
 ) -> int:
-    """Index drawn with probability proportional to exp(eps * score / (2 * sensitivity)).
+    """Index i drawn with probability ∝ exp(eps' * score_i / (c * sensitivity)), exactly.
 
-    Gumbel-max: argmax(logit + Gumbel noise) has exactly the softmax law and never overflows.
+    c = 2 in general, c = 1 when the score is monotone (adding a row never lowers any score).
+    Proposals are uniform; candidate i is accepted with Bernoulli(exp(-gamma_i)),
+    gamma_i = eps' (top - score_i) / (c sensitivity) >= 0, computed on the exact rational
+    values of the float scores, so the accepted index has exactly the stated law.
     """
-    scores = np.asarray(scores, dtype=np.float64)
-    if scores.size == 0:
+    values = np.asarray(scores, dtype=np.float64)
+    if values.size == 0:
         raise ValueError("exponential mechanism needs at least one candidate")
-    logits = epsilon * scores / (2.0 * sensitivity)
-    return int(np.argmax(logits + rng.gumbel(size=scores.size)))
+    if not np.isfinite(values).all():
+        raise ValueError("exponential mechanism scores must be finite")
+    scale = noise_fraction(epsilon) / (Fraction(sensitivity) * (1 if monotone else 2))
+    top = Fraction(float(values.max()))
+    gammas = [scale * (top - Fraction(float(v))) for v in values]
+    while True:
+        i = int(rng.integers(0, values.size))
+        if bernoulli_exp(rng, gammas[i]):
+            return i
 
 
 def selection_probabilities(
-    scores: np.ndarray, epsilon: float, sensitivity: float
+    scores: np.ndarray, epsilon: float, sensitivity: float, monotone: bool = False
 ) -> np.ndarray:
     """The exponential mechanism's probabilities, computed with log-sum-exp (for reports)."""
-    logits = epsilon * np.asarray(scores, dtype=np.float64) / (2.0 * sensitivity)
+    c = 1.0 if monotone else 2.0
+    logits = noise_epsilon(epsilon) * np.asarray(scores, dtype=np.float64) / (c * sensitivity)
     logits -= logits.max()
     weights = np.exp(logits)
     return weights / weights.sum()
+
+
+# -- exact binomial of threshold passes among zero counts -------------------------------------
+
+def _widened(value: Decimal, prec: int) -> tuple[Decimal, Decimal]:
+    """[value (1 - 10^-prec) - 10^-prec, value (1 + 10^-prec) + 10^-prec], in either sign."""
+    half = abs(value).scaleb(-prec) + Decimal(1).scaleb(-prec)
+    return value - half, value + half
+
+
+def _log_miss(epsilon: Fraction, threshold: int, work: Context) -> Decimal:
+    """ln(1 - p), p = P(Z >= threshold) = x^thr / (1 + x), x = exp(-eps'), at ``work`` precision.
+
+    Every operation is correctly rounded at ``work.prec`` digits and touches numbers of size at
+    most 2, so the absolute error stays below 100 * 10^-work.prec.
+    """
+    eps = work.divide(Decimal(epsilon.numerator), Decimal(epsilon.denominator))
+    x = work.exp(work.minus(eps))
+    p = work.divide(work.exp(work.minus(work.multiply(eps, threshold))), work.add(1, x))
+    return work.ln(work.subtract(1, p))
+
+
+def _geometric_failures(rng: np.random.Generator, epsilon: Fraction, threshold: int,
+                        digits: int) -> int:
+    """Failures before the first pass: floor(ln U / ln(1 - p)) for a lazily refined uniform U.
+
+    U lies in [a / 2^m, (a + 1) / 2^m). Working at W = prec + 2 digits + 20 digits keeps every
+    absolute rounding error below 10^-(prec + digits + 15) while |ln(1 - p)| >= p >= 10^-digits
+    (``digits`` bounds -log10 p), so widening each quantity by a relative 10^-prec encloses the
+    true value. The floor is returned once the quotient's interval holds a single integer;
+    otherwise more bits of U and more digits are drawn. Terminates with probability 1; never
+    rounds the result.
+    """
+    bits, prec = 64 + 4 * digits, 40 + 2 * digits
+    a = _uniform_below(rng, 1 << bits)
+    while True:
+        work = Context(prec=prec + 2 * digits + 20)
+        miss_low, miss_high = _widened(_log_miss(epsilon, threshold, work), prec)  # both < 0
+        if a > 0:
+            scale = Decimal(1 << bits)
+            ln_low = _widened(work.ln(work.divide(Decimal(a), scale)), prec)[0]
+            ln_high = min(Decimal(0), _widened(work.ln(work.divide(Decimal(a + 1), scale)),
+                                               prec)[1])
+            # both logarithms <= 0: the quotient is smallest for the largest ln U and |ln(1-p)|
+            q_low = _widened(work.divide(ln_high, miss_low), prec)[0]
+            q_high = _widened(work.divide(ln_low, miss_high), prec)[1]
+            if math.floor(max(q_low, Decimal(0))) == math.floor(q_high):
+                return math.floor(q_high)
+        a = (a << 32) | _uniform_below(rng, 1 << 32)
+        bits += 32
+        prec += 10
+
+
+def tail_binomial(rng: np.random.Generator, trials: int, epsilon: float, threshold: int) -> int:
+    """Exact Binomial(trials, P(Z >= threshold)) for Z ~ ``discrete_laplace(epsilon)``.
+
+    Counts how many of ``trials`` zero counts would pass the threshold test, by geometric skips
+    between passes (trials may be 2^216). Expected cost: one skip per pass plus one.
+    """
+    if trials <= 0:
+        return 0
+    if threshold <= 0:
+        raise ValueError("tail_binomial needs a threshold >= 1")
+    eps = noise_fraction(epsilon)
+    digits = len(str(trials)) + int(threshold * float(eps) / math.log(10)) + 1
+    position, passes = 0, 0
+    while True:
+        position += _geometric_failures(rng, eps, threshold, digits) + 1
+        if position > trials:
+            return passes
+        passes += 1

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -53,23 +53,38 @@ class ReleasePlan:
         return float(getattr(self.params, "eps_candidates", 0.0) or 0.0)
 
 
+@dataclass(frozen=True)
+class PublicFacts:
+    """What a plan may depend on besides the request: fixed by the dataset config, never read
+    from the data (so no threshold or parameter can move with the table)."""
+
+    public_domain: bool = False
+    n_numeric: int = 0
+    max_rows: int | None = None
+
+    @classmethod
+    def of(cls, config: DatasetConfig) -> PublicFacts:
+        return cls(public_domain=config.informative_domain is not None,
+                   n_numeric=numeric_predictors(config), max_rows=config.privacy.max_rows)
+
+
 def plan_release(
-    mechanism: str, params: dict[str, Any] | None, n_rows: int, n_nodes: int,
-    seed: int | None = None, public_domain: bool = False, n_numeric: int = 0,
+    mechanism: str, params: dict[str, Any] | None, n_nodes: int, seed: int | None = None,
+    facts: PublicFacts | None = None,
 ) -> ReleasePlan:
     """Validate parameters, state the guarantee and charge the steps to a fresh accountant.
 
     Raises ``ParameterError`` before anything random exists if a parameter is wrong.
-    ``public_domain`` says whether the informative domain comes from the config (not the data);
-    mechanisms whose guarantee depends on it read it from here, never from user parameters.
+    Mechanisms whose guarantee depends on a public fact (a declared informative domain, the
+    number of numeric predictors, a declared bound on the rows) read it from ``facts``, never
+    from user parameters and never from the data.
     """
     impl = get_mechanism(mechanism)
     raw = dict(params or {})
-    if "public_domain" in impl.Params.model_fields:
-        raw["public_domain"] = public_domain
-    if "n_numeric" in impl.Params.model_fields:
-        raw["n_numeric"] = n_numeric
-    parsed = impl.parse_params(raw, n_rows)
+    for name, value in asdict(facts or PublicFacts()).items():
+        if name in impl.Params.model_fields:
+            raw[name] = value
+    parsed = impl.parse_params(raw)
     guarantee = impl.guarantee(parsed)
     steps = impl.budget_steps(parsed)
     accountant = PrivacyAccountant(guarantee.epsilon or 0.0, guarantee.delta or 0.0)
@@ -134,7 +149,8 @@ def select_node(plan: ReleasePlan, summaries: Sequence[NodeSummary]) -> tuple[in
     """Pick the node to release; returns its index and each candidate's selection probability.
 
     ``exponential``: exponential mechanism over u = 3 - IL (sensitivity 3). ``minimum_loss``:
-    the feasible candidate of least IL (not private: a syntactic model). ``fixed``: the one node.
+    the feasible candidate of least IL (not private: a syntactic model). ``fixed`` mechanisms
+    are never scored (``fixed_index``): their one draw is the release.
     """
     ordered = sorted(summaries, key=lambda s: s.index)
     selection = get_mechanism(plan.mechanism).selection
@@ -149,6 +165,18 @@ def select_node(plan: ReleasePlan, summaries: Sequence[NodeSummary]) -> tuple[in
     chosen = exponential_mechanism(rng, utility, plan.selection_epsilon, SELECTION_SENSITIVITY)
     probs = selection_probabilities(utility, plan.selection_epsilon, SELECTION_SENSITIVITY)
     return ordered[chosen].index, probs
+
+
+def fixed_index(context: ReleaseContext, plan: ReleasePlan) -> int | None:
+    """The node of a ``fixed``-selection mechanism (chosen from public facts), else None.
+
+    Such a node is not perturbed for scoring: the one noisy draw is what is released, and its
+    summary is computed from that same draw (two draws would be two releases for one price).
+    """
+    impl = get_mechanism(plan.mechanism)
+    if impl.selection != "fixed":
+        return None
+    return context.lattice.index(impl.fixed_node(context, plan.params))
 
 
 def materialize(context: ReleaseContext, plan: ReleasePlan, index: int) -> ReleasedCells:
@@ -204,6 +232,7 @@ class MaterializedRelease:
     il: ILParts | None
     row_bounds: tuple[int, int]
     details: dict[str, Any] = field(default_factory=dict)
+    summary: NodeSummary | None = None
 
 
 def materialize_table(context: ReleaseContext, plan: ReleasePlan, index: int) -> MaterializedRelease:
@@ -216,6 +245,7 @@ def materialize_table(context: ReleaseContext, plan: ReleasePlan, index: int) ->
         table=cells_to_table(context, node, cells, plan.shuffle_seed),
         il=information_loss(cells),
         row_bounds=impl.row_bounds(plan.params, cells),
+        summary=summarize(index, node, cells),
     )
 
 
@@ -268,33 +298,20 @@ def release_from_counts(
     batch_size: int = 32,
     workers: int = 1,
     progress: Progress | None = None,
+    facts: PublicFacts | None = None,
 ) -> Release:
     """Run every stage on an aggregated table (see ``release``)."""
     context = ReleaseContext.from_counts(counts)
-    plan = plan_release(mechanism, params, counts.n_rows, len(context.lattice), seed,
-                        counts.public_domain)
-    batches = node_batches(context, batch_size, plan)
-    summaries: list[NodeSummary] = []
-    total = sum(len(b) for b in batches)
-    if get_mechanism(plan.mechanism).selection == "minimum_loss":
-        batches, summaries = [], search_minimum_loss(context, plan)
-
-    def run(batch: list[Node]) -> list[NodeSummary]:
-        return score_nodes(context, plan, batch)
-
-    if workers > 1:
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            for result in pool.map(run, batches):
-                summaries.extend(result)
-                if progress:
-                    progress(len(summaries), total)
+    facts = facts or PublicFacts(public_domain=counts.public_domain)
+    plan = plan_release(mechanism, params, len(context.lattice), seed, facts)
+    index = fixed_index(context, plan)
+    if index is not None:
+        chosen = materialize_table(context, plan, index)
+        summaries, probabilities = [chosen.summary], np.array([1.0])
     else:
-        for batch in batches:
-            summaries.extend(run(batch))
-            if progress:
-                progress(len(summaries), total)
-    index, probabilities = select_node(plan, summaries)
-    chosen = materialize_table(context, plan, index)
+        summaries = _score_all(context, plan, batch_size, workers, progress)
+        index, probabilities = select_node(plan, summaries)
+        chosen = materialize_table(context, plan, index)
     return Release(
         table=chosen.table,
         mechanism=plan.mechanism,
@@ -309,6 +326,33 @@ def release_from_counts(
         input_rows=counts.n_rows,
         released_il=chosen.il,
     )
+
+
+def _score_all(context: ReleaseContext, plan: ReleasePlan, batch_size: int, workers: int,
+               progress: Progress | None) -> list[NodeSummary]:
+    """Every candidate's summary, in batches (on a thread pool when ``workers`` > 1)."""
+    if get_mechanism(plan.mechanism).selection == "minimum_loss":
+        return search_minimum_loss(context, plan)
+    batches = node_batches(context, batch_size, plan)
+    total = sum(len(b) for b in batches)
+    summaries: list[NodeSummary] = []
+
+    def run(batch: list[Node]) -> list[NodeSummary]:
+        return score_nodes(context, plan, batch)
+
+    if workers > 1:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            results = pool.map(run, batches)
+            for result in results:
+                summaries.extend(result)
+                if progress:
+                    progress(len(summaries), total)
+        return summaries
+    for batch in batches:
+        summaries.extend(run(batch))
+        if progress:
+            progress(len(summaries), total)
+    return summaries
 
 
 def numeric_predictors(config: DatasetConfig) -> int:
@@ -362,10 +406,10 @@ def release(
     merged.update(params or {})
     # Parameters are checked before the table is touched, so bad parameters never cost a pass.
     check_fits(config, name)
-    get_mechanism(name).parse_params(merged, max(len(table), 1))
+    facts = PublicFacts.of(config)
+    plan_release(name, merged, 0, seed, facts)
     if not uses_lattice(name):
-        plan = plan_release(name, merged, len(table), 0, seed, config.informative_domain is not None,
-                            numeric_predictors(config))
+        plan = plan_release(name, merged, 0, seed, facts)
         chosen = release_without_lattice(table, config, plan, key)
         return Release(
             table=chosen.table, mechanism=plan.mechanism, params=plan.params.model_dump(),
@@ -376,4 +420,4 @@ def release(
             details=chosen.details,
         )
     counts = aggregate(table, config)
-    return release_from_counts(counts, name, merged, seed, batch_size, workers, progress)
+    return release_from_counts(counts, name, merged, seed, batch_size, workers, progress, facts)

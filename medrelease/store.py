@@ -20,12 +20,51 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from medrelease.errors import MedreleaseError
 
 SAFE_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 PARTIAL_PREFIX = ".partial-"
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+PLAIN_NUMBER = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
+CSV_TEXT_SAFETY = (
+    "text cells that start with =, +, -, @, a tab or a carriage return are prefixed with a "
+    "single quote (OWASP CSV-injection guidance), unless they are plain numbers; the Parquet "
+    "file keeps every value raw")
+
+
+def _neutral(value: object) -> object:
+    text = value if isinstance(value, str) else None
+    if text and text.startswith(FORMULA_START) and not PLAIN_NUMBER.match(text):
+        return "'" + text
+    return value
+
+
+def neutralise_formulas(table: pd.DataFrame) -> pd.DataFrame:
+    """A copy safe to open in a spreadsheet: formula-like text cells made inert.
+
+    Works on distinct values (categories, or factorized text), so the cost follows the
+    number of distinct values, not rows.
+    """
+    out = {}
+    for name in table.columns:
+        column = table[name]
+        if isinstance(column.dtype, pd.CategoricalDtype):
+            out[name] = column.cat.rename_categories(
+                [_neutral(c) for c in column.cat.categories]) if any(
+                _neutral(c) is not c for c in column.cat.categories) else column
+        elif column.dtype == object or pd.api.types.is_string_dtype(column.dtype):
+            codes, uniques = pd.factorize(column, use_na_sentinel=True)
+            safe = [_neutral(u) for u in uniques]
+            if any(a is not b for a, b in zip(safe, uniques, strict=True)):
+                values = np.asarray([*safe, None], dtype=object)
+                column = pd.Series(values[codes], index=column.index, name=name)
+            out[name] = column
+        else:
+            out[name] = column
+    return pd.DataFrame(out, index=table.index)
 
 
 class StoreError(MedreleaseError):
@@ -56,15 +95,42 @@ class PublishedRelease:
         return self.path / "manifest.json"
 
 
-class ReleaseStore:
-    """A local folder of releases."""
+TEST_PREFIX = "TEST-"
+DATA_FILES = ("data.parquet", "data.csv")
 
-    def __init__(self, root: str | Path) -> None:
+
+def data_file_names(test: bool) -> tuple[str, str]:
+    """(Parquet, CSV) names: a TEST release's files say so at a glance."""
+    return tuple(f"{TEST_PREFIX}{name}" if test else name for name in DATA_FILES)
+
+
+def find_data_file(folder: Path, suffix: str = ".parquet") -> Path:
+    """A release folder's data file (``data.*`` or ``TEST-data.*``)."""
+    for name in (f"data{suffix}", f"{TEST_PREFIX}data{suffix}"):
+        if (folder / name).is_file():
+            return folder / name
+    raise StoreError(f"{folder} holds no data{suffix} file")
+
+
+class ReleaseStore:
+    """A local folder of releases: the publishable store, or (``test=True``) the test store.
+
+    The two are separate folders; the publish path for real releases never reads or writes
+    the test store. TEST releases carry ``TEST-`` in their id and data file names.
+    """
+
+    def __init__(self, root: str | Path, test: bool = False) -> None:
         self.root = Path(root).resolve()
+        self.test = test
 
     def new_release_id(self, mechanism: str) -> str:
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-        return f"{stamp}-{mechanism}-{uuid.uuid4().hex[:8]}"
+        prefix = TEST_PREFIX if self.test else ""
+        return f"{prefix}{stamp}-{mechanism}-{uuid.uuid4().hex[:8]}"
+
+    @property
+    def data_files(self) -> tuple[str, str]:
+        return data_file_names(self.test)
 
     def release_dir(self, dataset: str, release_id: str, destination: str | None = None) -> Path:
         parent = self._parent(dataset, destination)
@@ -104,8 +170,9 @@ class ReleaseStore:
         partial = parent / f"{PARTIAL_PREFIX}{release_id}-{uuid.uuid4().hex[:6]}"
         try:
             partial.mkdir()
-            table.to_parquet(partial / "data.parquet", index=False)
-            table.to_csv(partial / "data.csv", index=False)
+            parquet, csv = self.data_files
+            table.to_parquet(partial / parquet, index=False)
+            neutralise_formulas(table).to_csv(partial / csv, index=False)
             for name, text in (extra_files or {}).items():
                 (partial / safe_relative(name, "file name")).write_text(text, encoding="utf-8")
             # The manifest is written last: its presence means the data files are complete.
@@ -136,6 +203,72 @@ class ReleaseStore:
         pattern = f"{dataset}/*/manifest.json" if dataset else "**/manifest.json"
         found = [p.parent for p in self.root.glob(pattern) if PARTIAL_PREFIX not in str(p)]
         return sorted(found, key=lambda p: p.name)
+
+
+class StewardRecords:
+    """Per-release evidence that is never published, kept apart from both release stores.
+
+    ``<root>/<dataset>/<release_id>/record.json`` holds what was computed from the raw input
+    (input path, hash and row count, information loss, selection, full output checks, flow-run
+    and ledger ids); ``candidates.csv`` and ``checks.json`` sit beside it, and the evaluation
+    report goes into ``evaluation/``. Written atomically like releases.
+    """
+
+    RECORD = "record.json"
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root).resolve()
+
+    def folder(self, dataset: str, release_id: str) -> Path:
+        return self.root / safe_relative(dataset, "dataset name") / safe_relative(
+            release_id, "release id")
+
+    def write(self, dataset: str, release_id: str, record: dict[str, Any],
+              files: dict[str, str] | None = None) -> Path:
+        """Create the record folder atomically (record.json written last)."""
+        final = self.folder(dataset, release_id)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        partial = final.parent / f"{PARTIAL_PREFIX}{release_id}-{uuid.uuid4().hex[:6]}"
+        try:
+            partial.mkdir()
+            for name, text in (files or {}).items():
+                (partial / safe_relative(name, "file name")).write_text(text, encoding="utf-8")
+            _write_json(partial / self.RECORD, record)
+            os.rename(partial, final)
+        except OSError as exc:
+            shutil.rmtree(partial, ignore_errors=True)
+            raise StoreError(f"could not write the steward record of {release_id}: "
+                             f"{exc.strerror or exc}; nothing was published") from exc
+        return final
+
+    def update(self, dataset: str, release_id: str, **changes: Any) -> dict[str, Any]:
+        """Rewrite record.json with ``changes`` applied (atomic replace)."""
+        path = self.folder(dataset, release_id) / self.RECORD
+        record = {**json.loads(path.read_text(encoding="utf-8")), **changes}
+        tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:6]}")
+        _write_json(tmp, record)
+        os.replace(tmp, path)
+        return record
+
+    def read(self, dataset: str, release_id: str) -> dict[str, Any]:
+        path = self.folder(dataset, release_id) / self.RECORD
+        if not path.is_file():
+            raise StoreError(f"no steward record for release {release_id} of {dataset} under "
+                             f"{self.root}")
+        return json.loads(path.read_text(encoding="utf-8"))
+
+    def records(self, dataset: str | None = None) -> list[dict[str, Any]]:
+        """Every record (of one dataset), oldest first."""
+        pattern = f"{dataset}/*/{self.RECORD}" if dataset else f"*/*/{self.RECORD}"
+        found = [p for p in self.root.glob(pattern) if PARTIAL_PREFIX not in str(p)]
+        return [json.loads(p.read_text(encoding="utf-8"))
+                for p in sorted(found, key=lambda p: p.parent.name)]
+
+    def for_release(self, release_folder: str | Path) -> dict[str, Any]:
+        """The record of a published (or test) release folder, found via its public manifest."""
+        manifest = json.loads((Path(release_folder) / "manifest.json").read_text(
+            encoding="utf-8"))
+        return self.read(manifest["dataset"], manifest["release_id"])
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:

@@ -1,7 +1,8 @@
-"""The release manifest: what was released, how, at what privacy cost, from which input.
+"""The public manifest and the steward record, validated before they are written.
 
-A pydantic model so it is validated before it is written; ``manifest.schema.json`` beside this
-file is its JSON Schema (regenerate with ``python -m schemas.manifest``).
+``PublicManifest`` has exactly the fields of ``medrelease.publication.PUBLISHED`` (a test checks
+that the two never drift); ``manifest.schema.json`` beside this file is its JSON Schema
+(regenerate with ``python -m schemas.manifest``). ``StewardRecord`` is what stays internal.
 """
 
 from __future__ import annotations
@@ -32,44 +33,83 @@ class BudgetStepRecord(BaseModel):
     description: str = ""
 
 
-class Manifest(BaseModel):
+class LifetimeRecord(BaseModel):
+    source: str
+    epsilon_spent: float
+    delta_spent: float
+    epsilon_cap: float
+    delta_cap: float
+    void: bool
+    void_reason: str | None
+    statement: str
+
+
+class ChecksRecord(BaseModel):
+    passed: bool
+    checks: list[str]
+
+
+class PublicManifest(BaseModel):
+    """What researchers receive with the data (see docs/PRIVACY.md, "What is published")."""
+
     model_config = ConfigDict(extra="forbid")
 
-    release_id: str
+    release_id: str = Field(pattern=r"^(TEST-)?\d{8}T\d{6}Z-[a-z0-9-]+-[0-9a-f]{8}$")
+    created_at: str = Field(pattern=r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\+00:00$")
+    test_release: bool
     dataset: str
-    created_at: str
+    source: str
     package_version: str
-    flow_run_id: str | None
-    input_file: str
-    input_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
-    dataset_config: dict[str, Any]
     mechanism: str
     parameters: dict[str, Any]
     guarantee: GuaranteeRecord
     budget_steps: list[BudgetStepRecord]
     epsilon_spent: float
     delta_spent: float
-    ledger_spend_id: str
+    lifetime: LifetimeRecord
     seed_policy: str
-    for_publication: bool
+    columns: dict[str, dict[str, Any]]
+    checks: ChecksRecord
+    files: list[str]
+    text_safety: dict[str, str]
     chosen_node: dict[str, int]
     chosen_node_height: int
-    input_rows: int
-    released_rows: int
-    information_loss: dict[str, float]
-    risk: dict[str, float | int]
     mechanism_details: dict[str, Any] = Field(
         default_factory=dict,
         description="the mechanism's own released summary (diffgen: final cut, set-valued splits)")
-    checks_passed: bool
-    files: list[str]
+    released_rows: int
+    risk: dict[str, float | int]
+
+
+class StewardRecord(BaseModel):
+    """Never published: everything about the release that was computed from the raw input."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    release_id: str
+    dataset: str
+    test_release: bool
+    status: str
+    published_path: str | None = None
+    error: str | None = None
+    flow_run_id: str | None
+    ledger_spend_id: str
+    input_file: str
+    input_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    input_rows: int
+    dataset_config: dict[str, Any]
+    information_loss: dict[str, float]
+    selection: dict[str, Any]
+    output_checks: dict[str, Any]
+    lifetime_cap_note: str | None = None
+    declared_rows_check: str | None = None
 
 
 SCHEMA_PATH = Path(__file__).with_name("manifest.schema.json")
 
 
 def write_json_schema() -> None:
-    SCHEMA_PATH.write_text(json.dumps(Manifest.model_json_schema(), indent=2) + "\n")
+    SCHEMA_PATH.write_text(json.dumps(PublicManifest.model_json_schema(), indent=2) + "\n")
 
 
 if __name__ == "__main__":

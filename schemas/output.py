@@ -1,7 +1,8 @@
 """Output checks: a Great Expectations suite built for the release at hand.
 
 The suite's value sets depend on the chosen lattice node, so it is built per release from
-``OutputExpectations`` and its JSON is kept with the release (``checks.json``). Checks:
+``OutputExpectations``; its JSON and results go to the steward record (``checks.json``), and the
+public manifest lists the checks in words that name no input-derived value. Checks:
 * the table's columns are exactly the declared released columns (nothing undeclared leaks);
 * every dimension value is a label of the chosen node's level, or ``*``;
 * informative values lie within the input's domain;
@@ -31,6 +32,26 @@ class OutputExpectations:
     min_rows: int
     max_rows: int
     fully_suppressed_levels: dict[str, bool] = field(default_factory=dict)
+    public_domain: bool = False
+
+    def public_phrasing(self) -> list[str]:
+        """The checks in words that name no value computed from the input (for the manifest).
+
+        The value sets and the row bound themselves stay in the steward record: they come from
+        true counts and, without a declared domain, from the input's informative values.
+        """
+        lines = [f"the columns are exactly: {', '.join(self.columns)}"]
+        if self.dimension_labels:
+            lines += ["every dimension value is a label of its taxonomy at the chosen node's "
+                      "level, or '*'; none is missing",
+                      "a row that is '*' on a dimension not generalized to '*' is '*' on every "
+                      "dimension (suppressed rows)"]
+        if self.informative_domain:
+            where = ("the declared public domain" if self.public_domain
+                     else "the values the input holds")
+            lines.append(f"every informative value lies in {where}")
+        lines.append("the number of rows lies within the bound the mechanism implies")
+        return lines
 
 
 @dataclass(frozen=True)
@@ -38,6 +59,7 @@ class CheckReport:
     success: bool
     results: list[dict[str, Any]]
     suite: dict[str, Any]
+    public: list[str] = field(default_factory=list)
 
     def failures(self) -> list[dict[str, Any]]:
         return [r for r in self.results if not r["success"]]
@@ -91,7 +113,8 @@ def check_release(table: pd.DataFrame, expect: OutputExpectations) -> CheckRepor
     ]
     results.append(_suppressed_rows_all_star(frame, expect))
     suite_json = suite.to_json_dict()
-    return CheckReport(all(r["success"] for r in results), results, suite_json)
+    return CheckReport(all(r["success"] for r in results), results, suite_json,
+                       expect.public_phrasing())
 
 
 def _unexpected(result: dict[str, Any]) -> Any:

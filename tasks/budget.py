@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from prefect import get_run_logger, task
 from prefect.artifacts import create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
 from medrelease.config import DatasetConfig
-from medrelease.ledger import Ledger
+from medrelease.ledger import BudgetState, Ledger, SpendRequest
 from medrelease.mechanisms import check_fits
-from medrelease.release import ReleasePlan, numeric_predictors, plan_release
+from medrelease.release import PublicFacts, ReleasePlan, plan_release
 
 
 def artifact_key(dataset: str, what: str) -> str:
@@ -23,30 +24,43 @@ def lattice_size(config: DatasetConfig) -> int:
     return math.prod(config.taxonomies[c].height + 1 for c in config.dimensions)
 
 
+@dataclass(frozen=True)
+class Charge:
+    """A reservation in the ledger and the source's budget right after it."""
+
+    spend_id: str
+    lifetime: BudgetState
+
+
 @task(name="plan-release", cache_policy=NO_CACHE)
-def plan(config: DatasetConfig, mechanism: str, params: dict, n_rows: int,
-         seed: int | None, public_domain: bool) -> ReleasePlan:
-    """Validate parameters and state the guarantee; draws no noise."""
+def plan(config: DatasetConfig, mechanism: str, params: dict, seed: int | None) -> ReleasePlan:
+    """Validate parameters and state the guarantee from public facts only; draws no noise."""
     check_fits(config, mechanism)
-    return plan_release(mechanism, params, n_rows, lattice_size(config), seed, public_domain,
-                        numeric_predictors(config))
+    return plan_release(mechanism, params, lattice_size(config), seed, PublicFacts.of(config))
+
+
+def spend_request(config: DatasetConfig, release_plan: ReleasePlan,
+                  flow_run_id: str | None) -> SpendRequest:
+    guarantee = release_plan.guarantee
+    return SpendRequest(
+        source=config.source_id, dataset=config.name, mechanism=release_plan.mechanism,
+        epsilon=float(guarantee.epsilon or 0.0), delta=float(guarantee.delta or 0.0),
+        lifetime_epsilon=config.privacy.lifetime_epsilon,
+        lifetime_delta=config.privacy.lifetime_delta, dp=guarantee.proven,
+        test=release_plan.random.test_release, input_key=config.input_key,
+        flow_run_id=flow_run_id)
 
 
 @task(name="charge-budget", cache_policy=NO_CACHE)
 def charge_budget(
     config: DatasetConfig, release_plan: ReleasePlan, ledger_path: str, flow_run_id: str | None
-) -> str:
-    """Reserve the release's (eps, delta) in the ledger or refuse; log the spend as an artifact."""
+) -> Charge:
+    """Reserve the release's (eps, delta) against its source, or refuse; log it as an artifact."""
     guarantee = release_plan.guarantee
-    spend_id = Ledger(ledger_path).reserve(
-        dataset=config.name,
-        epsilon=float(guarantee.epsilon or 0.0),
-        delta=float(guarantee.delta or 0.0),
-        mechanism=release_plan.mechanism,
-        lifetime_epsilon=config.privacy.lifetime_epsilon,
-        lifetime_delta=config.privacy.lifetime_delta,
-        flow_run_id=flow_run_id,
-    )
+    ledger = Ledger(ledger_path)
+    spend_id = ledger.reserve(spend_request(config, release_plan, flow_run_id))
+    lifetime = ledger.state(config.source_id, config.privacy.lifetime_epsilon,
+                            config.privacy.lifetime_delta)
     create_table_artifact(
         table=[
             {"step": s.step, "eps": s.epsilon, "delta": s.delta, "mechanism": s.mechanism,
@@ -59,9 +73,13 @@ def charge_budget(
             f"(ledger spend {spend_id}; guarantee: {guarantee.statement()})"
         ),
     )
-    get_run_logger().info("budget reserved: eps=%g delta=%g (spend %s)", guarantee.epsilon or 0,
-                          guarantee.delta or 0, spend_id)
-    return spend_id
+    logger = get_run_logger()
+    logger.info("budget reserved on source %s: eps=%g delta=%g (spend %s)%s",
+                config.source_id, guarantee.epsilon or 0, guarantee.delta or 0, spend_id,
+                " [TEST]" if release_plan.random.test_release else "")
+    if lifetime.cap_note:
+        logger.warning(lifetime.cap_note)
+    return Charge(spend_id, lifetime)
 
 
 @task(name="finalize-spend", cache_policy=NO_CACHE)

@@ -38,6 +38,7 @@ def expectations_for(config: DatasetConfig, context: ReleaseContext | None,
         informative_domain=informative,
         min_rows=chosen.row_bounds[0],
         max_rows=chosen.row_bounds[1],
+        public_domain=context.counts.public_domain,
         fully_suppressed_levels={
             column: chosen.node[i] == context.lattice.taxonomies[i].height
             for i, column in enumerate(context.counts.dimensions)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -15,33 +16,56 @@ from medrelease.errors import InputValidationError
 from medrelease.evaluation import Evaluation, evaluate_release
 from medrelease.io import file_sha256, read_input
 from medrelease.report_html import INTERNAL, write_report
+from medrelease.settings import steward_root
+from medrelease.store import StewardRecords
 from tasks.budget import artifact_key
+
+
+@dataclass(frozen=True)
+class ReleaseUnderEvaluation:
+    """A published (or test) release with its steward record, per-node summaries and input."""
+
+    manifest: dict
+    record: dict
+    config: DatasetConfig
+    frame: pd.DataFrame
+    candidates: pd.DataFrame
+    steward_folder: Path
 
 
 @task(name="load-release-and-input", cache_policy=NO_CACHE)
 def load_release_and_input(release_path: str, input_path: str | None
-                           ) -> tuple[dict, DatasetConfig, pd.DataFrame]:
-    """The manifest, the config it was made with, and the input (checked against its hash)."""
+                           ) -> ReleaseUnderEvaluation:
+    """The manifest, its steward record, the config it was made with, and the input (checked
+    against the hash the steward record keeps)."""
     folder = Path(release_path)
     manifest_file = folder / "manifest.json"
     if not manifest_file.is_file():
         raise InputValidationError(f"{folder} is not a release folder (no manifest.json)")
     manifest = json.loads(manifest_file.read_text(encoding="utf-8"))
-    config = DatasetConfig(**manifest["dataset_config"])
-    source = Path(input_path or manifest["input_file"])
+    records = StewardRecords(steward_root())
+    record = records.for_release(folder)
+    steward_folder = records.folder(manifest["dataset"], manifest["release_id"])
+    config = DatasetConfig(**record["dataset_config"])
+    source = Path(input_path or record["input_file"])
     if not source.is_file():
         raise InputValidationError(f"the release's input {source} is gone; pass --input")
-    if file_sha256(source) != manifest["input_sha256"]:
+    if file_sha256(source) != record["input_sha256"]:
         raise InputValidationError(
             f"{source} is not the file this release was made from (sha256 differs from the "
-            "manifest): evaluating against it would be misleading")
+            "steward record): evaluating against it would be misleading")
+    candidates_file = steward_folder / "candidates.csv"
+    candidates = (pd.read_csv(candidates_file) if candidates_file.is_file()
+                  and candidates_file.stat().st_size > 1 else pd.DataFrame())
     # Same bytes as the release's input, which passed validation then: read, not re-validated.
-    return manifest, config, read_input(config, source)
+    return ReleaseUnderEvaluation(manifest, record, config, read_input(config, source),
+                                  candidates, steward_folder)
 
 
 @task(name="evaluate-release", cache_policy=NO_CACHE)
-def evaluate(release_path: str, config: DatasetConfig, frame: pd.DataFrame) -> Evaluation:
-    evaluation = evaluate_release(release_path, frame, config)
+def evaluate(release_path: str, loaded: ReleaseUnderEvaluation) -> Evaluation:
+    evaluation = evaluate_release(release_path, loaded.frame, loaded.config,
+                                  record=loaded.record, candidates=loaded.candidates)
     get_run_logger().info("evaluated release %s (%s)", evaluation.release_id,
                           evaluation.mechanism)
     return evaluation

@@ -1,4 +1,10 @@
-"""Publish atomically: manifest + data + report into the release store."""
+"""Publish atomically: the public release (data + manifest + report) and the steward record.
+
+Everything the run knows is gathered as one dict of facts; ``medrelease.publication`` splits it
+by its allow-list into the public manifest and the steward record. The steward record is written
+first, then the release folder is renamed into its store (the test store for TEST releases);
+the record then says where the release went (or why it failed).
+"""
 
 from __future__ import annotations
 
@@ -6,6 +12,7 @@ import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
 import pandas as pd
 from prefect import get_run_logger, task
@@ -13,16 +20,23 @@ from prefect.cache_policies import NO_CACHE
 
 from medrelease.config import DatasetConfig
 from medrelease.mechanisms.base import ReleaseContext
+from medrelease.publication import (
+    public_columns,
+    published_file_names,
+    released_figures,
+    render_public_report,
+    split_facts,
+)
 from medrelease.release import MaterializedRelease, ReleasePlan
-from medrelease.risk import risk_report
-from medrelease.store import ReleaseStore
-from schemas.manifest import Manifest
+from medrelease.settings import steward_root, store_root, test_store_root
+from medrelease.store import CSV_TEXT_SAFETY, ReleaseStore, StewardRecords
+from schemas.manifest import PublicManifest, StewardRecord
 from schemas.output import CheckReport
+from tasks.budget import Charge
 from tasks.inputs import InputInfo
-from tasks.report import release_summary_markdown
 
-DATA_FILES = ["data.parquet", "data.csv", "manifest.json", "report.md", "candidates.csv",
-              "checks.json"]
+# Mechanism summaries that are outputs of the mechanism (no raw values, nothing un-noised).
+PUBLIC_DETAILS = ("leaf_partitions", "cut", "set_specializations")
 
 
 def package_version() -> str:
@@ -37,75 +51,120 @@ class PublishResult:
     release_id: str
     path: str
     manifest: dict
+    record: dict
+    test_release: bool
 
 
-def build_manifest(
-    release_id: str, config: DatasetConfig, input_info: InputInfo, release_plan: ReleasePlan,
-    context: ReleaseContext | None, chosen: MaterializedRelease, spend_id: str,
-    flow_run_id: str | None, checks: CheckReport,
-) -> dict:
-    guarantee = release_plan.guarantee
-    steps = [s.as_dict() for s in release_plan.budget_steps]
-    manifest = Manifest(
-        release_id=release_id,
-        dataset=config.name,
-        created_at=datetime.now(UTC).isoformat(timespec="seconds"),
-        package_version=package_version(),
-        flow_run_id=flow_run_id,
-        input_file=input_info.path,
-        input_sha256=input_info.sha256,
-        dataset_config=config.model_dump(mode="json"),
-        mechanism=release_plan.mechanism,
-        parameters=release_plan.params.model_dump(mode="json"),
-        guarantee={**guarantee.as_dict(), "statement": guarantee.statement()},
-        budget_steps=steps,
-        epsilon_spent=sum(s["epsilon"] for s in steps),
-        delta_spent=sum(s["delta"] for s in steps),
-        ledger_spend_id=spend_id,
-        seed_policy=release_plan.random.seed_policy,
-        for_publication=release_plan.random.for_publication,
-        chosen_node=(dict(zip(context.counts.dimensions, map(int, chosen.node), strict=True))
-                     if context is not None else {}),
-        chosen_node_height=int(sum(chosen.node)),
-        input_rows=input_info.rows,
-        released_rows=len(chosen.table),
-        information_loss=({"ncp": chosen.il.ncp, "emd": chosen.il.emd, "rate": chosen.il.rate,
-                           "il": chosen.il.il} if chosen.il is not None else {}),
-        risk=risk_report(chosen.table, config.dimensions + config.set_valued),
-        mechanism_details={k: v for k, v in chosen.details.items() if k in PUBLIC_DETAILS},
-        checks_passed=checks.success,
-        files=DATA_FILES,
-    )
-    return manifest.model_dump(mode="json")
+@dataclass(frozen=True)
+class RunFacts:
+    """What one release run produced, before it is split at the publication boundary."""
+
+    config: DatasetConfig
+    input_info: InputInfo
+    release_plan: ReleasePlan
+    context: ReleaseContext | None
+    chosen: MaterializedRelease
+    charge: Charge
+    checks: CheckReport
+    candidates: pd.DataFrame
+    flow_run_id: str | None
 
 
-# Mechanism summaries that are outputs of the mechanism (no raw values, nothing un-noised).
-PUBLIC_DETAILS = ("leaf_partitions", "cut", "set_specializations")
+def _selection(candidates: pd.DataFrame, chosen_index: int) -> dict[str, Any]:
+    """How the node was chosen (computed from the input: steward only)."""
+    if candidates.empty or "selection_probability" not in candidates:
+        return {"candidates": 0}
+    probs = candidates.set_index("index")["selection_probability"]
+    best = candidates.sort_values(["il", "index"]).iloc[0]
+    return {"candidates": len(candidates), "chosen_index": chosen_index,
+            "chosen_probability": float(probs.get(chosen_index, float("nan"))),
+            "best_il_node_index": int(best["index"]),
+            "best_il_node_probability": float(probs[int(best["index"])]),
+            "uniform_probability": 1.0 / len(candidates),
+            "il_min": float(candidates["il"].min()), "il_max": float(candidates["il"].max())}
+
+
+def _declared_rows_check(config: DatasetConfig, rows: int) -> str | None:
+    bound = config.privacy.max_rows
+    if bound is None:
+        return None
+    where = "within" if rows <= bound else "ABOVE"
+    return f"the input has {rows:,} rows, {where} the declared bound privacy.max_rows={bound:,}"
+
+
+def release_facts(run: RunFacts, release_id: str) -> dict[str, Any]:
+    """Every fact of the run, public and private alike (``split_facts`` sorts them)."""
+    plan, chosen, config = run.release_plan, run.chosen, run.config
+    guarantee = plan.guarantee
+    steps = [s.as_dict() for s in plan.budget_steps]
+    columns = list(chosen.table.columns)
+    dims = [c for c in config.dimensions + config.set_valued if c in columns]
+    node = (dict(zip(run.context.counts.dimensions, map(int, chosen.node), strict=True))
+            if run.context is not None else {})
+    il = chosen.il
+    return {
+        "release_id": release_id,
+        "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "test_release": plan.random.test_release,
+        "dataset": config.name, "source": config.source_id,
+        "package_version": package_version(),
+        "mechanism": plan.mechanism, "parameters": plan.params.model_dump(mode="json"),
+        "guarantee": {**guarantee.as_dict(), "statement": guarantee.statement()},
+        "budget_steps": steps,
+        "epsilon_spent": sum(s["epsilon"] for s in steps),
+        "delta_spent": sum(s["delta"] for s in steps),
+        "lifetime": run.charge.lifetime.public(),
+        "seed_policy": plan.random.seed_policy,
+        "columns": public_columns(config, columns),
+        "checks": {"passed": run.checks.success, "checks": run.checks.public},
+        "files": published_file_names(plan.random.test_release),
+        "text_safety": {"csv": CSV_TEXT_SAFETY, "parquet": "raw values"},
+        "chosen_node": node, "chosen_node_height": int(sum(chosen.node)),
+        "mechanism_details": {k: v for k, v in chosen.details.items() if k in PUBLIC_DETAILS},
+        **released_figures(chosen.table, dims),
+        "flow_run_id": run.flow_run_id, "ledger_spend_id": run.charge.spend_id,
+        "input_file": run.input_info.path, "input_sha256": run.input_info.sha256,
+        "input_rows": run.input_info.rows,
+        "dataset_config": config.model_dump(mode="json"),
+        "information_loss": ({"ncp": il.ncp, "emd": il.emd, "rate": il.rate, "il": il.il}
+                             if il is not None else {}),
+        "selection": _selection(run.candidates, chosen.index),
+        "output_checks": {"success": run.checks.success, "results": run.checks.results},
+        "lifetime_cap_note": run.charge.lifetime.cap_note,
+        "declared_rows_check": _declared_rows_check(config, run.input_info.rows),
+    }
+
+
+def _steward_files(run: RunFacts) -> dict[str, str]:
+    return {"candidates.csv": run.candidates.to_csv(index=False),
+            "checks.json": json.dumps({"success": run.checks.success,
+                                       "results": run.checks.results,
+                                       "suite": run.checks.suite}, indent=2, default=str)}
 
 
 @task(name="publish-release", cache_policy=NO_CACHE)
-def publish_release(
-    store_root: str, destination: str | None, config: DatasetConfig, input_info: InputInfo,
-    release_plan: ReleasePlan, context: ReleaseContext | None, chosen: MaterializedRelease,
-    candidates: pd.DataFrame, checks: CheckReport, spend_id: str, flow_run_id: str | None,
-) -> PublishResult:
-    store = ReleaseStore(store_root)
-    release_id = store.new_release_id(release_plan.mechanism)
-    manifest = build_manifest(release_id, config, input_info, release_plan, context, chosen,
-                              spend_id, flow_run_id, checks)
-    published = store.publish(
-        dataset=config.name,
-        release_id=release_id,
-        table=chosen.table,
-        manifest=manifest,
-        extra_files={
-            "report.md": release_summary_markdown(manifest, candidates),
-            "candidates.csv": candidates.to_csv(index=False),
-            "checks.json": json.dumps({"success": checks.success, "results": checks.results,
-                                       "suite": checks.suite}, indent=2, default=str),
-        },
-        destination=destination,
-    )
-    get_run_logger().info("published release %s (n=%d) to %s", release_id,
-                          len(chosen.table), published.path)
-    return PublishResult(release_id, str(published.path), manifest)
+def publish_release(run: RunFacts, destination: str | None) -> PublishResult:
+    """Split the facts at the boundary, write the steward record, then publish atomically."""
+    test = run.release_plan.random.test_release
+    store = ReleaseStore(test_store_root() if test else store_root(), test=test)
+    release_id = store.new_release_id(run.release_plan.mechanism)
+    public, private = split_facts(release_facts(run, release_id))
+    manifest = PublicManifest(**public).model_dump(mode="json")
+    record = StewardRecord(release_id=release_id, dataset=run.config.name, test_release=test,
+                           status="publishing", **private).model_dump(mode="json")
+    records = StewardRecords(steward_root())
+    records.write(run.config.name, release_id, record, _steward_files(run))
+    try:
+        published = store.publish(
+            dataset=run.config.name, release_id=release_id, table=run.chosen.table,
+            manifest=manifest, extra_files={"report.md": render_public_report(manifest)},
+            destination=destination)
+    except BaseException as exc:
+        records.update(run.config.name, release_id, status="failed",
+                       error=f"{type(exc).__name__}: {exc}"[:500])
+        raise
+    record = records.update(run.config.name, release_id, status="published",
+                            published_path=str(published.path))
+    get_run_logger().info("published %srelease %s (n=%d) to %s", "TEST " if test else "",
+                          release_id, len(run.chosen.table), published.path)
+    return PublishResult(release_id, str(published.path), manifest, record, test)

@@ -34,7 +34,7 @@ def test_tipping_pair_sits_at_the_threshold() -> None:
     from medrelease.audit import TIPPING_VALUE, tipping_copies, tipping_tables
 
     without, with_target = tipping_tables("ipa", 1.0)
-    copies = tipping_copies("ipa", 1.0, 60)
+    copies = tipping_copies("ipa", 1.0)
     assert (without["inf"] == TIPPING_VALUE).sum() == copies
     assert (with_target["inf"] == TIPPING_VALUE).sum() == copies + 1
     assert copies > 10  # the sound mechanism's release threshold at eps = 1

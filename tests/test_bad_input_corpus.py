@@ -50,8 +50,9 @@ def _run(dataset: Path, frame: pd.DataFrame | None = None, text: str | None = No
 def _nothing_written(dataset: Path) -> None:
     home = dataset.parent / "home"
     assert Ledger(home / "ledger.sqlite").spends() == []
-    releases = home / "releases"
-    assert not releases.exists() or not any(p.name != "corpus" for p in releases.rglob("*"))
+    for store in ("releases", "test-releases"):
+        folder = home / store
+        assert not folder.exists() or not any(p.name != "corpus" for p in folder.rglob("*"))
 
 
 def _rows(n: int, rng: np.random.Generator, diagnoses: np.ndarray) -> pd.DataFrame:
@@ -92,8 +93,8 @@ def test_degenerate_tables_release_correctly(dataset: Path, n_rows: int, n_diagn
     codes = np.array([f"D{i:06d}" for i in range(n_diagnoses)])
     result = _run(dataset, frame=_rows(n_rows, rng, codes))
     manifest = result["manifest"]
-    assert manifest["checks_passed"] and manifest["input_rows"] == n_rows
-    released = pd.read_parquet(Path(result["path"]) / "data.parquet")
+    assert manifest["checks"]["passed"] and result["record"]["input_rows"] == n_rows
+    released = pd.read_parquet(Path(result["path"]) / "TEST-data.parquet")
     if len(released):  # every released (class, diagnosis) cell meets the threshold
         assert released.astype(str).value_counts().min() >= 2
     if n_diagnoses == 100_000:  # every diagnosis is unique: none may be published

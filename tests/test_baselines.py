@@ -35,7 +35,7 @@ def _context(seed: int, n_rows: int) -> ReleaseContext:
 def test_kanon_pruned_search_finds_the_exhaustive_optimum(seed, n_rows, k, max_suppression):
     context = _context(seed, n_rows)
     kanon = get_mechanism("kanon")
-    params = kanon.parse_params({"k": k, "max_suppression": max_suppression}, n_rows)
+    params = kanon.parse_params({"k": k, "max_suppression": max_suppression})
     try:
         exhaustive, all_nodes = kanon.optimal_node(context, params, exhaustive=True)
     except ParameterError:
@@ -68,7 +68,7 @@ def test_histogram_includes_empty_cells_and_is_dp_with_public_domain(nps_config)
     assert counts.public_domain and counts.n_inf == 2500
     context = ReleaseContext.from_counts(counts)
     hist = get_mechanism("histogram")
-    params = hist.parse_params({"epsilon": 1.0, "node": node, "public_domain": True}, 2)
+    params = hist.parse_params({"epsilon": 1.0, "node": node, "public_domain": True})
     cells = hist.materialize(context, context.lattice.from_finest(tuple(node.values())),
                              np.random.SeedSequence(1), params)
     # 2,500 diagnosis cells at the top node: two hold a row, the rest are empty but noised.

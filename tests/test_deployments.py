@@ -103,9 +103,12 @@ def test_on_demand_run_with_custom_parameters(served) -> None:
     assert run.state.is_completed(), run.state.message
     assert run.parameters["request"]["mechanism"]["mechanism"] == "ipa-paper"
     assert run.parameters["request"]["seed"] == 7
-    [manifest_path] = list((served.home / "releases").rglob("*ipa-paper*/manifest.json"))
+    # a seed makes a TEST release: the test store, never the publishable one
+    [manifest_path] = list((served.home / "test-releases").rglob("*ipa-paper*/manifest.json"))
     manifest = json.loads(manifest_path.read_text())
-    assert manifest["flow_run_id"] == str(run.id) and manifest["epsilon_spent"] == 0.5
+    record = json.loads((served.home / "steward" / "nps-sample" / manifest["release_id"]
+                         / "record.json").read_text())
+    assert record["flow_run_id"] == str(run.id) and manifest["epsilon_spent"] == 0.5
 
 
 def test_inbox_drop_releases_exactly_that_file_once(served, nps_sample) -> None:
@@ -123,9 +126,9 @@ def test_inbox_drop_releases_exactly_that_file_once(served, nps_sample) -> None:
         latency = time.monotonic() - started
         assert run.state.is_completed(), run.state.message
         assert run.parameters["sha256"] == sha and run.parameters["dataset"] == "nps-sample"
-        manifests = [json.loads(p.read_text())
-                     for p in (served.home / "releases").rglob("manifest.json")]
-        assert [m["input_sha256"] for m in manifests].count(sha) == 1
+        records = [json.loads(p.read_text())
+                   for p in (served.home / "steward").rglob("record.json")]
+        assert [r["input_sha256"] for r in records if not r["test_release"]].count(sha) == 1
         assert (served.inbox / "released" / "extract-2026-11.csv").exists()
         print(f"inbox drop -> completed release: {latency:.1f} s")
 

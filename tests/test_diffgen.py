@@ -40,7 +40,7 @@ def test_budget_steps_sum_to_epsilon(adult, score) -> None:
 def test_every_leaf_partition_is_released_with_noise(adult) -> None:
     config, frame = adult
     impl = get_mechanism("diffgen")
-    params = impl.parse_params({"epsilon": 50.0, "specializations": 3, "n_numeric": 1}, 1000)
+    params = impl.parse_params({"epsilon": 50.0, "specializations": 3, "n_numeric": 1})
     table, summary = impl.release_frame(frame.head(1000), config, params,
                                         np.random.default_rng(2))
     assert summary["cells"] == summary["leaf_partitions"] * 2

@@ -15,12 +15,11 @@ from medrelease.errors import InputValidationError, ParameterError
 from medrelease.mechanisms import get_mechanism
 from medrelease.mechanisms.setvalued import (
     SetCut,
-    _tail,
-    binomial,
     emptiness_threshold,
     encode_item_sets,
 )
 from medrelease.mimic import admissions_table
+from medrelease.randomness import discrete_laplace_tail, tail_binomial
 from medrelease.release import release
 from medrelease.taxonomy import load_taxonomy
 from schemas.input import validate_input
@@ -60,17 +59,21 @@ def test_threshold_is_the_smallest_that_bounds_spurious_children() -> None:
     for k, eps, spurious in [(2, 1.0, 1.0), (19, 0.05, 1.0), (19, 0.05, 10.0), (200, 0.1, 0.5)]:
         t = emptiness_threshold(k, eps, spurious)
         children = 2**k - 1
-        assert children * _tail(t, eps) <= spurious
-        assert t == 1 or children * _tail(t - 1, eps) > spurious
+        assert children * discrete_laplace_tail(eps, t) <= spurious
+        assert t == 1 or children * discrete_laplace_tail(eps, t - 1) > spurious
 
 
 def test_binomial_beyond_int64_has_the_right_mean() -> None:
     rng = np.random.default_rng(3)
-    trials, p = 2**70, 2.0 / 2**70  # mean 2, variance ~2
-    draws = [binomial(rng, trials, p) for _ in range(4000)]
-    assert abs(np.mean(draws) - 2.0) < 4 * math.sqrt(2.0 / 4000)
-    small = [binomial(rng, 7, 0.3) for _ in range(4000)]
-    assert abs(np.mean(small) - 2.1) < 4 * math.sqrt(7 * 0.3 * 0.7 / 4000)
+    eps = 0.5
+    threshold = emptiness_threshold(70, eps, 2.0)  # about 2 passes among 2^70 - 1 children
+    p = discrete_laplace_tail(eps, threshold)
+    mean = (2**70 - 1) * p
+    draws = [tail_binomial(rng, 2**70 - 1, eps, threshold) for _ in range(1500)]
+    assert abs(np.mean(draws) - mean) < 4 * math.sqrt(mean / 1500)
+    small = [tail_binomial(rng, 7, eps, 1) for _ in range(3000)]
+    p1 = discrete_laplace_tail(eps, 1)
+    assert abs(np.mean(small) - 7 * p1) < 4 * math.sqrt(7 * p1 * (1 - p1) / 3000)
 
 
 def test_empty_children_pass_the_test_as_often_as_the_noise_says(items_config) -> None:
@@ -89,7 +92,7 @@ def test_empty_children_pass_the_test_as_often_as_the_noise_says(items_config) -
         labels = {cut.label(v) for v in range(2, len(cut.values))}
         seen_b += "B" in labels   # {B} has no record
         assert {cut.label(int(v)) for v in assign} <= {"A", "*"}
-    expected = _tail(threshold, eps)
+    expected = discrete_laplace_tail(eps, threshold)
     assert abs(seen_b / trials - expected) < 4 * math.sqrt(expected * (1 - expected) / trials)
 
 

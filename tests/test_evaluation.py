@@ -101,16 +101,16 @@ def test_report_for_a_real_release(tmp_path, nps_config, nps_sample) -> None:
     folder = tmp_path / "rel"
     folder.mkdir()
     result.table.to_parquet(folder / "data.parquet")
-    result.candidates.to_csv(folder / "candidates.csv", index=False)
     manifest = {
         "dataset": "nps-sample", "release_id": "r1", "mechanism": "ipa",
-        "guarantee": {"statement": result.guarantee.statement()}, "for_publication": False,
+        "guarantee": {"statement": result.guarantee.statement()}, "test_release": True,
         "budget_steps": [s.__dict__ for s in result.budget_steps],
-        "information_loss": {"il": result.released_il.il}, "input_rows": 4000,
         "released_rows": len(result.table)}
+    record = {"information_loss": {"il": result.released_il.il}, "input_rows": 4000}
     import json
     (folder / "manifest.json").write_text(json.dumps(manifest))
-    evaluation = evaluate_release(folder, nps_sample.head(4000), nps_config)
+    evaluation = evaluate_release(folder, nps_sample.head(4000), nps_config, record=record,
+                                  candidates=result.candidates)
     target = write_report(evaluation, tmp_path / "evaluation")
     parser = check_report(target / "report.html")
     assert {"plots/query_stays.png", "plots/il_by_height.png", "plots/budget.png"} <= set(
@@ -129,13 +129,11 @@ def _release_folder(folder: Path, result, dataset: str, mechanism: str, details=
 
     folder.mkdir()
     result.table.to_parquet(folder / "data.parquet")
-    result.candidates.to_csv(folder / "candidates.csv", index=False)
     (folder / "manifest.json").write_text(json.dumps({
         "dataset": dataset, "release_id": "r2", "mechanism": mechanism,
-        "guarantee": {"statement": result.guarantee.statement()}, "for_publication": False,
-        "budget_steps": [s.__dict__ for s in result.budget_steps], "information_loss": {},
-        "input_rows": result.input_rows, "released_rows": len(result.table),
-        "mechanism_details": details or {}}))
+        "guarantee": {"statement": result.guarantee.statement()}, "test_release": True,
+        "budget_steps": [s.__dict__ for s in result.budget_steps],
+        "released_rows": len(result.table), "mechanism_details": details or {}}))
     return folder
 
 

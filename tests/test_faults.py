@@ -73,7 +73,7 @@ def _run_child(home: Path, patch: str) -> subprocess.CompletedProcess:
 def test_kill_leaves_no_release_and_a_counted_reservation(tmp_path: Path, stage: str) -> None:
     killed = _run_child(tmp_path, KILLERS[stage])
     assert killed.returncode == -9, killed.stderr[-2000:]
-    store = ReleaseStore(tmp_path / "releases")
+    store = ReleaseStore(tmp_path / "test-releases", test=True)  # seed 1: a TEST release
     assert store.releases() == []  # a partial folder, if any, is hidden
     [spend] = Ledger(tmp_path / "ledger.sqlite").spends()
     assert spend.status == "reserved" and spend.epsilon == 1.0  # still counted
@@ -98,12 +98,13 @@ def test_logs_and_artifacts_carry_no_raw_rows(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr[-2000:]
     sample = pd.read_csv(ROOT / "datasets/nps-sample/nps_sample.csv")
     log_text = result.stdout
-    [release] = ReleaseStore(tmp_path / "releases").releases()
+    [release] = ReleaseStore(tmp_path / "test-releases", test=True).releases()
+    assert not (tmp_path / "releases").exists()  # never in the publishable store
     manifest_text = (release / "manifest.json").read_text() + (release / "report.md").read_text()
     for row in sample.head(500).itertuples(index=False):
         values = [str(v) for v in row[1:]]
         for sep in (",", " ", "\t", "|"):
             needle = sep.join(values)
             assert needle not in log_text and needle not in manifest_text
-    assert "patient_id" not in json.loads((release / "manifest.json").read_text())[
-        "information_loss"]
+    manifest = json.loads((release / "manifest.json").read_text())
+    assert "information_loss" not in manifest and "input_rows" not in manifest

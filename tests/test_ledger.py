@@ -9,15 +9,22 @@ from pathlib import Path
 
 import pytest
 
-from medrelease.errors import BudgetExceededError
-from medrelease.ledger import Ledger
+from medrelease.errors import BudgetExceededError, MedreleaseError
+from medrelease.ledger import Ledger, LedgerSourceError, SpendRequest
+
+
+def _request(source: str, epsilon: float, delta: float = 0.0, mechanism: str = "ipa",
+             cap: float = 10.0, cap_delta: float = 1e-5, **extra) -> SpendRequest:
+    return SpendRequest(source=source, dataset=extra.pop("dataset", source),
+                        mechanism=mechanism, epsilon=epsilon, delta=delta,
+                        lifetime_epsilon=cap, lifetime_delta=cap_delta, **extra)
 
 
 def _reserve(path: str, start, results) -> None:
     ledger = Ledger(path)
     start.wait()
     try:
-        ledger.reserve("ds", 6.0, 0.0, "ipa", lifetime_epsilon=10.0, lifetime_delta=1e-5)
+        ledger.reserve(_request("ds", 6.0))
         results.put("ok")
     except BudgetExceededError as exc:
         results.put(f"refused: {exc}")
@@ -25,8 +32,8 @@ def _reserve(path: str, start, results) -> None:
 
 def test_spends_add_up_and_statuses_all_count(tmp_path: Path) -> None:
     ledger = Ledger(tmp_path / "ledger.sqlite")
-    first = ledger.reserve("ds", 1.0, 1e-7, "ipa", 3.0, 1e-5, flow_run_id="run-1")
-    second = ledger.reserve("ds", 1.5, 0.0, "ipa-paper", 3.0, 1e-5)
+    first = ledger.reserve(_request("ds", 1.0, 1e-7, cap=3.0, flow_run_id="run-1"))
+    second = ledger.reserve(_request("ds", 1.5, mechanism="ipa-paper", cap=3.0))
     ledger.mark(first, "released", release_id="r1")
     ledger.mark(second, "failed", note="crashed")
     state = ledger.state("ds", 3.0, 1e-5)
@@ -38,15 +45,15 @@ def test_spends_add_up_and_statuses_all_count(tmp_path: Path) -> None:
 
 def test_over_budget_is_refused_with_spent_requested_total(tmp_path: Path) -> None:
     ledger = Ledger(tmp_path / "ledger.sqlite")
-    ledger.reserve("ds", 2.5, 0.0, "ipa", 3.0, 1e-5)
+    ledger.reserve(_request("ds", 2.5, cap=3.0))
     with pytest.raises(BudgetExceededError) as err:
-        ledger.reserve("ds", 1.0, 0.0, "ipa", 3.0, 1e-5)
+        ledger.reserve(_request("ds", 1.0, cap=3.0))
     assert "spent 2.5" in str(err.value) and "requested 1" in str(err.value)
     assert "total 3" in str(err.value)
     assert len(ledger.spends("ds")) == 1  # nothing written when refused
     with pytest.raises(BudgetExceededError, match="delta"):
-        ledger.reserve("ds", 0.1, 1e-4, "ipa", 3.0, 1e-5)
-    ledger.reserve("ds", 0.5, 0.0, "ipa", 3.0, 1e-5)  # exactly the rest is fine
+        ledger.reserve(_request("ds", 0.1, 1e-4, cap=3.0))
+    ledger.reserve(_request("ds", 0.5, cap=3.0))  # exactly the rest is fine
 
 
 def test_two_processes_racing_never_overspend(tmp_path: Path) -> None:
@@ -72,7 +79,7 @@ def test_two_processes_racing_never_overspend(tmp_path: Path) -> None:
 
 
 def _reserve_then_die(path: str) -> None:
-    Ledger(path).reserve("ds", 4.0, 0.0, "ipa", 10.0, 1e-5)
+    Ledger(path).reserve(_request("ds", 4.0))
     os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -86,4 +93,66 @@ def test_a_crashed_runs_reservation_stays_counted(tmp_path: Path) -> None:
     assert [s.status for s in ledger.spends("ds")] == ["reserved"]
     assert ledger.state("ds", 10.0, 1e-5).epsilon_spent == 4.0
     with pytest.raises(BudgetExceededError):
-        ledger.reserve("ds", 7.0, 0.0, "ipa", 10.0, 1e-5)
+        ledger.reserve(_request("ds", 7.0))
+
+
+def test_configs_over_one_extract_share_one_source(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    ledger.reserve(_request("census", 1.0, cap=1.5, dataset="adult", input_key="/d/adult.csv"))
+    with pytest.raises(BudgetExceededError, match="census"):  # same source, other config
+        ledger.reserve(_request("census", 1.0, cap=1.5, dataset="adult-ipa",
+                                input_key="/d/adult.csv"))
+    with pytest.raises(LedgerSourceError, match=r"privacy: \{source: census\}"):
+        ledger.reserve(_request("adult-ipa", 1.0, dataset="adult-ipa", input_key="/d/adult.csv"))
+    assert [s.dataset for s in ledger.spends()] == ["adult"]  # refusals wrote nothing
+
+
+def test_cap_is_fixed_at_the_first_spend_and_changed_only_with_a_reason(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    ledger.reserve(_request("ds", 1.0, cap=1.0))
+    with pytest.raises(BudgetExceededError, match="total 1"):  # the YAML now says 5: ignored
+        ledger.reserve(_request("ds", 1.0, cap=5.0))
+    state = ledger.state("ds", 5.0, 1e-5)
+    assert state.lifetime_epsilon == 1.0 and "ledger's cap applies" in state.cap_note
+    with pytest.raises(MedreleaseError, match="reason"):
+        ledger.set_cap("ds", 5.0, 1e-5, "  ")
+    with pytest.raises(MedreleaseError, match="cannot go below"):
+        ledger.set_cap("ds", 0.5, 1e-5, "tighter")
+    ledger.set_cap("ds", 5.0, 1e-5, "board approved 2026-11 (minute 12)")
+    ledger.reserve(_request("ds", 1.0, cap=1.0))
+    [change] = ledger.cap_changes("ds")
+    assert change[1:3] == (1.0, 5.0) and "board approved" in change[5]
+
+
+def test_a_non_dp_spend_voids_the_lifetime_guarantee(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    ledger.reserve(_request("ds", 1.0))
+    assert not ledger.state("ds").void and "together are (1, 0)-DP" in ledger.state(
+        "ds").statement()
+    ledger.reserve(_request("ds", 0.0, mechanism="kanon", dp=False))
+    ledger.reserve(_request("ds", 1.0, test=True))
+    state = ledger.state("ds")
+    assert state.void and "kanon" in state.void_reason and "VOID" in state.statement()
+    assert state.epsilon_spent == 2.0 and state.test_epsilon_spent == 1.0
+    assert [s.test for s in ledger.spends("ds")] == [False, False, True]
+
+
+def test_an_old_ledger_is_migrated_in_place(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "old.sqlite"
+    with sqlite3.connect(path) as conn:
+        conn.executescript("""
+            CREATE TABLE spends (spend_id TEXT PRIMARY KEY, dataset TEXT NOT NULL,
+              mechanism TEXT NOT NULL, epsilon REAL NOT NULL, delta REAL NOT NULL,
+              lifetime_epsilon REAL NOT NULL, lifetime_delta REAL NOT NULL, flow_run_id TEXT,
+              status TEXT NOT NULL, release_id TEXT, note TEXT, created_at TEXT NOT NULL,
+              updated_at TEXT NOT NULL);
+            INSERT INTO spends VALUES ('a', 'nps', 'ipa', 2.0, 0.0, 4.0, 1e-5, NULL,
+              'released', 'r1', NULL, '2026-01-01', '2026-01-01');""")
+    ledger = Ledger(path)
+    [spend] = ledger.spends("nps")
+    assert spend.source == "nps" and not spend.test and spend.dp
+    assert ledger.state("nps").lifetime_epsilon == 4.0
+    with pytest.raises(BudgetExceededError):
+        ledger.reserve(_request("nps", 2.5, cap=100.0))

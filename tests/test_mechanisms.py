@@ -37,12 +37,12 @@ from medrelease.release import release
 )
 def test_invalid_parameters_are_rejected_with_reason(mechanism, params, message) -> None:
     with pytest.raises(ParameterError, match=message):
-        get_mechanism(mechanism).parse_params(params, 1000)
+        get_mechanism(mechanism).parse_params(params)
 
 
 def test_paper_defaults_and_guarantee_labels() -> None:
     paper = get_mechanism("ipa-paper")
-    params = paper.parse_params({"epsilon": 2.0}, 1000)
+    params = paper.parse_params({"epsilon": 2.0})
     assert (params.eps_suppression, params.eps_insertion, params.eps_value,
             params.eps_candidates) == pytest.approx((0.2, 0.6, 0.6, 0.6))
     assert params.suppression_threshold == 2
@@ -51,9 +51,11 @@ def test_paper_defaults_and_guarantee_labels() -> None:
     assert "formal guarantee not upheld" in guarantee.label
     assert "Claimed" in guarantee.statement()
     sound = get_mechanism("ipa")
-    params = sound.parse_params({"epsilon": 1.0}, 1_000_000)
-    assert params.delta == pytest.approx(1e-7)  # min(1e-6, 1/(10 n))
-    guarantee = sound.guarantee(params)
+    params = sound.parse_params({"epsilon": 1.0})
+    assert params.delta == pytest.approx(1e-6)  # a constant: never a function of the data
+    declared = sound.parse_params({"epsilon": 1.0, "max_rows": 1_000_000})
+    assert declared.delta == pytest.approx(1e-7)  # min(1e-6, 1/(10 N)), N declared publicly
+    guarantee = sound.guarantee(declared)
     assert guarantee.proven and guarantee.epsilon == 1.0 and guarantee.delta == 1e-7
 
 
@@ -61,11 +63,11 @@ def test_paper_defaults_and_guarantee_labels() -> None:
 def test_budget_steps_add_up_to_the_guarantee(name) -> None:
     mechanism = get_mechanism(name)
     if name in ("kanon", "mondrian", "pseudonymize"):  # no DP: no epsilon, no steps, no claim
-        params = mechanism.parse_params({}, 5000)
+        params = mechanism.parse_params({})
         assert mechanism.budget_steps(params) == []
         assert mechanism.guarantee(params).epsilon is None
         return
-    params = mechanism.parse_params({"epsilon": 0.7}, 5000)
+    params = mechanism.parse_params({"epsilon": 0.7})
     steps = mechanism.budget_steps(params)
     guarantee = mechanism.guarantee(params)
     assert math.fsum(s.epsilon for s in steps) == pytest.approx(guarantee.epsilon)
@@ -78,15 +80,15 @@ def test_release_threshold_bounds_the_false_release_probability() -> None:
         for delta in (1e-3, 1e-6, 1e-9):
             tau = release_threshold(eps, delta, 2)
             # P(count-1 cell released) = P(Z >= tau - 1) <= delta, and tau is the smallest such.
-            assert discrete_laplace_tail(1 / eps, tau - 1) <= delta
+            assert discrete_laplace_tail(eps, tau - 1) <= delta
             if tau - 2 >= 1 and tau > 2:
-                assert discrete_laplace_tail(1 / eps, tau - 2) > delta
+                assert discrete_laplace_tail(eps, tau - 2) > delta
     assert release_threshold(50.0, 0.4, 7) == 7  # the minimum t still applies
 
 
 def test_ipa_never_releases_a_cell_under_its_threshold(nps_config, nps_sample) -> None:
     mechanism = get_mechanism("ipa")
-    params = mechanism.parse_params({"epsilon": 2.0}, len(nps_sample))
+    params = mechanism.parse_params({"epsilon": 2.0})
     tau_cells, tau_sup = mechanism.thresholds(params)
     context = ReleaseContext.from_counts(aggregate(nps_sample, nps_config))
     rng = np.random.SeedSequence(8).spawn(len(context.lattice))
@@ -102,7 +104,7 @@ def test_ipa_never_releases_a_cell_under_its_threshold(nps_config, nps_sample) -
 def test_ipa_release_cells_meet_threshold_in_table(nps_config, nps_sample) -> None:
     result = release(nps_sample, nps_config, mechanism="ipa", params={"epsilon": 3.0}, seed=4)
     tau_cells, tau_sup = get_mechanism("ipa").thresholds(
-        get_mechanism("ipa").parse_params(result.params, len(nps_sample))
+        get_mechanism("ipa").parse_params(result.params)
     )
     cell_sizes = result.table.astype(str).value_counts()
     assert cell_sizes.min() >= min(tau_cells, tau_sup)

@@ -59,7 +59,6 @@ def test_single_row_class_is_suppressed_with_t_2(paper_config) -> None:
     params = mechanism.parse_params(
         {"epsilon": 800, "eps_suppression": 200, "eps_insertion": 200, "eps_value": 200,
          "eps_candidates": 200, "suppression_threshold": 2},
-        n_rows=7,
     )
     context = ReleaseContext.from_counts(aggregate(PAPER_TABLE_5, paper_config))
     table = context.lattice.from_finest(NODE)

@@ -77,7 +77,7 @@ def test_release_invariants(case) -> None:
 
     if mechanism == "ipa":
         impl = get_mechanism("ipa")
-        tau_cells, tau_sup = impl.thresholds(impl.parse_params(result.params, counts.n_rows))
+        tau_cells, tau_sup = impl.thresholds(impl.parse_params(result.params))
         if len(result.table):
             sizes = result.table.astype(str).value_counts()
             assert sizes.min() >= min(tau_cells, tau_sup)

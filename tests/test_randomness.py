@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -16,33 +17,94 @@ from medrelease.mechanisms import get_mechanism
 from medrelease.mechanisms.base import ReleaseContext
 from medrelease.randomness import (
     RandomSource,
+    bernoulli_exp,
     discrete_laplace,
     discrete_laplace_by_geometrics,
+    discrete_laplace_tail,
     exponential_mechanism,
+    noise_epsilon,
     selection_probabilities,
+    tail_binomial,
 )
 from medrelease.release import release
 
 
-def _pmf(k: np.ndarray, scale: float) -> np.ndarray:
-    a = math.exp(-1 / scale)
+def _pmf(k: np.ndarray, epsilon: float) -> np.ndarray:
+    a = math.exp(-noise_epsilon(epsilon))
     return (1 - a) / (1 + a) * a ** np.abs(k)
 
 
-@pytest.mark.parametrize("scale", [0.5, 2.0, 10.0])
-def test_discrete_laplace_matches_its_pmf_and_variance(scale: float) -> None:
+@pytest.mark.parametrize("epsilon", [2.0, 0.5, 0.1])
+def test_discrete_laplace_matches_its_pmf_and_variance(epsilon: float) -> None:
     rng = np.random.default_rng(1)
     n = 400_000
-    draws = discrete_laplace(rng, scale, n)
+    draws = discrete_laplace(rng, epsilon, n)
     assert draws.dtype == np.int64
-    a = math.exp(-1 / scale)
+    a = math.exp(-noise_epsilon(epsilon))
     assert draws.var() == pytest.approx(2 * a / (1 - a) ** 2, rel=0.03)
     assert abs(draws.mean()) < 5 * math.sqrt(2 * a / (1 - a) ** 2 / n)
     ks = np.arange(-4, 5)
     freq = np.array([(draws == k).mean() for k in ks])
-    expected = _pmf(ks, scale)
+    expected = _pmf(ks, epsilon)
     sigma = np.sqrt(expected * (1 - expected) / n)
     assert np.all(np.abs(freq - expected) < 5 * sigma)
+
+
+@pytest.mark.parametrize(("epsilon", "delta"), [(0.6, 1e-3), (0.2, 1e-4)])
+def test_tail_holds_up_to_the_release_threshold(epsilon: float, delta: float) -> None:
+    """P(Z >= k) matches exp(-eps' k) / (1 + exp(-eps')) for every k up to tau - 1: the event a
+    new cell needs to be released is exactly as rare as the threshold assumes."""
+    from medrelease.mechanisms.ipa import release_threshold
+
+    tau = release_threshold(epsilon, delta, 2)
+    n = 2_000_000
+    draws = discrete_laplace(np.random.default_rng(11), epsilon, n)
+    for k in range(1, tau):
+        expected = discrete_laplace_tail(epsilon, k)
+        observed = (draws >= k).mean()
+        assert abs(observed - expected) < 5 * math.sqrt(expected * (1 - expected) / n) + 1e-7
+    assert discrete_laplace_tail(epsilon, tau - 1) <= delta < discrete_laplace_tail(epsilon,
+                                                                                    tau - 2)
+    assert (draws >= tau - 1).mean() <= delta + 5 * math.sqrt(delta / n)
+    assert ((draws >= tau - 1).sum() > 0) == (delta * n > 20)  # the tail is reached, not cut
+
+
+class _RiggedGenerator:
+    """Scripted uniform integers that walk the sampler into a far tail: U = 0 is accepted, then
+    Bernoulli(exp(-1)) succeeds ``successes`` times (K = 3 each), then fails (K = 2)."""
+
+    def __init__(self, successes: int) -> None:
+        self.successes = successes
+
+    def integers(self, low, high=None, size=None):
+        high = int(np.max(high))
+        if high >= 1 << 32:
+            value = 0 if high == 1 << 32 else high - 1  # U = 0; Bernoulli(exp(0)) accepts
+        elif high == 1:
+            value = 0
+        elif high == 2:
+            value = 0 if self.successes > 0 else 1
+        else:  # high == 3: stop with K = 3, an odd K: one more success
+            value, self.successes = 2, self.successes - 1
+        return np.full(size, value, dtype=np.int64) if size is not None else value
+
+
+def test_discrete_laplace_support_is_unbounded() -> None:
+    """A floating-point inverse CDF tops out near 37 / eps (61 at eps 0.6); the exact sampler
+    goes as far as its coin flips say: 150 successes give |Z| = floor(150 / eps')."""
+    draws = discrete_laplace(_RiggedGenerator(150), 0.6, 1)
+    assert abs(int(draws[0])) == math.floor(150 / noise_epsilon(0.6)) == 250
+
+
+def test_tail_binomial_is_the_exact_binomial() -> None:
+    rng = np.random.default_rng(12)
+    eps, threshold, trials = 1.0, 3, 1023
+    p = discrete_laplace_tail(eps, threshold)
+    draws = np.array([tail_binomial(rng, trials, eps, threshold) for _ in range(600)])
+    assert draws.mean() == pytest.approx(trials * p, rel=0.05)
+    assert draws.var() == pytest.approx(trials * p * (1 - p), rel=0.2)
+    huge = [tail_binomial(rng, (1 << 216) - 1, 0.05, 3000) for _ in range(5)]
+    assert all(isinstance(v, int) and 0 <= v < 20 for v in huge)
 
 
 def _two_sample_chi2(x: np.ndarray, y: np.ndarray) -> float:
@@ -58,25 +120,28 @@ def test_discrete_laplace_agrees_with_geometric_difference_and_opendp() -> None:
     import opendp.prelude as dp
 
     dp.enable_features("contrib")
-    scale = 2.0
-    ours = discrete_laplace(np.random.default_rng(2), scale, 20_000)
-    reference = discrete_laplace_by_geometrics(np.random.default_rng(3), scale, 20_000)
-    measurement = dp.m.make_laplace(dp.atom_domain(T=int), dp.absolute_distance(T=int), scale)
+    epsilon = 0.5
+    ours = discrete_laplace(np.random.default_rng(2), epsilon, 20_000)
+    reference = discrete_laplace_by_geometrics(np.random.default_rng(3), epsilon, 20_000)
+    measurement = dp.m.make_laplace(dp.atom_domain(T=int), dp.absolute_distance(T=int),
+                                    1 / epsilon)
     opendp_draws = np.array([measurement(0) for _ in range(20_000)])
     assert _two_sample_chi2(ours, reference) > 1e-3
     assert _two_sample_chi2(ours, opendp_draws) > 1e-3
 
 
-def test_exponential_mechanism_frequencies_match_formula() -> None:
+@pytest.mark.parametrize("monotone", [False, True])
+def test_exponential_mechanism_frequencies_match_formula(monotone: bool) -> None:
     scores = np.array([0.0, 1.0, 2.0, 2.0])
     eps, sensitivity = 2.0, 1.0
-    expected = np.exp(eps * scores / (2 * sensitivity))
+    expected = np.exp(eps * scores / ((1 if monotone else 2) * sensitivity))
     expected /= expected.sum()
-    np.testing.assert_allclose(selection_probabilities(scores, eps, sensitivity), expected)
+    np.testing.assert_allclose(selection_probabilities(scores, eps, sensitivity, monotone),
+                               expected)
     rng = np.random.default_rng(4)
-    n = 100_000
-    picks = np.bincount([exponential_mechanism(rng, scores, eps, sensitivity) for _ in range(n)],
-                        minlength=4) / n
+    n = 60_000
+    picks = np.bincount([exponential_mechanism(rng, scores, eps, sensitivity, monotone)
+                         for _ in range(n)], minlength=4) / n
     assert np.all(np.abs(picks - expected) < 5 * np.sqrt(expected * (1 - expected) / n))
 
 
@@ -88,10 +153,20 @@ def test_exponential_mechanism_is_numerically_safe() -> None:
     assert np.all(np.isfinite(probs)) and probs[1] == pytest.approx(1.0)
 
 
+def test_bernoulli_exp_is_exact_for_rationals() -> None:
+    rng = np.random.default_rng(6)
+    n = 40_000
+    for gamma in (Fraction(1, 3), Fraction(5, 2)):
+        hits = sum(bernoulli_exp(rng, gamma) for _ in range(n)) / n
+        expected = math.exp(-float(gamma))
+        assert abs(hits - expected) < 5 * math.sqrt(expected * (1 - expected) / n)
+
+
 def test_seed_policy_and_reproducibility(nps_config, nps_sample) -> None:
     assert RandomSource().for_publication
     fixed = RandomSource(3)
-    assert not fixed.for_publication and "NOT FOR PUBLICATION" in fixed.seed_policy
+    assert not fixed.for_publication and fixed.test_release
+    assert "NOT FOR PUBLICATION" in fixed.seed_policy
     small = nps_sample.head(2000)
     one = release(small, nps_config, mechanism="ipa-paper", seed=9)
     two = release(small, nps_config, mechanism="ipa-paper", seed=9)
@@ -127,7 +202,7 @@ def test_ipa_paper_threshold_noise_scale(tmp_path, variant, size, expected) -> N
     mechanism = get_mechanism("ipa-paper")
     params = mechanism.parse_params(
         {"epsilon": 2.0, "eps_suppression": 0.5, "eps_insertion": 0.5, "eps_value": 0.5,
-         "eps_candidates": 0.5, "threshold_noise": variant}, 4000 * size)
+         "eps_candidates": 0.5, "threshold_noise": variant})
     table = context.lattice.bottom()
     cells = mechanism.perturb_node(context, table, np.random.SeedSequence(6), params)
     suppressed_rows = cells.true_counts[cells.suppressed_class[cells.class_of_cell]].sum()
@@ -142,10 +217,10 @@ def test_ipa_paper_counterfeit_counts_follow_clipped_discrete_laplace(tmp_path) 
     eps_ins = 0.4
     params = mechanism.parse_params(
         {"epsilon": 100.4, "eps_suppression": 50, "eps_insertion": eps_ins, "eps_value": 25,
-         "eps_candidates": 25}, 40_000)
+         "eps_candidates": 25})
     cells = mechanism.perturb_node(context, context.lattice.bottom(),
                                    np.random.SeedSequence(7), params)
-    a = math.exp(-eps_ins)
+    a = math.exp(-noise_epsilon(eps_ins))
     mean_positive_part = a / ((1 + a) * (1 - a))  # E[max(0, Z)] for discrete Laplace(1/eps)
     counterfeit = cells.class_noise[~cells.suppressed_class]
     assert counterfeit.mean() == pytest.approx(mean_positive_part, rel=0.08)

@@ -11,7 +11,7 @@ from flows.release import ReleaseRequest, release_flow
 from medrelease.errors import BudgetExceededError, InputValidationError
 from medrelease.ledger import Ledger
 from medrelease.store import StoreError
-from schemas.manifest import Manifest
+from schemas.manifest import PublicManifest, StewardRecord
 from tests.test_evaluation import check_report
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
@@ -28,30 +28,35 @@ def _spends(home: Path) -> list:
 
 
 def _release_dirs(home: Path) -> list[Path]:
-    root = home / "releases"
-    return [p for p in root.rglob("*") if p.is_dir()] if root.exists() else []
+    """Folders in either store (publishable or test)."""
+    return [p for name in ("releases", "test-releases") if (home / name).exists()
+            for p in (home / name).rglob("*") if p.is_dir()]
 
 
 def test_full_run_publishes_release_and_ledger(home: Path) -> None:
-    result = release_flow(ReleaseRequest(seed=1, batch_size=64))
+    result = release_flow(ReleaseRequest(batch_size=64))
     folder = Path(result["path"])
     assert folder.parent == home / "releases" / "nps-sample"
-    assert {p.name for p in folder.iterdir()} >= {"data.parquet", "data.csv", "manifest.json",
-                                                  "report.md", "candidates.csv", "checks.json"}
-    manifest = Manifest(**json.loads((folder / "manifest.json").read_text()))
+    assert {p.name for p in folder.iterdir()} == {"data.parquet", "data.csv", "manifest.json",
+                                                  "report.md"}
+    manifest = PublicManifest(**json.loads((folder / "manifest.json").read_text()))
     assert manifest.mechanism == "ipa" and manifest.guarantee.proven
     assert manifest.epsilon_spent == pytest.approx(1.0)
-    assert manifest.for_publication is False and "NOT FOR PUBLICATION" in manifest.seed_policy
-    assert manifest.flow_run_id == result["flow_run_id"]
-    assert manifest.checks_passed
+    assert not manifest.test_release and "for publication" in manifest.seed_policy
+    assert manifest.checks.passed and manifest.lifetime.source == "nps-sample"
     assert "patient_id" not in (folder / "data.csv").read_text().splitlines()[0]
+    record = StewardRecord(**result["record"])
+    steward = home / "steward" / "nps-sample" / manifest.release_id
+    assert record.flow_run_id == result["flow_run_id"] and record.status == "published"
+    assert record.input_rows == 20_000 and record.published_path == str(folder)
+    assert {"record.json", "candidates.csv", "checks.json"} <= {p.name for p in
+                                                                steward.iterdir()}
     [spend] = _spends(home)
     assert spend.status == "released" and spend.release_id == manifest.release_id
-    assert spend.flow_run_id == result["flow_run_id"]
-    # The evaluation (internal evidence) ran at the end, outside the publishable store.
+    assert spend.flow_run_id == result["flow_run_id"] and not spend.test
+    # The evaluation (internal evidence) ran at the end, beside the steward record.
     report = Path(result["evaluation"])
-    assert report.is_relative_to(home / "evaluations") and not report.is_relative_to(
-        home / "releases")
+    assert report.is_relative_to(steward) and not report.is_relative_to(home / "releases")
     page = check_report(report)
     assert "Analysis queries (IPA paper)" in page.headings
     evaluation = json.loads((report.parent / "evaluation.json").read_text())
@@ -67,7 +72,7 @@ def test_one_task_per_node_and_paper_mechanism(home: Path) -> None:
     assert manifest["guarantee"]["proven"] is False
     assert "formal guarantee not upheld" in manifest["guarantee"]["label"]
     assert "FORMAL GUARANTEE NOT UPHELD" in (Path(result["path"]) / "report.md").read_text()
-    assert manifest["released_rows"] >= manifest["input_rows"]
+    assert manifest["released_rows"] >= result["record"]["input_rows"]
 
 
 BAD_INPUTS = {
@@ -94,8 +99,10 @@ def test_bad_input_fails_before_any_spend(home: Path, case: str) -> None:
 
 
 def test_over_budget_is_refused_before_noise(home: Path) -> None:
+    from medrelease.ledger import SpendRequest
+
     ledger = Ledger(home / "ledger.sqlite")
-    ledger.reserve("nps-sample", 9.5, 0.0, "ipa", 10.0, 1e-4)
+    ledger.reserve(SpendRequest("nps-sample", "nps-sample", "ipa", 9.5, 0.0, 10.0, 1e-4))
     with pytest.raises(BudgetExceededError, match=r"spent 9.5 \+ requested 1 > total 10"):
         release_flow(ReleaseRequest(seed=4))
     assert len(_spends(home)) == 1
@@ -139,7 +146,7 @@ def test_baseline_mechanisms_through_the_flow(home: Path, options: dict, label: 
     result = release_flow(ReleaseRequest(seed=8, mechanism=options))
     manifest = result["manifest"]
     assert label in manifest["guarantee"]["label"]
-    assert manifest["checks_passed"]
+    assert manifest["checks"]["passed"]
     [spend] = _spends(home)
     assert spend.epsilon == manifest["epsilon_spent"] == options.get("epsilon", 0.0)
 
@@ -151,7 +158,7 @@ def test_pseudonymization_key_never_reaches_any_output(home: Path, monkeypatch, 
     result = release_flow(ReleaseRequest(seed=9, mechanism={"mechanism": "pseudonymize"}))
     assert "no formal privacy guarantee" in result["manifest"]["guarantee"]["label"]
     outputs = [p for p in home.rglob("*") if p.is_file()]
-    assert any(p.name == "data.csv" for p in outputs)
+    assert any(p.name == "TEST-data.csv" for p in outputs)
     for path in outputs:
         data = path.read_bytes()
         assert key.encode() not in data and key.encode().hex().encode() not in data, path
@@ -206,7 +213,7 @@ def test_malformed_config_and_one_row_table(home: Path) -> None:
     result = release_flow(ReleaseRequest(input_path=str(one), seed=2))
     # The sound mechanism cannot show a single person: no cell reaches its threshold.
     assert result["manifest"]["released_rows"] == 0
-    assert result["manifest"]["checks_passed"]
+    assert result["manifest"]["checks"]["passed"]
 
 
 MIMIC = Path(__file__).resolve().parents[2] / "shared" / "data" / "mimic-iii-demo"
@@ -226,13 +233,13 @@ def test_mimic_set_valued_diffgen_through_the_flow(home: Path) -> None:
         dataset="mimic-demo", input_path=str(extract), seed=2,
         mechanism={"mechanism": "diffgen", "epsilon": 1.0, "specializations": 5}))
     manifest = result["manifest"]
-    assert manifest["checks_passed"] and manifest["input_rows"] == 129
+    assert manifest["checks"]["passed"] and result["record"]["input_rows"] == 129
     details = manifest["mechanism_details"]
     assert set(details) == {"leaf_partitions", "cut", "set_specializations"}
     assert "icd9_codes" in details["cut"]
     [spend] = _spends(home)
     assert spend.epsilon == manifest["epsilon_spent"] == 1.0
-    released = Path(result["path"]) / "data.csv"
+    released = Path(result["path"]) / "TEST-data.csv"
     header = released.read_text().splitlines()[0].split(",")
     assert header[-2:] == ["icd9_codes", "died_in_hospital"] and "hadm_id" not in header
 
@@ -247,7 +254,7 @@ def test_dask_runner_gives_the_same_release_as_threads(home: Path, tmp_path: Pat
     results = [release_flow(ReleaseRequest(input_path=str(extract), seed=5, batch_size=64,
                                            task_runner=runner, evaluate=False))
                for runner in ("thread", "dask")]
-    thread, dask = (pd.read_parquet(Path(r["path"]) / "data.parquet") for r in results)
+    thread, dask = (pd.read_parquet(Path(r["path"]) / "TEST-data.parquet") for r in results)
     assert results[0]["manifest"]["chosen_node"] == results[1]["manifest"]["chosen_node"]
     assert thread.equals(dask)
 

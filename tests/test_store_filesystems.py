@@ -33,7 +33,7 @@ def test_full_or_read_only_store_fails_cleanly(tmp_path: Path, monkeypatch, opti
         pytest.skip("cannot mount a tmpfs here (needs root / CAP_SYS_ADMIN)")
     try:
         monkeypatch.setenv("MEDRELEASE_HOME", str(tmp_path / "home"))
-        monkeypatch.setenv("MEDRELEASE_STORE", str(store))
+        monkeypatch.setenv("MEDRELEASE_TEST_STORE", str(store))  # seed 1: a TEST release
         with pytest.raises(StoreError, match=message):
             release_flow(ReleaseRequest(seed=1, evaluate=False))
         # nothing visible in the store: at most a hidden partial folder, never a release

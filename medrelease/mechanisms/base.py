@@ -62,7 +62,7 @@ class LatticeMechanism(Protocol):
     Params: ClassVar[type[MechanismParams]]
     selection: ClassVar[Selection]
 
-    def parse_params(self, raw: dict[str, Any], n_rows: int) -> MechanismParams: ...
+    def parse_params(self, raw: dict[str, Any]) -> MechanismParams: ...
 
     def guarantee(self, params: MechanismParams) -> Guarantee: ...
 
@@ -107,7 +107,7 @@ class MechanismBase:
     name: ClassVar[str]
     Params: ClassVar[type[MechanismParams]]
 
-    def parse_params(self, raw: dict[str, Any], n_rows: int) -> MechanismParams:
+    def parse_params(self, raw: dict[str, Any]) -> MechanismParams:
         return parse(self.Params, raw, self.name)
 
     def budget_steps(self, params: MechanismParams) -> list[BudgetStep]:

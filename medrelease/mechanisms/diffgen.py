@@ -239,7 +239,7 @@ class DiffGen(MechanismBase):
         partition = np.ravel_multi_index(tuple(leaf_coords), shape)
         true = np.bincount(partition * n_cls + classes, weights=counts,
                            minlength=n_leaves * n_cls).astype(np.int64)
-        noisy = np.maximum(0, true + discrete_laplace(rng, 2.0 / params.epsilon, true.size))
+        noisy = np.maximum(0, true + discrete_laplace(rng, params.epsilon / 2, true.size))
         cell_index = np.repeat(np.arange(true.size), noisy)
         cell_index = cell_index[rng.permutation(cell_index.size)]
         part, cls = np.divmod(cell_index, n_cls)

@@ -124,7 +124,7 @@ class Histogram(MechanismBase):
                        else np.zeros(len(codes), dtype=np.int64))
         true = np.bincount(dense_class * n_inf + table.inf_codes, weights=table.counts,
                            minlength=size).astype(np.int64)
-        released = np.maximum(0, true + discrete_laplace(rng, 1.0 / params.epsilon, size))
+        released = np.maximum(0, true + discrete_laplace(rng, params.epsilon, size))
         keep = np.flatnonzero((true > 0) | (released > 0))  # empty both ways: nothing to show
         class_of = keep // n_inf
         used_classes, class_of = np.unique(class_of, return_inverse=True)

@@ -27,6 +27,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 from pydantic import Field, field_validator
+from pydantic.json_schema import SkipJsonSchema
 
 from medrelease.guarantee import ADD_REMOVE_ONE_ROW, BudgetStep, Guarantee
 from medrelease.lattice import NodeTable
@@ -38,7 +39,7 @@ from medrelease.mechanisms.base import (
     split_budget,
 )
 from medrelease.metrics import ReleasedCells
-from medrelease.randomness import discrete_laplace, discrete_laplace_tail
+from medrelease.randomness import discrete_laplace, noise_epsilon
 
 IPA_SHARES = {"eps_candidates": 0.2, "eps_cells": 0.6, "eps_suppression": 0.2}
 LABEL = "sound (epsilon, delta)-DP, proof in docs/PRIVACY.md"
@@ -47,14 +48,15 @@ DEFAULT_DELTA = 1e-6
 
 
 class IPAParams(MechanismParams):
-    """Total eps and its split, total delta (default min(1e-6, 1/(10 n))), minimum cell size."""
+    """Total eps and its split, total delta (a fixed default), minimum cell size."""
 
     epsilon: float = Field(default=1.0, description="total privacy budget")
     eps_candidates: float | None = Field(default=None, description="node selection (0.2 eps)")
     eps_cells: float | None = Field(default=None, description="noisy cells at the node (0.6 eps)")
     eps_suppression: float | None = Field(default=None, description="pooled '*' cells (0.2 eps)")
     delta: float | None = Field(
-        default=None, description="total delta, split evenly; default min(1e-6, 1/(10 n))"
+        default=None, description="total delta, split evenly; default 1e-6 (or 1/(10 N) for a "
+                                  "declared public bound N on the rows, if smaller)"
     )
     suppression_threshold: int = Field(
         default=2, description="t: a released cell never has fewer rows than max(t, tau)"
@@ -78,16 +80,33 @@ class IPAParams(MechanismParams):
                              "would be published as such)")
         return value
 
+    # Set by the release driver from the dataset config (privacy.max_rows), never by users.
+    max_rows: SkipJsonSchema[int | None] = None
+
+
+def default_delta(max_rows: int | None) -> float:
+    """1e-6, or 1/(10 N) for a *declared* public bound N on the rows — never the data's n.
+
+    A delta (hence a threshold) that moved with the table's own size would leak it and, for
+    cells sitting exactly at the threshold, break the bound (docs/PRIVACY.md).
+    """
+    if max_rows is None:
+        return DEFAULT_DELTA
+    return min(DEFAULT_DELTA, 1.0 / (10 * max_rows))
+
 
 def release_threshold(epsilon: float, delta: float, minimum: int) -> int:
-    """Smallest integer tau with P(1 + Z >= tau) <= delta for Z ~ discrete Laplace(1/eps).
+    """Smallest integer tau with P(1 + Z >= tau) <= delta for Z ~ discrete Laplace(eps).
 
     A cell that exists in only one of two neighbouring tables has count 1 there; it is released
-    only if 1 + Z >= tau, which this tau makes a delta-probability event.
+    only if 1 + Z >= tau, which this tau makes a delta-probability event. P(Z >= k) =
+    exp(-eps' k) / (1 + exp(-eps')) <= delta  <=>  k >= (ln(1/delta) - ln(1 + exp(-eps'))) / eps';
+    a closed form (no search that could run forever), rounded up with a margin against float
+    error, so tau is never one too small.
     """
-    k = max(1, math.ceil(math.log(1.0 / (delta * (1.0 + math.exp(-epsilon)))) / epsilon))
-    while discrete_laplace_tail(1.0 / epsilon, k) > delta:
-        k += 1
+    eps = noise_epsilon(epsilon)
+    need = (-math.log(delta) - math.log1p(math.exp(-eps))) / eps
+    k = max(1, math.ceil(need * (1 + 1e-12) + 1e-9))
     return max(1 + k, minimum)
 
 
@@ -96,14 +115,12 @@ class IPA:
     selection: ClassVar[str] = "exponential"
     Params: ClassVar[type[MechanismParams]] = IPAParams
 
-    def parse_params(self, raw: dict[str, Any], n_rows: int) -> IPAParams:
+    def parse_params(self, raw: dict[str, Any]) -> IPAParams:
         params = parse(IPAParams, raw, self.name)
         shares = split_budget(
             self.name, params.epsilon, {k: getattr(params, k) for k in IPA_SHARES}, IPA_SHARES
         )
-        delta = params.delta
-        if delta is None:
-            delta = min(DEFAULT_DELTA, 1.0 / (10 * max(n_rows, 1)))
+        delta = params.delta if params.delta is not None else default_delta(params.max_rows)
         return params.model_copy(update={**shares, "delta": delta})
 
     def thresholds(self, params: IPAParams) -> tuple[int, int]:
@@ -166,14 +183,13 @@ class IPA:
         tau_cells, tau_sup = self.thresholds(params)
         starts, class_of_cell, class_keys = table.classes()
         counts, inf = table.counts, table.inf_codes
-        noisy = counts + discrete_laplace(rng, 1.0 / params.eps_cells, counts.size)
+        noisy = counts + discrete_laplace(rng, params.eps_cells, counts.size)
         kept = noisy >= tau_cells
 
         pool_true = np.bincount(inf[~kept], weights=counts[~kept], minlength=n_inf)
         pool_inf = np.flatnonzero(pool_true)
         pool_counts = pool_true[pool_inf].astype(np.int64)
-        pool_noisy = pool_counts + discrete_laplace(rng, 1.0 / params.eps_suppression,
-                                                    pool_inf.size)
+        pool_noisy = pool_counts + discrete_laplace(rng, params.eps_suppression, pool_inf.size)
         pool_kept = pool_noisy >= tau_sup
 
         n_node = starts.size

@@ -74,7 +74,7 @@ class IPAPaper:
     selection: ClassVar[str] = "exponential"
     Params: ClassVar[type[MechanismParams]] = IPAPaperParams
 
-    def parse_params(self, raw: dict[str, Any], n_rows: int) -> IPAPaperParams:
+    def parse_params(self, raw: dict[str, Any]) -> IPAPaperParams:
         params = parse(IPAPaperParams, raw, self.name)
         shares = split_budget(
             self.name,
@@ -170,7 +170,7 @@ class IPAPaper:
         sup_flag[kept.size:] = True
 
         # Insertion: n' = n + Lap(1/eps_ins) (discrete), only positive differences are inserted.
-        counterfeit = np.maximum(0, discrete_laplace(rng, 1.0 / params.eps_insertion, n_classes))
+        counterfeit = np.maximum(0, discrete_laplace(rng, params.eps_insertion, n_classes))
 
         # Counterfeit values: exponential mechanism over Inf with score S(E, v) (Eq. 3-4).
         class_size = np.bincount(class_of, weights=true_counts, minlength=n_classes)

@@ -11,7 +11,7 @@ plus discrete Laplace noise of scale ``1/eps_test``; a record is in exactly one 
 whole vector costs ``eps_test``. A child is kept if its noisy count reaches the threshold.
 Children without records must face the same test, or the output would tell which item
 combinations occur: there are too many to enumerate, so the number that pass is drawn exactly
-(binomial, by geometric skips when the number of children exceeds int64) and that many are
+(the exact binomial, by geometric skips: ``randomness.tail_binomial``) and that many are
 picked uniformly among them. Records of children that fail stay in ``s``, which then keeps ``u``
 unspecialized for good (a *remainder*): no record is lost and every released value is a true
 generalization of the record's items.
@@ -31,7 +31,12 @@ import numpy as np
 import pandas as pd
 
 from medrelease.errors import ParameterError
-from medrelease.randomness import discrete_laplace
+from medrelease.randomness import (
+    discrete_laplace,
+    discrete_laplace_tail,
+    noise_epsilon,
+    tail_binomial,
+)
 from medrelease.taxonomy import Taxonomy
 
 Node = tuple[int, int]  # (level, code) in the item taxonomy
@@ -144,15 +149,15 @@ class SetCut:
         """Split ``groups.node``: noisy emptiness test, spurious children, remainders; in place."""
         node, k = groups.node, groups.kids.size
         threshold = emptiness_threshold(k, eps_test, spurious_per_split)
-        noisy = group_counts + discrete_laplace(rng, 1.0 / eps_test, group_counts.size)
-        pass_probability = _tail(threshold, eps_test)
+        noisy = group_counts + discrete_laplace(rng, eps_test, group_counts.size)
+        pass_probability = discrete_laplace_tail(eps_test, threshold)
         new_children: dict[tuple[int, bytes], int] = {}
         parents = [i for i, v in enumerate(self.values) if node in v.nodes and node not in v.frozen]
         for parent in parents:
             mine = np.flatnonzero(groups.parent == parent)
             observed = {groups.masks[g].tobytes() for g in mine}
             kept = [groups.masks[g] for g in mine if noisy[g] >= threshold]
-            n_spurious = binomial(rng, (1 << k) - 1 - len(observed), pass_probability)
+            n_spurious = tail_binomial(rng, (1 << k) - 1 - len(observed), eps_test, threshold)
             kept += _random_masks(rng, k, groups.masks.shape[1], n_spurious, observed)
             for mask in kept:
                 new_children[(parent, mask.tobytes())] = len(self.values)
@@ -189,44 +194,19 @@ class SetCut:
         return SetValue(tuple(sorted((set(parent.nodes) - {node}) | present)), parent.frozen)
 
 
-def _tail(threshold: int, eps_test: float) -> float:
-    """P(Z >= threshold) for discrete Laplace of scale 1/eps_test (threshold >= 1)."""
-    return math.exp(-threshold * eps_test) / (1.0 + math.exp(-eps_test))
-
-
 def emptiness_threshold(k: int, eps_test: float, spurious_per_split: float) -> int:
     """Smallest integer t >= 1 with (2^k - 1) P(Z >= t) <= spurious_per_split."""
     log_children = k * math.log(2.0) + math.log1p(-(2.0 ** -k))
-    need = (log_children - math.log1p(math.exp(-eps_test)) - math.log(spurious_per_split))
-    threshold = max(1, math.ceil(need / eps_test))
-    while ((1 << k) - 1) * _tail(threshold, eps_test) > spurious_per_split:
+    eps = noise_epsilon(eps_test)
+    need = (log_children - math.log1p(math.exp(-eps)) - math.log(spurious_per_split))
+    threshold = max(1, math.ceil(need / eps))
+    children = (1 << k) - 1
+    while children * discrete_laplace_tail(eps_test, threshold) > spurious_per_split:
         threshold += 1
-    while threshold > 1 and ((1 << k) - 1) * _tail(threshold - 1, eps_test) <= spurious_per_split:
+    while threshold > 1 and children * discrete_laplace_tail(eps_test, threshold - 1) \
+            <= spurious_per_split:
         threshold -= 1
     return threshold
-
-
-def binomial(rng: np.random.Generator, trials: int, probability: float) -> int:
-    """Exact Binomial(trials, probability) draw, also for trials far beyond int64."""
-    if trials <= 0 or probability <= 0.0:
-        return 0
-    if trials < 2**62:
-        return int(rng.binomial(trials, probability))
-    log_miss = math.log1p(-probability)
-    if log_miss == 0.0:   # probability below 1e-16 of a double: a success needs > 1e16 trials
-        log_miss = -probability
-    position, successes = 0, 0
-    while True:  # successes are geometric gaps apart
-        gap = math.log1p(-rng.random()) / log_miss
-        if not math.isfinite(gap):
-            return successes
-        position += math.floor(gap) + 1
-        if position > trials:
-            return successes
-        successes += 1
-        if successes > MAX_SPURIOUS_DRAWS:
-            raise ParameterError("the emptiness test would keep more than "
-                                 f"{MAX_SPURIOUS_DRAWS:,} spurious item combinations")
 
 
 def _random_masks(rng: np.random.Generator, k: int, words: int, count: int,

@@ -1,0 +1,189 @@
+"""The publication boundary: what a release folder may carry, field by field (an allow-list).
+
+A DP release is only as private as the least private byte that ships with it. Everything a
+release run knows is gathered as one flat dict of *facts*; ``split_facts`` sends each fact to
+exactly one side:
+
+* ``PUBLISHED`` — the public ``manifest.json`` (and ``report.md``, rendered from it alone). Each
+  field states its *basis*, which is also what the publication audit checks:
+  - ``public``: fixed before the data were read (request, config, code) — byte-identical for
+    neighbouring inputs;
+  - ``identity``: the run's own id and clock — independent of the data, format-checked;
+  - ``output``: an output of the mechanism, covered by its guarantee;
+  - ``released``: computed from the released rows alone — the audit recomputes it from the
+    published data file.
+* ``STEWARD_ONLY`` — the steward record (``var/steward/...``), never published, each with the
+  reason it must stay internal.
+
+A fact on neither list is an error: a new field must be placed on one side deliberately.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from medrelease.errors import MedreleaseError
+from medrelease.risk import risk_report
+
+
+class Basis(StrEnum):
+    PUBLIC = "public"
+    IDENTITY = "identity"
+    OUTPUT = "output"
+    RELEASED = "released"
+
+
+@dataclass(frozen=True)
+class PublishedField:
+    basis: Basis
+    why: str
+
+
+PUBLISHED: dict[str, PublishedField] = {
+    "release_id": PublishedField(Basis.IDENTITY, "clock + random id; says nothing about the data"),
+    "created_at": PublishedField(Basis.IDENTITY, "the clock"),
+    "test_release": PublishedField(Basis.PUBLIC, "whether the request fixed a seed"),
+    "dataset": PublishedField(Basis.PUBLIC, "the dataset config's name"),
+    "source": PublishedField(Basis.PUBLIC, "the declared ledger source id"),
+    "package_version": PublishedField(Basis.PUBLIC, "the code that made the release"),
+    "mechanism": PublishedField(Basis.PUBLIC, "requested"),
+    "parameters": PublishedField(Basis.PUBLIC, "requested, or fixed by the config (never by "
+                                               "the data: the default delta is a constant)"),
+    "guarantee": PublishedField(Basis.PUBLIC, "a function of the parameters"),
+    "budget_steps": PublishedField(Basis.PUBLIC, "a function of the parameters"),
+    "epsilon_spent": PublishedField(Basis.PUBLIC, "sum of the budget steps"),
+    "delta_spent": PublishedField(Basis.PUBLIC, "sum of the budget steps"),
+    "lifetime": PublishedField(Basis.PUBLIC, "the ledger: sums of earlier releases' public "
+                                             "parameters, the cap, whether a non-DP release "
+                                             "voided the lifetime guarantee"),
+    "seed_policy": PublishedField(Basis.PUBLIC, "whether the request fixed a seed"),
+    "columns": PublishedField(Basis.PUBLIC, "the released columns' roles, types, taxonomy and "
+                                            "domain file names, declared class values"),
+    "checks": PublishedField(Basis.PUBLIC, "the output checks, phrased over public values; "
+                                           "a release that fails them is never published"),
+    "files": PublishedField(Basis.PUBLIC, "the folder's file names"),
+    "text_safety": PublishedField(Basis.PUBLIC, "how spreadsheet formulas in text cells are "
+                                                "neutralised in the CSV"),
+    "chosen_node": PublishedField(Basis.OUTPUT, "the exponential mechanism's choice (or the "
+                                                "fixed node)"),
+    "chosen_node_height": PublishedField(Basis.OUTPUT, "sum of the chosen node's levels"),
+    "mechanism_details": PublishedField(Basis.OUTPUT, "the mechanism's own released summary "
+                                                      "(DiffGen's cut and set-valued splits)"),
+    "released_rows": PublishedField(Basis.RELEASED, "rows of the data file"),
+    "risk": PublishedField(Basis.RELEASED, "re-identification figures of the released rows"),
+}
+
+STEWARD_ONLY: dict[str, str] = {
+    "flow_run_id": "links the release to Prefect's logs and parameters, which are for stewards",
+    "ledger_spend_id": "internal bookkeeping id",
+    "input_file": "the extract's absolute path on the hospital's machine",
+    "input_sha256": "a deterministic function of the raw data: tells any two neighbouring "
+                    "tables apart with certainty",
+    "input_rows": "the exact number of input rows",
+    "dataset_config": "the full config, with the machine's paths",
+    "information_loss": "compares the released counts with the true ones (Rate x rows is the "
+                        "noise itself)",
+    "selection": "candidate scores and selection probabilities are computed from the input",
+    "output_checks": "expectations built from true counts and input values (row bound, the "
+                     "input's informative values)",
+    "lifetime_cap_note": "a difference between the config and the ledger's cap",
+    "declared_rows_check": "whether the input exceeded the declared row bound: a function of n",
+}
+
+
+class BoundaryError(MedreleaseError):
+    """A fact is on neither side of the publication boundary, or a published one is missing."""
+
+
+def split_facts(facts: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(public manifest, steward facts): every fact on exactly one side, by the allow-list."""
+    unplaced = sorted(set(facts) - set(PUBLISHED) - set(STEWARD_ONLY))
+    if unplaced:
+        raise BoundaryError(
+            f"release fact(s) {', '.join(unplaced)} are on neither side of the publication "
+            "boundary: add each to PUBLISHED (with its basis) or STEWARD_ONLY in "
+            "medrelease/publication.py")
+    missing = sorted(set(PUBLISHED) - set(facts))
+    if missing:
+        raise BoundaryError(f"published field(s) {', '.join(missing)} were not computed")
+    public = {name: facts[name] for name in PUBLISHED}
+    steward = {name: facts[name] for name in STEWARD_ONLY if name in facts}
+    return public, steward
+
+
+def published_file_names(test: bool) -> list[str]:
+    """The only files a release folder holds."""
+    prefix = "TEST-" if test else ""
+    return [f"{prefix}data.parquet", f"{prefix}data.csv", "manifest.json", "report.md"]
+
+
+def released_figures(table: pd.DataFrame, dimensions: list[str]) -> dict[str, Any]:
+    """The ``released``-basis fields, from the released rows alone (the audit recomputes them)."""
+    return {"released_rows": len(table), "risk": risk_report(table, dimensions)}
+
+
+def public_columns(config, columns: list[str]) -> dict[str, dict[str, Any]]:
+    """Public description of the released columns: from the config, never from the data."""
+    out: dict[str, dict[str, Any]] = {}
+    for name in columns:
+        spec = config.columns[name]
+        entry: dict[str, Any] = {"role": spec.role, "type": spec.type}
+        if spec.taxonomy:
+            entry["taxonomy"] = Path(spec.taxonomy).name
+            entry["taxonomy_levels"] = config.taxonomies[name].height + 1
+        if spec.domain:
+            entry["domain"] = Path(spec.domain).name
+        if spec.values:
+            entry["values"] = list(spec.values)
+        if spec.description:
+            entry["description"] = spec.description
+        out[name] = entry
+    return out
+
+
+def render_public_report(manifest: dict[str, Any]) -> str:
+    """report.md: the public manifest in plain words (a function of the manifest alone)."""
+    guarantee = manifest["guarantee"]
+    lines = [f"# Release {manifest['release_id']} of `{manifest['dataset']}`", ""]
+    if manifest["test_release"]:
+        lines += ["> **TEST RELEASE — NOT FOR PUBLICATION**: made with a fixed seed; anyone "
+                  "who knows the seed can remove the noise. It lives in the test store only.",
+                  ""]
+    if not guarantee["proven"]:
+        lines += [f"> **{guarantee['label'].upper()}.** {guarantee['notes']}", ""]
+    node = ", ".join(f"{k} level {v}" for k, v in manifest["chosen_node"].items()) or "none"
+    risk = manifest["risk"]
+    lines += [
+        "## Guarantee", guarantee["statement"], "",
+        "## Lifetime of the source", manifest["lifetime"]["statement"], "",
+        "## What was released",
+        f"- mechanism: `{manifest['mechanism']}`; generalization (lattice node): {node}",
+        f"- rows released: {manifest['released_rows']:,}",
+        f"- files: {', '.join(f'`{f}`' for f in manifest['files'])}",
+        f"- seed policy: {manifest['seed_policy']}",
+        f"- text cells: {manifest['text_safety']['csv']}",
+        "",
+        "## Re-identification risk of the released rows",
+        f"- classes on the released dimensions: {risk['classes']:,}; smallest class: "
+        f"{risk['smallest_class']:,}; rows unique on the dimensions: "
+        f"{risk['unique_row_share']:.1%}",
+        f"- prosecutor risk: max {risk['prosecutor_risk_max']:.3f}, mean "
+        f"{risk['prosecutor_risk_mean']:.3f} (for a DP mechanism the guarantee, not these "
+        "figures, bounds what can be learned about anyone)",
+        "",
+        "## Budget",
+        "| step | epsilon | delta |",
+        "|---|---|---|",
+    ]
+    lines += [f"| {s['step']} | {s['epsilon']:g} | {s['delta']:g} |"
+              for s in manifest["budget_steps"]]
+    lines += [f"| **total** | **{manifest['epsilon_spent']:g}** | "
+              f"**{manifest['delta_spent']:g}** |", "", "## Checks passed before publication"]
+    lines += [f"- {check}" for check in manifest["checks"]["checks"]]
+    lines.append("")
+    return "\n".join(lines)
