@@ -83,6 +83,9 @@ def serve_all(inbox: Path | None = None, dataset: str = "nps-sample",
     """Serve every deployment; with ``inbox``, also watch it in a background thread."""
     os.environ.setdefault("PREFECT_RUNNER_POLL_FREQUENCY", "2")
     if inbox is not None:
+        # extracts announced from this inbox may be released (served runs inherit this)
+        known = [p for p in os.environ.get("MEDRELEASE_INBOX", "").split(os.pathsep) if p]
+        os.environ["MEDRELEASE_INBOX"] = os.pathsep.join([*known, str(Path(inbox).resolve())])
         threading.Thread(target=watch_loop, args=(inbox, dataset, interval_s),
                          name="inbox-watcher", daemon=True).start()
     serve(*build_deployments(), limit=2)

@@ -15,7 +15,7 @@ from prefect import flow, get_run_logger
 
 from flows.release import ReleaseRequest, release_flow
 from medrelease.config import find_config
-from medrelease.errors import InputValidationError, MedreleaseError
+from medrelease.errors import ConfigError, InputValidationError, MedreleaseError, PolicyError
 from medrelease.inbox import move_to
 from medrelease.io import file_sha256
 from medrelease.settings import steward_root
@@ -39,30 +39,41 @@ def _already_released(dataset: str, sha256: str) -> str | None:
 
 @flow(name="medrelease-on-arrival", description="Release one newly arrived extract")
 def arrival_release_flow(dataset: str, path: str, sha256: str) -> dict[str, Any]:
-    logger = get_run_logger()
+    """Release the announced file; whatever happens, it leaves ``processing/``."""
     extract = Path(path)
     inbox = extract.parent.parent  # <inbox>/processing/<file>
-    if not extract.is_file():
-        raise MedreleaseError(f"announced extract {extract} is gone (already handled?)")
+    if extract.is_symlink() or not extract.is_file():
+        raise MedreleaseError(f"announced extract {extract} is gone or not a regular file "
+                              "(already handled?)")
+    try:
+        return _release_arrival(dataset, extract, sha256, inbox)
+    except (InputValidationError, ConfigError, PolicyError) as exc:
+        target = _file_away(inbox, extract, "rejected", str(exc))
+        get_run_logger().error("extract rejected, moved to %s:\n%s", target, exc)
+        raise
+    except DuplicateExtractError:
+        raise
+    except BaseException as exc:
+        _file_away(inbox, extract, "failed", f"{type(exc).__name__}: {exc}")
+        raise
+
+
+def _file_away(inbox: Path, extract: Path, outcome: str, reason: str) -> Path | None:
+    return move_to(inbox, extract, outcome, reason) if extract.exists() else None
+
+
+def _release_arrival(dataset: str, extract: Path, sha256: str, inbox: Path) -> dict[str, Any]:
+    logger = get_run_logger()
     if file_sha256(extract) != sha256:
-        move_to(inbox, extract, "rejected", "content changed after it was announced")
         raise InputValidationError(f"{extract.name} changed after it was announced; rejected")
-    find_config(dataset)  # a wrong dataset name fails here, before anything else
-    previous = _already_released(dataset, sha256)
+    config = find_config(dataset)  # a wrong dataset name fails here, before anything else
+    previous = _already_released(config.name, sha256)
     if previous:
         move_to(inbox, extract, "duplicates", f"already released as {previous}")
         raise DuplicateExtractError(
             f"{extract.name}: this content was already released as {previous}; not released again"
         )
-    try:
-        result = release_flow(ReleaseRequest(dataset=dataset, input_path=str(extract)))
-    except InputValidationError as exc:
-        target = move_to(inbox, extract, "rejected", str(exc))
-        logger.error("extract rejected, moved to %s:\n%s", target, exc)
-        raise
-    except BaseException as exc:
-        move_to(inbox, extract, "failed", f"{type(exc).__name__}: {exc}")
-        raise
+    result = release_flow(ReleaseRequest(dataset=dataset, input_path=str(extract)))
     target = move_to(inbox, extract, "released", f"released as {result['release_id']}")
     logger.info("released %s as %s; extract moved to %s", extract.name, result["release_id"],
                 target)

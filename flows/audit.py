@@ -12,6 +12,7 @@ each in its own isolated home (ledger and stores), then every published byte ins
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -101,15 +102,20 @@ def audit_flow(mechanism: str = "ipa-paper", epsilon: float = 1.0, runs: int = 2
 
 def _release_in(home: Path, config_path: Path, table: pd.DataFrame, mechanism: str,
                 epsilon: float, seed: int) -> Path:
-    """One whole release flow run in its own isolated home; the published folder."""
+    """One whole release flow run in its own isolated home; the published folder.
+
+    The dataset folder is copied into the home's ``datasets/`` (a dataset root) and the
+    extract written beside it, so the run passes the same path rules as a steward's."""
     from flows.release import ReleaseRequest, release_flow
 
-    home.mkdir(parents=True, exist_ok=True)
-    extract = home / "extract.csv"
+    folder = home / "datasets" / config_path.parent.name
+    shutil.copytree(config_path.parent, folder, dirs_exist_ok=True)
+    extract = folder / "extract.csv"
     table.to_csv(extract, index=False)
     with isolated_home(home):
         result = release_flow(ReleaseRequest(
-            dataset=str(config_path), input_path=str(extract), seed=seed, evaluate=False,
+            dataset=str(folder / config_path.name), input_path=str(extract), seed=seed,
+            evaluate=False,
             batch_size=64, mechanism={"mechanism": mechanism, "epsilon": epsilon}))
     return Path(result["path"])
 
@@ -131,10 +137,12 @@ def inspect_pair(workdir: Path, config_path: Path, design: str, mechanism: str,
       description="Whole release flow on neighbouring inputs: every published byte inspected")
 def publication_audit_flow(mechanism: str = "ipa", epsilon: float = 1.0, pairs: int = 1,
                            runs: int = 200, seed: int = 0, designs: list[str] | None = None,
-                           confidence: float = 0.95) -> dict[str, Any]:
+                           confidence: float = 0.95, keep_folders: bool = False
+                           ) -> dict[str, Any]:
     """Publication audit of ``mechanism``: boundary, neighbour diff, unique value, statistics.
 
-    ``runs`` = 0 skips the statistical part (checks 1 and 2 only).
+    ``runs`` = 0 skips the statistical part (checks 1 and 2 only). The neighbours' release
+    folders are removed afterwards unless ``keep_folders``.
     """
     logger = get_run_logger()
     if mechanism not in PUBLICATION_DESIGNS:
@@ -143,12 +151,16 @@ def publication_audit_flow(mechanism: str = "ipa", epsilon: float = 1.0, pairs: 
     workdir = Path(tempfile.mkdtemp(prefix="medrelease-publication-audit-"))
     config_path = write_audit_dataset(workdir / "dataset", mechanism)
     findings: list[Finding] = []
-    for design in designs:
-        for pair in range(pairs):
-            findings += inspect_pair(workdir, config_path, design, mechanism, epsilon,
-                                     seed + pair)
-            logger.info("publication audit of %s: design %s pair %d done (%d findings so far)",
-                        mechanism, design, pair + 1, len(findings))
+    try:
+        for design in designs:
+            for pair in range(pairs):
+                findings += inspect_pair(workdir, config_path, design, mechanism, epsilon,
+                                         seed + pair)
+                logger.info("publication audit of %s: design %s pair %d done (%d findings so "
+                            "far)", mechanism, design, pair + 1, len(findings))
+    finally:
+        if not keep_folders:
+            shutil.rmtree(workdir, ignore_errors=True)
     statistical = _statistical(mechanism, epsilon, runs, seed, confidence)
     verdict = _verdict(findings, statistical)
     create_markdown_artifact(_publication_markdown(mechanism, epsilon, designs, pairs, findings,
@@ -158,7 +170,8 @@ def publication_audit_flow(mechanism: str = "ipa", epsilon: float = 1.0, pairs: 
     return {"mechanism": mechanism, "epsilon": epsilon, "designs": designs, "pairs": pairs,
             "findings": [str(f) for f in findings], "verdict": verdict,
             "statistical": [{**r.__dict__, "verdict": r.verdict, "ceiling": r.ceiling}
-                            for r in statistical], "workdir": str(workdir)}
+                            for r in statistical],
+            "workdir": str(workdir) if keep_folders else None}
 
 
 def _statistical(mechanism: str, epsilon: float, runs: int, seed: int,

@@ -36,7 +36,14 @@ from medrelease.mechanisms.pseudonymize import PseudonymizeParams
 from medrelease.release import candidates_frame, fixed_index, node_batches
 from medrelease.settings import ledger_path
 from medrelease.store import StoreError, safe_relative
-from tasks.budget import Charge, artifact_key, charge_budget, finalize_spend, plan
+from tasks.budget import (
+    Charge,
+    artifact_key,
+    charge_budget,
+    check_before_charge,
+    finalize_spend,
+    plan,
+)
 from tasks.checks import check_output
 from tasks.inputs import load_and_validate_input, load_dataset_config, validate_and_aggregate
 from tasks.lattice import (
@@ -130,11 +137,8 @@ class ReleaseRequest(BaseModel):
     )
     task_runner: RunnerKind = Field(
         default="thread", description="Fan-out of lattice scoring: 'thread' (default, fastest on "
-                                      "one machine) or 'dask' (local cluster or dask_address)"
-    )
-    dask_address: str | None = Field(
-        default=None, description="Dask scheduler address (tcp://host:8786) for task_runner dask; "
-                                  "empty: a local cluster"
+                                      "one machine) or 'dask' (a local cluster, or the scheduler "
+                                      "the deployment names in MEDRELEASE_DASK_ADDRESS)"
     )
     evaluate: bool = Field(
         default=True, description="Afterwards, write the internal utility/risk report with plots "
@@ -170,18 +174,20 @@ def release_flow(request: ReleaseRequest = ReleaseRequest()) -> dict[str, Any]: 
 
     config = load_dataset_config(request.dataset)
     mechanism = request.mechanism.mechanism
+    release_plan = plan(config, mechanism, request.mechanism_params(), request.seed)
     if not uses_lattice(mechanism):
         frame, input_info = load_and_validate_input(config, request.input_path)
-        release_plan = plan(config, mechanism, request.mechanism_params(), request.seed)
+        check_before_charge(config, release_plan, ledger, request.destination)
         charge = charge_budget(config, release_plan, ledger, run_id)
         return _release_directly(request, config, frame, input_info, release_plan, charge,
                                  ledger, run_id)
     # Lattice mechanisms: one streamed pass validates and aggregates before any budget is spent.
     counts, input_info = validate_and_aggregate(config, request.input_path)
-    release_plan = plan(config, mechanism, request.mechanism_params(), request.seed)
+    context = ReleaseContext.from_counts(counts)
+    fixed = fixed_index(context, release_plan)  # a fixed node outside its limits fails here
+    check_before_charge(config, release_plan, ledger, request.destination)
     fan_out = contextlib.ExitStack()
-    runner = fan_out.enter_context(fan_out_runner(request.task_runner,
-                                                  dask_address=request.dask_address))
+    runner = fan_out.enter_context(fan_out_runner(request.task_runner))
     try:
         connect(runner, request.task_runner)  # a runner that cannot start costs no budget
         charge = charge_budget(config, release_plan, ledger, run_id)
@@ -189,10 +195,9 @@ def release_flow(request: ReleaseRequest = ReleaseRequest()) -> dict[str, Any]: 
         fan_out.close()
         raise
     try:
-        context = ReleaseContext.from_counts(counts)
         with fan_out:  # the runner started before the charge; closed after the fan-out
             chosen, candidates = _choose_and_materialize(request, config, context, release_plan,
-                                                         runner)
+                                                         runner, fixed)
         checks = check_output(config, context, chosen)
         published = publish_release(RunFacts(config, input_info, release_plan, context, chosen,
                                              charge, checks, candidates, run_id),
@@ -210,13 +215,12 @@ def release_flow(request: ReleaseRequest = ReleaseRequest()) -> dict[str, Any]: 
 
 
 def _choose_and_materialize(request: ReleaseRequest, config, context: ReleaseContext,
-                            release_plan, runner) -> tuple[Any, pd.DataFrame]:
+                            release_plan, runner, index: int | None) -> tuple[Any, pd.DataFrame]:
     """Score the candidates (fanned out), select privately, draw the chosen node's release.
 
-    A fixed-node mechanism (histogram) is not scored: its one noisy draw is the release, and
-    the steward's candidate summary is computed from that very draw.
+    A fixed-node mechanism (histogram, ``index`` given) is not scored: its one noisy draw is
+    the release, and the steward's candidate summary is computed from that very draw.
     """
-    index = fixed_index(context, release_plan)
     if index is not None:
         chosen = materialize_release(context, release_plan, index)
         return chosen, candidates_frame(context, [chosen.summary], np.array([1.0]))

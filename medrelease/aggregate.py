@@ -8,13 +8,13 @@ node then only rewrites digits of the keys and merges equal keys (see ``lattice.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
 
 from medrelease.config import DatasetConfig
-from medrelease.errors import InputValidationError, format_rows
+from medrelease.errors import InputValidationError, format_rows, position_numbers
 from medrelease.taxonomy import Taxonomy
 
 MAX_KEY = 2**62
@@ -72,6 +72,7 @@ class CountTable:
     informative: pd.DataFrame
     n_rows: int
     public_domain: bool = False
+    dropped_rows: int = 0  # by missing: drop_rows (n_rows counts the rows kept)
 
     @property
     def n_inf(self) -> int:
@@ -114,60 +115,92 @@ def key_space(taxonomies: tuple[Taxonomy, ...], n_inf: int) -> int:
 
 def prepare_table(table: pd.DataFrame, config: DatasetConfig,
                   include_class: bool = False) -> pd.DataFrame:
+    """The declared columns with the missing-value policy applied (see ``prepare_counted``)."""
+    return prepare_counted(table, config, include_class)[0]
+
+
+def prepare_counted(table: pd.DataFrame, config: DatasetConfig,
+                    include_class: bool = False) -> tuple[pd.DataFrame, int]:
     """Check the columns the config needs are present and apply the missing-value policy.
 
     Returns the declared dimension and informative columns (with ``include_class`` also the class
-    and set-valued ones) only; undeclared columns never go further than this function.
+    and set-valued ones) only — undeclared columns never go further than this function — and
+    how many rows ``missing: drop_rows`` dropped. Messages name declared columns only: the
+    extract's own header is file content.
     """
-    if len(table.columns) != len(set(table.columns)):
-        dup = table.columns[table.columns.duplicated()].unique().tolist()
-        raise InputValidationError(f"input has duplicated column(s): {', '.join(map(str, dup))}")
     needed = config.dimensions + config.informative
     if include_class:
         needed = needed + config.class_columns
     sets = [c for c in config.set_valued if include_class]
-    missing = [c for c in needed + sets if c not in table.columns]
-    if missing:
-        raise InputValidationError(
-            f"input lacks column(s) {', '.join(repr(c) for c in missing)} declared in dataset "
-            f"config {config.name!r}; input has: {', '.join(map(str, table.columns))}",
-            [{"column": c, "problem": "missing column"} for c in missing],
-        )
+    _check_columns(table, config, needed + sets)
     # A blank set-valued cell is an empty item set, not a missing value.
     frame = table[needed + sets].fillna({c: "" for c in sets}) if sets else table[needed]
+    labels = {c: config.columns[c].missing for c in needed if config.columns[c].missing}
+    if labels:
+        frame = frame.fillna(labels)
     if frame.empty:
         raise InputValidationError("input table has no rows: there is nothing to release")
     nulls = frame.isna()
-    if nulls.to_numpy().any():
-        if config.missing == "drop_rows":
-            frame = frame[~nulls.any(axis=1)]
-            if frame.empty:
-                raise InputValidationError(
-                    "every row has a missing value in a declared column; nothing is left to release"
-                )
-        else:
-            problems, lines = [], []
-            for column in needed:
-                rows = np.flatnonzero(nulls[column].to_numpy())
-                if rows.size:
-                    problems.append({"column": column, "value": None, "rows": int(rows.size),
-                                     "first_rows": [int(r) + 1 for r in rows[:5]],
-                                     "problem": "missing value"})
-                    lines.append(f"  column {column!r}: {rows.size} missing value(s), first at "
-                                 f"row(s) {format_rows(rows.tolist())}")
-            raise InputValidationError(
-                "missing values where the dataset config does not allow them "
-                "(missing: reject):\n" + "\n".join(lines), problems
-            )
-    return frame
+    if not nulls.to_numpy().any():
+        return frame, 0
+    if config.missing == "drop_rows":
+        incomplete = nulls.any(axis=1)
+        return frame[~incomplete], int(incomplete.sum())
+    problems, lines = [], []
+    for column in needed:
+        rows = frame.index.to_numpy()[np.flatnonzero(nulls[column].to_numpy())]
+        if rows.size:
+            problems.append({"column": column, "rows": int(rows.size),
+                             "first_positions": position_numbers(rows),
+                             "problem": "missing value"})
+            lines.append(f"  column {column!r}: {rows.size} missing value(s), first at "
+                         f"{format_rows(rows.tolist())}")
+    raise InputValidationError(
+        "missing values where the dataset config does not allow them (missing: reject; "
+        "use missing: drop_rows, or a 'missing:' category on the column):\n" + "\n".join(lines),
+        problems)
+
+
+def _check_columns(table: pd.DataFrame, config: DatasetConfig, declared: list[str]) -> None:
+    if len(table.columns) != len(set(table.columns)):
+        repeated = table.columns[table.columns.duplicated()].unique().tolist()
+        named = [c for c in repeated if c in config.columns]
+        raise InputValidationError(
+            f"the input's header repeats {len(repeated)} column name(s)"
+            + (f", among them declared column(s) {', '.join(map(repr, named))}" if named else ""))
+    missing = [c for c in declared if c not in table.columns]
+    if missing:
+        raise InputValidationError(
+            f"input lacks column(s) {', '.join(repr(c) for c in missing)} declared in dataset "
+            f"config {config.name!r} (its header has {len(table.columns)} column(s))",
+            [{"column": c, "problem": "missing column"} for c in missing],
+        )
+
+
+def check_drop_limit(dropped: int, rows: int, config: DatasetConfig) -> None:
+    """``missing: drop_rows`` may drop at most ``drop_limit`` of the rows, and never all."""
+    if dropped == 0:
+        return
+    if dropped >= rows:
+        raise InputValidationError(
+            f"every one of the {rows:,} rows has a missing value in a declared column "
+            "(missing: drop_rows): nothing is left to release")
+    if dropped > config.drop_limit * rows:
+        raise InputValidationError(
+            f"missing: drop_rows would drop {dropped:,} of {rows:,} rows "
+            f"({dropped / rows:.1%}), more than the config's drop_limit "
+            f"{config.drop_limit:.1%}: declare a 'missing:' category for the columns with gaps, "
+            "or raise drop_limit if dropping them is intended")
 
 
 def aggregate(table: pd.DataFrame, config: DatasetConfig) -> CountTable:
     """Encode ``table`` per its config and count rows per (finest dimension vector, informative)."""
-    frame = prepare_table(table, config)
+    frame, dropped = prepare_counted(table, config)
+    check_drop_limit(dropped, len(table), config)
     taxonomies = tuple(config.taxonomies[c] for c in config.dimensions)
-    return aggregate_frame(frame, config.dimensions, config.informative, taxonomies,
-                           config.informative_domain)
+    counts = aggregate_frame(frame, config.dimensions, config.informative, taxonomies,
+                             config.informative_domain)
+    return replace(counts, dropped_rows=dropped)
 
 
 def aggregate_frame(
@@ -208,15 +241,18 @@ def aggregate_frame(
 
 
 def _codes_in_domain(values: pd.Series, domain: list[str]) -> tuple[np.ndarray, pd.DataFrame]:
-    """Codes into a declared public domain; a value outside it is an input error."""
+    """Codes into a declared public domain; a value outside it is an input error (counts and
+    file lines in the message, the values only in the steward log)."""
     codes = pd.Categorical(values.astype("string"), categories=pd.Index(domain, dtype="string")).codes
     if (codes < 0).any():
         bad = values[codes < 0].astype(str)
+        rows = values.index.to_numpy()[np.flatnonzero(codes < 0)]
         raise InputValidationError(
-            f"column {values.name!r}: {bad.nunique()} value(s) outside its declared domain, e.g. "
-            f"{bad.iloc[0]!r} ({int((codes < 0).sum())} row(s), first at row "
-            f"{int(np.flatnonzero(codes < 0)[0]) + 1})"
-        )
+            f"column {values.name!r}: {bad.nunique()} distinct value(s) outside its declared "
+            f"domain, in {len(rows)} row(s), first at {format_rows(rows)}",
+            [{"column": values.name, "problem": "outside the declared domain",
+              "rows": len(rows), "first_positions": position_numbers(rows),
+              "values": bad.drop_duplicates().head(10).tolist()}])
     return codes.astype(np.int64), pd.DataFrame({values.name: np.asarray(domain, dtype=object)})
 
 
@@ -255,8 +291,12 @@ def aggregate_chunks(chunks, config: DatasetConfig) -> CountTable:
     if dims_space * INF_RADIX >= MAX_KEY:
         raise InputValidationError("the dimensions' combined domain is too large to stream")
     radices = place_values(taxonomies, INF_RADIX)
+    dropped = seen = 0
     for chunk in chunks:
-        frame = prepare_table(chunk, config) if len(chunk) else chunk
+        if not len(chunk):
+            continue
+        frame, chunk_dropped = prepare_counted(chunk, config)
+        dropped, seen = dropped + chunk_dropped, seen + len(chunk)
         if frame.empty:
             continue
         if domain is not None:
@@ -279,9 +319,10 @@ def aggregate_chunks(chunks, config: DatasetConfig) -> CountTable:
         merged_keys, merged_counts = group_sum(np.concatenate([merged_keys, chunk_keys]),
                                                np.concatenate([merged_counts, chunk_counts]))
         n_rows += len(frame)
-    if n_rows == 0:
+    if seen == 0:
         raise InputValidationError(
             "the input has no data rows (empty file or header only): nothing to release")
+    check_drop_limit(dropped, seen, config)
     if domain is not None:
         informative = pd.DataFrame({config.informative[0]: np.asarray(domain, dtype=object)})
     elif config.informative:
@@ -296,5 +337,5 @@ def aggregate_chunks(chunks, config: DatasetConfig) -> CountTable:
     return CountTable(
         dimensions=tuple(config.dimensions), taxonomies=taxonomies, cell_keys=final_keys,
         counts=final_counts, informative=informative, n_rows=n_rows,
-        public_domain=bool(config.informative) and domain is not None,
+        public_domain=bool(config.informative) and domain is not None, dropped_rows=dropped,
     )

@@ -138,16 +138,20 @@ def _taxonomies():
 
 @lru_cache(maxsize=1)
 def _classification_config() -> DatasetConfig:
-    folder = Path(tempfile.mkdtemp(prefix="medrelease-audit-"))
-    (folder / "cat.csv").write_text("".join(f"c{i};g{i // 2};*\n" for i in range(4)))
-    (folder / "num.yaml").write_text("domain: {min: 0, max: 19}\nlevels:\n  - {width: 5}\n")
-    return config_from_dict({
-        "name": "audit", "input": {"path": "unused.csv"},
-        "columns": {"cat": {"role": "dimension", "taxonomy": "cat.csv"},
-                    "num": {"role": "dimension", "type": "integer", "taxonomy": "num.yaml"},
-                    "outcome": {"role": "class", "values": ["no", "yes"]}},
-        "privacy": {"lifetime_epsilon": 1e9},
-    }, folder)
+    """The DiffGen audit's config; its taxonomies are loaded before the temp folder goes."""
+    with tempfile.TemporaryDirectory(prefix="medrelease-audit-") as name:
+        folder = Path(name)
+        (folder / "cat.csv").write_text("".join(f"c{i};g{i // 2};*\n" for i in range(4)))
+        (folder / "num.yaml").write_text("domain: {min: 0, max: 19}\nlevels:\n  - {width: 5}\n")
+        config = config_from_dict({
+            "name": "audit", "input": {"path": "unused.csv"},
+            "columns": {"cat": {"role": "dimension", "taxonomy": "cat.csv"},
+                        "num": {"role": "dimension", "type": "integer", "taxonomy": "num.yaml"},
+                        "outcome": {"role": "class", "values": ["no", "yes"]}},
+            "privacy": {"lifetime_epsilon": 1e9},
+        }, folder)
+        config.taxonomies  # noqa: B018 - loaded while the files exist
+    return config
 
 
 def classification_tables(n_rows: int = 60, seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:

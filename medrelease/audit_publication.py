@@ -160,7 +160,10 @@ def write_audit_dataset(folder: Path, mechanism: str) -> Path:
     config = {"name": f"audit-{mechanism}", "input": {"path": "extract.csv"},
               "columns": columns, "privacy": {"lifetime_epsilon": 1000.0,
                                               "lifetime_delta": 0.5},
-              "mechanism": {"name": mechanism}}
+              "mechanism": {"name": mechanism},
+              # the audit runs what it is asked to, at eps up to 100 (its own scratch data)
+              "policy": {"mechanisms": [mechanism], "allow_unproven": True,
+                         "max_epsilon": 100.0}}
     path = folder / "dataset.yaml"
     path.write_text(json.dumps(config, indent=1))  # JSON is YAML
     return path

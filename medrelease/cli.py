@@ -34,9 +34,9 @@ TASK_NAME = re.compile(r"Task run '([a-z-]+)-[0-9a-f]+'")
 
 
 def _defaults() -> None:
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    os.environ.setdefault("DO_NOT_TRACK", "1")
-    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+    from deployments.prefect_defaults import apply_prefect_defaults
+
+    apply_prefect_defaults()
 
 
 class _ProgressHandler(logging.Handler):
@@ -209,6 +209,41 @@ def ledger(ctx: typer.Context,
     for change in book.cap_changes(source):
         console.print(f"cap of {change[0]} changed at {change[6]}: epsilon {change[1]:g} -> "
                       f"{change[2]:g}, delta {change[3]:g} -> {change[4]:g} ({change[5]})")
+
+
+@ledger_app.command("init")
+def ledger_init() -> None:
+    """Create an empty ledger for a new installation (refused where releases are on record)."""
+    from medrelease.settings import steward_root
+    from medrelease.store import StewardRecords
+
+    path = ledger_path()
+    records = StewardRecords(steward_root()).records()
+    if path.is_file() and Ledger(path).spends():
+        _fail(MedreleaseError(f"{path} already holds spends; nothing changed"))
+    if records:
+        _fail(MedreleaseError(f"{len(records)} release(s) are on record under {steward_root()}: "
+                              "a new empty ledger would restart their budgets; use "
+                              "'medrelease ledger restore' instead"))
+    Ledger(path)
+    console.print(f"new empty ledger: {path}")
+
+
+@ledger_app.command("restore")
+def ledger_restore() -> None:
+    """Rebuild a lost or emptied ledger from the steward records of the releases made."""
+    from medrelease.ledger import restore_from_records
+    from medrelease.settings import steward_root
+    from medrelease.store import StewardRecords
+
+    records = StewardRecords(steward_root()).records()
+    try:
+        count = restore_from_records(ledger_path(), records)
+    except MedreleaseError as exc:
+        _fail(exc)
+    console.print(f"restored {count} spend(s) from {len(records)} steward record(s) into "
+                  f"{ledger_path()}. Runs that crashed before writing a steward record left "
+                  "reservations that cannot be recovered: check the Prefect run history.")
 
 
 @ledger_app.command("set-cap")

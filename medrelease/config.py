@@ -17,6 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from medrelease.errors import ConfigError
+from medrelease.settings import dataset_roots, extra_input_roots, project_root
 from medrelease.taxonomy import Taxonomy, load_taxonomy
 
 DATASET_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
@@ -28,23 +29,42 @@ class _Strict(BaseModel):
 
 
 class InputSpec(_Strict):
-    """Where the extract is and how to read it."""
+    """Where the extract is and how to read it.
+
+    ``folders`` are the only places an extract of this dataset may be read from (besides the
+    inbox the service watches); default: the folder of ``path``.
+    """
 
     path: str
     format: Literal["csv", "parquet"] = "csv"
-    delimiter: str = ","
+    delimiter: str = Field(default=",", min_length=1, max_length=1)
     encoding: str = "utf-8"
+    folders: list[str] = Field(default_factory=list, max_length=20)
+
+    @field_validator("encoding")
+    @classmethod
+    def _known_encoding(cls, value: str) -> str:
+        import codecs
+
+        try:
+            codecs.lookup(value)
+        except LookupError:
+            raise ValueError(f"unknown text encoding {value!r} (e.g. utf-8, latin-1)") from None
+        return value
 
 
 class ColumnSpec(_Strict):
     """A column's role; dimensions need a taxonomy, set-valued columns a separator."""
 
     role: Role
-    type: Literal["integer", "string"] = "string"
+    type: Literal["integer", "decimal", "string"] = "string"
     taxonomy: str | None = None
     separator: str | None = None
     domain: str | None = None
     values: list[str] | None = None
+    missing: str | None = Field(
+        default=None, description="dimension only: the taxonomy leaf that stands for a missing "
+                                  "value (missing values become their own category)")
     description: str = ""
 
     @model_validator(mode="after")
@@ -59,6 +79,9 @@ class ColumnSpec(_Strict):
                              "column")
         if self.domain and self.role != "informative":
             raise ValueError("'domain' (a file of every possible value) is for informative columns")
+        if self.missing is not None and (self.role != "dimension" or not self.missing.strip()):
+            raise ValueError("'missing' (the category a missing value becomes) is for "
+                             "dimension columns and must not be blank")
         return self
 
 
@@ -94,6 +117,24 @@ class MechanismSpec(_Strict):
     params: dict[str, Any] = Field(default_factory=dict)
 
 
+DP_MECHANISMS = ("ipa", "histogram", "diffgen")
+
+
+class ReleasePolicy(_Strict):
+    """What a steward allows for this dataset; the form, the CLI and every trigger obey it.
+
+    By default only the DP mechanisms may run, a release may spend at most ``max_epsilon``, and
+    a mechanism whose guarantee is not proven (``ipa-paper``, ``histogram`` without a public
+    domain, the syntactic models, pseudonymization) needs both a place in ``mechanisms`` and
+    ``allow_unproven: true``.
+    """
+
+    mechanisms: list[str] = Field(default_factory=lambda: list(DP_MECHANISMS), min_length=1)
+    max_epsilon: float = Field(default=2.0, gt=0, le=100, allow_inf_nan=False)
+    min_k: int = Field(default=10, ge=2, le=1_000_000)
+    allow_unproven: bool = False
+
+
 class DatasetConfig(_Strict):
     """A dataset as the release pipeline sees it."""
 
@@ -104,8 +145,12 @@ class DatasetConfig(_Strict):
     input: InputSpec
     columns: dict[str, ColumnSpec]
     missing: Literal["reject", "drop_rows"] = "reject"
+    drop_limit: float = Field(default=0.05, ge=0, le=1, allow_inf_nan=False,
+                              description="drop_rows: refuse when more than this share of "
+                                          "rows would be dropped")
     privacy: PrivacySpec
     mechanism: MechanismSpec = Field(default_factory=MechanismSpec)
+    policy: ReleasePolicy = Field(default_factory=ReleasePolicy)
     schedule: str | None = None
     base_dir: str = "."
 
@@ -126,6 +171,43 @@ class DatasetConfig(_Strict):
         if not self.dimensions:
             raise ValueError("at least one column needs role 'dimension'")
         return self
+
+    @model_validator(mode="after")
+    def _files_where_the_steward_put_them(self) -> DatasetConfig:
+        """Taxonomy and domain files only from the config's own folder or ``taxonomies/``."""
+        allowed = [Path(self.base_dir).resolve(), (project_root() / "taxonomies").resolve()]
+        for column, spec in self.columns.items():
+            for key in ("taxonomy", "domain"):
+                relative = getattr(spec, key)
+                if relative and not _inside(self.resolve(relative), allowed):
+                    raise ValueError(
+                        f"column {column!r}: the {key} file must lie in the dataset config's "
+                        f"own folder or in the project's taxonomies/ folder (symbolic links "
+                        f"are followed before this check)")
+        return self
+
+    def extract_path(self, override: str | None = None) -> Path:
+        """The extract to read: the config's own, or ``override`` if it lies in a declared
+        input folder (or the watched inbox). Resolved, symbolic links included, before any
+        byte is read; the message names the rule, never the file's content."""
+        if override is None:
+            return self.input_path
+        path = Path(override)
+        if not path.is_absolute():
+            raise ConfigError(f"input path {override!r} must be absolute")
+        allowed = [*self.input_folders, *extra_input_roots()]
+        if not _inside(path, allowed):
+            raise ConfigError(
+                f"input path {override!r} is not in an input folder of dataset {self.name!r}: "
+                f"extracts are read only from {', '.join(str(f) for f in allowed)} (declare "
+                "more with input.folders in the dataset config); symbolic links are resolved "
+                "before this check")
+        return path
+
+    @property
+    def input_folders(self) -> list[Path]:
+        folders = self.input.folders or [str(Path(self.input.path).parent)]
+        return [self.resolve(f) for f in folders]
 
     @property
     def source_id(self) -> str:
@@ -197,10 +279,25 @@ class DatasetConfig(_Strict):
     @cached_property
     def taxonomies(self) -> dict[str, Taxonomy]:
         """Taxonomy per dimension and per set-valued column (over its items), loaded once."""
-        return {
+        loaded = {
             c: load_taxonomy(self.resolve(self.columns[c].taxonomy or ""), c)
             for c in self.dimensions + self.set_valued
         }
+        for column, taxonomy in loaded.items():
+            label = self.columns[column].missing
+            if label is not None and label not in taxonomy.level_labels[0]:
+                raise ConfigError(
+                    f"column {column!r}: missing: {label!r} is not a leaf of its taxonomy "
+                    f"{Path(taxonomy.source).name}; add it (a line '{label};...;*', or "
+                    f"'missing: {label}' in a numeric taxonomy) so missing values have a place")
+        return loaded
+
+
+def _inside(path: Path, roots: list[Path]) -> bool:
+    """Whether ``path`` (symbolic links resolved) lies inside one of ``roots`` (resolved)."""
+    real = Path(os.path.realpath(path))
+    return any(real == Path(os.path.realpath(r)) or real.is_relative_to(os.path.realpath(r))
+               for r in roots)
 
 
 def _explain(exc: ValidationError) -> str:
@@ -222,30 +319,66 @@ def config_from_dict(data: Any, base_dir: Path, source: str = "<dict>") -> Datas
         raise ConfigError(f"dataset config {source} is invalid: {exc}") from None
 
 
+MAX_CONFIG_BYTES = 256 * 1024
+MAX_YAML_ALIASES = 20
+
+
+class _LimitedLoader(yaml.SafeLoader):
+    """A safe YAML loader that refuses more than a few aliases (a YAML alias bomb expands to
+    gigabytes when the config is copied or written out)."""
+
+    aliases = 0
+
+    def compose_node(self, parent, index):  # type: ignore[override]
+        if self.check_event(yaml.AliasEvent):
+            self.aliases += 1
+            if self.aliases > MAX_YAML_ALIASES:
+                raise ConfigError(f"dataset config uses more than {MAX_YAML_ALIASES} YAML "
+                                  "aliases (*name); write the values out instead")
+        return super().compose_node(parent, index)
+
+
+def read_yaml(path: Path, what: str = "dataset config") -> Any:
+    """Safe, bounded YAML: at most 256 kB and 20 aliases; errors say where, not what."""
+    try:
+        if path.stat().st_size > MAX_CONFIG_BYTES:
+            raise ConfigError(f"{what} {path} is larger than {MAX_CONFIG_BYTES // 1024} kB")
+        text = path.read_text(encoding="utf-8")
+        return yaml.load(text, Loader=_LimitedLoader)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read {what} {path}: {type(exc).__name__}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        raise ConfigError(f"{what} {path} is not valid YAML{where}: "
+                          f"{getattr(exc, 'problem', None) or 'syntax error'}") from None
+
+
 def load_config(path: str | Path) -> DatasetConfig:
     """Read and validate a dataset YAML; relative paths resolve against its folder."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"dataset config not found: {path}")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise ConfigError(f"cannot read dataset config {path}: {exc}") from None
-    return config_from_dict(data, path.parent.resolve(), source=str(path))
-
-
-def project_root() -> Path:
-    """The checkout this package runs from (datasets/ and taxonomies/ live there)."""
-    return Path(__file__).resolve().parent.parent
+    return config_from_dict(read_yaml(path), path.parent.resolve(), source=str(path))
 
 
 def find_config(name_or_path: str | Path) -> DatasetConfig:
-    """A dataset by name (``datasets/<name>/dataset.yaml``) or by path to its YAML."""
+    """A dataset by name (``<dataset root>/<name>/dataset.yaml``) or by path to its YAML.
+
+    A path must lie in a dataset root (``settings.dataset_roots``): a form user cannot make the
+    pipeline read a file the steward did not put there.
+    """
     text = str(name_or_path)
+    roots = dataset_roots()
     if DATASET_NAME.match(text) and not text.endswith((".yaml", ".yml")):
-        candidate = project_root() / "datasets" / text / "dataset.yaml"
-        if candidate.is_file():
-            return load_config(candidate)
-        known = sorted(p.parent.name for p in (project_root() / "datasets").glob("*/dataset.yaml"))
+        for root in roots:
+            candidate = root / text / "dataset.yaml"
+            if candidate.is_file():
+                return load_config(candidate)
+        known = sorted({p.parent.name for r in roots for p in r.glob("*/dataset.yaml")})
         raise ConfigError(f"no dataset named {text!r}; known datasets: {', '.join(known)}")
+    if not text.endswith((".yaml", ".yml")) or not _inside(Path(text), roots):
+        raise ConfigError(
+            f"dataset {text!r}: give a dataset name, or the path of a dataset YAML inside "
+            f"{', '.join(str(r) for r in roots)} (MEDRELEASE_DATASETS adds folders)")
     return load_config(text)

@@ -81,6 +81,11 @@ class InboxWatcher:
         ]
         present = set()
         for path in sorted(self.inbox.iterdir()):
+            if path.is_symlink():  # never followed: it could lead to any file on the machine
+                if not path.name.startswith("."):
+                    self._move(path, "rejected", "a symbolic link: links are not followed; "
+                                                 "copy the extract into the inbox instead")
+                continue
             if not path.is_file() or path.name.startswith(".") or path.suffix == DONE_SUFFIX:
                 continue
             if path.suffix.lower() not in EXTRACT_SUFFIXES:
@@ -111,8 +116,8 @@ class InboxWatcher:
         """Record the hash once the arrival event was emitted."""
         self._record(arrival)
 
-    def _move(self, path: Path, outcome: str) -> Path:
-        return move_to(self.inbox, path, outcome)
+    def _move(self, path: Path, outcome: str, reason: str | None = None) -> Path:
+        return move_to(self.inbox, path, outcome, reason)
 
 
 def original_name(path: Path) -> str:

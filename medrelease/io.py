@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from medrelease.config import DatasetConfig
-from medrelease.errors import InputValidationError
+from medrelease.errors import InputValidationError, count_positions_as
 
 CANDIDATE_DELIMITERS = [",", ";", "\t", "|"]
 
@@ -30,10 +30,10 @@ def file_sha256(path: Path) -> str:
 
 
 def _existing_source(config: DatasetConfig, path: str | Path | None) -> Path:
-    """The extract's path, checked to exist and to hold something."""
-    source = Path(path) if path else config.input_path
+    """The extract's path: in a declared input folder, a regular file, not empty."""
+    source = config.extract_path(str(path) if path else None)
     if not source.is_file():
-        raise InputValidationError(f"input file not found: {source}")
+        raise InputValidationError(f"input file not found (or not a regular file): {source}")
     if source.stat().st_size == 0:
         raise InputValidationError(f"input file {source} is empty (0 bytes): nothing to release")
     return source
@@ -47,11 +47,19 @@ def read_input(config: DatasetConfig, path: str | Path | None = None) -> pd.Data
     """The extract as a frame of text columns (Parquet keeps its own types)."""
     source = _existing_source(config, path)
     if _is_parquet(config, source):
+        count_positions_as("row", 1)
         try:
             return pd.read_parquet(source)
         except Exception as exc:  # pyarrow raises several unrelated types
-            raise InputValidationError(f"cannot read Parquet file {source}: {exc}") from exc
+            raise _unreadable_parquet(source, exc) from None
+    count_positions_as("file line", 2)
     return _read_csv(config, source)
+
+
+def _unreadable_parquet(source: Path, exc: Exception) -> InputValidationError:
+    """pyarrow's own messages may quote bytes of the file: only the kind of error is shown."""
+    return InputValidationError(f"cannot read {source} as Parquet ({type(exc).__name__}); "
+                                "check input.format and that the file is complete")
 
 
 @contextmanager
@@ -64,11 +72,16 @@ def _csv_errors(config: DatasetConfig, source: Path) -> Iterator[None]:
             f"{source} is not valid {config.input.encoding} text (byte {exc.start}): "
             f"set input.encoding in the dataset config to the file's encoding "
             f"(for example latin-1)"
-        ) from exc
-    except pd.errors.EmptyDataError as exc:
-        raise InputValidationError(f"input file {source} has no header and no rows") from exc
+        ) from None
+    except pd.errors.EmptyDataError:
+        raise InputValidationError(f"input file {source} has no header and no rows") from None
     except pd.errors.ParserError as exc:
-        raise InputValidationError(f"cannot parse {source} as CSV: {exc}") from exc
+        detail = str(exc).split("\n")[0][:200]  # "Expected 7 fields in line 5, saw 8"
+        raise InputValidationError(f"cannot parse {source} as CSV: {detail}") from None
+    except csv.Error:
+        raise InputValidationError(
+            f"cannot parse {source} as CSV: a field of the header is longer than "
+            f"{csv.field_size_limit():,} characters — not a header of this dataset") from None
 
 
 def _csv_options(config: DatasetConfig) -> dict:
@@ -79,7 +92,7 @@ def _csv_options(config: DatasetConfig) -> dict:
 def _read_csv(config: DatasetConfig, source: Path) -> pd.DataFrame:
     with _csv_errors(config, source):
         frame = pd.read_csv(source, engine="c", **_csv_options(config))
-    _check_header(config, source, frame, config.input.delimiter)
+        _check_header(config, source, frame, config.input.delimiter)
     return frame
 
 
@@ -89,14 +102,17 @@ def _check_header(config: DatasetConfig, source: Path, frame: pd.DataFrame, deli
     raw_header = _raw_header(source, config.input.encoding, delimiter)
     repeated = sorted({c for c in raw_header if raw_header.count(c) > 1})
     if repeated:
-        names = ", ".join(repr(c) for c in repeated)
-        raise InputValidationError(f"{source}: column name(s) {names} appear more than once")
+        named = [c for c in repeated if c in config.columns]
+        raise InputValidationError(
+            f"{source}: the header repeats {len(repeated)} column name(s)"
+            + (f", among them declared column(s) {', '.join(map(repr, named))}" if named else ""))
     needed = config.dimensions + config.informative
     if len(header) == 1 and len(needed) > 1:
         guess = next((d for d in CANDIDATE_DELIMITERS if d != delimiter and d in header[0]), None)
         hint = f"; the header contains {guess!r} — set input.delimiter: {guess!r}" if guess else ""
         raise InputValidationError(
-            f"{source}: found a single column {header[0]!r} using delimiter {delimiter!r}{hint}"
+            f"{source}: the header has a single column with delimiter {delimiter!r}, the "
+            f"config declares {len(needed)}{hint}"
         )
 
 
@@ -120,7 +136,8 @@ def iter_chunks(config: DatasetConfig, path: str | Path | None = None,
         try:
             parquet = pq.ParquetFile(source)
         except Exception as exc:  # pyarrow raises several unrelated types
-            raise InputValidationError(f"cannot read Parquet file {source}: {exc}") from exc
+            raise _unreadable_parquet(source, exc) from None
+        count_positions_as("row", 1)
         offset = 0
         for batch in parquet.iter_batches(batch_size=rows_per_chunk):
             chunk = batch.to_pandas()
@@ -128,6 +145,7 @@ def iter_chunks(config: DatasetConfig, path: str | Path | None = None,
             offset += len(chunk)
             yield chunk
         return
+    count_positions_as("file line", 2)
     with _csv_errors(config, source):
         reader = pd.read_csv(source, chunksize=rows_per_chunk, **_csv_options(config))
         for position, chunk in enumerate(reader):

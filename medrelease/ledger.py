@@ -17,6 +17,7 @@ which SQLite serializes across processes, so two runs started at once can never 
 from __future__ import annotations
 
 import math
+import os
 import sqlite3
 import uuid
 from collections.abc import Iterator
@@ -81,6 +82,14 @@ SPEND_FIELDS = ("spend_id", "dataset", "mechanism", "epsilon", "delta", "lifetim
 
 class LedgerSourceError(MedreleaseError):
     """A config names a different source id for an extract the ledger already knows."""
+
+
+class LedgerLockedError(MedreleaseError):
+    """Another process held the ledger longer than the bounded wait; nothing was spent."""
+
+
+class LedgerIntegrityError(MedreleaseError):
+    """The ledger is missing spends that releases on record made (lost, emptied, replaced)."""
 
 
 @dataclass(frozen=True)
@@ -176,24 +185,37 @@ def _now() -> str:
 class Ledger:
     """A SQLite ledger file; safe to open from several processes at once."""
 
-    def __init__(self, path: str | Path, timeout_s: float = 60.0) -> None:
+    def __init__(self, path: str | Path, timeout_s: float | None = None) -> None:
         self.path = Path(path)
-        self.timeout_s = timeout_s
+        # the bounded wait for a lock held by another process (MEDRELEASE_LEDGER_TIMEOUT_S)
+        self.timeout_s = timeout_s if timeout_s is not None else float(
+            os.environ.get("MEDRELEASE_LEDGER_TIMEOUT_S", "30"))
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with self._connect() as conn:
                 conn.executescript(SCHEMA)
                 _migrate(conn)
+        except LedgerLockedError:
+            raise
         except (OSError, sqlite3.Error) as exc:
-            raise MedreleaseError(f"cannot open the budget ledger at {self.path}: {exc}") from exc
+            raise MedreleaseError(f"cannot open the budget ledger at {self.path}: "
+                                  f"{type(exc).__name__}: {exc}") from None
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
+        """A connection that waits at most ``timeout_s`` for a lock, then says so plainly."""
         conn = sqlite3.connect(self.path, timeout=self.timeout_s, isolation_level=None)
         try:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=FULL")
             yield conn
+        except sqlite3.OperationalError as exc:
+            if "locked" in str(exc) or "busy" in str(exc):
+                raise LedgerLockedError(
+                    f"the budget ledger {self.path} stayed locked by another process for "
+                    f"{self.timeout_s:g} s (a release in progress, or a tool holding it open); "
+                    "nothing was spent — try again later") from None
+            raise
         finally:
             conn.close()
 
@@ -399,3 +421,68 @@ def _refuse_overspend(request: SpendRequest, eps_spent: float, delta_spent: floa
         raise BudgetExceededError(
             f"source {request.source!r}: this release would exceed the lifetime delta — delta "
             f"spent {delta_spent:g} + requested {request.delta:g} > total {cap_delta:g}")
+
+
+def reconcile(ledger_path: Path, records: list[dict]) -> None:
+    """Refuse a ledger that lacks spends the steward records show (it was lost or emptied).
+
+    Called before every charge. A missing ledger file is not created when records exist: a
+    new empty ledger would silently restart every source's budget from zero.
+    """
+    expected = {r["ledger_spend_id"]: r for r in records if r.get("ledger_spend_id")}
+    if not expected:
+        return
+    known: set[str] = set()
+    if ledger_path.is_file():
+        with Ledger(ledger_path)._connect() as conn:
+            tables = {r[0] for r in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if "spends" in tables:
+                known = {r[0] for r in conn.execute("SELECT spend_id FROM spends")}
+    lost = [r for spend_id, r in expected.items() if spend_id not in known]
+    if lost:
+        examples = ", ".join(sorted(r["release_id"] for r in lost)[:3])
+        state = "is missing" if not ledger_path.is_file() else "does not hold"
+        raise LedgerIntegrityError(
+            f"the budget ledger {ledger_path} {state} {len(lost)} spend(s) that the steward "
+            f"records show (releases {examples}{' ...' if len(lost) > 3 else ''}): it was lost, "
+            "emptied or replaced, and its budgets would restart from zero. Nothing was spent. "
+            "Restore the ledger file from backup, or rebuild it from the records with "
+            "'medrelease ledger restore'.")
+
+
+def restore_from_records(ledger_path: Path, records: list[dict]) -> int:
+    """Rebuild a ledger from the steward records' charges; returns how many spends it holds.
+
+    Refuses to touch a ledger that already holds spends. Reservations of runs that crashed
+    before writing a steward record cannot be recovered (the command says so).
+    """
+    if ledger_path.is_file() and Ledger(ledger_path).spends():
+        raise MedreleaseError(f"the ledger {ledger_path} already holds spends; restore only "
+                              "into a missing or empty ledger (move the old file aside first)")
+    ledger = Ledger(ledger_path)
+    status = {"published": "released", "failed": "failed"}
+    with ledger._transaction() as conn:
+        for record in sorted(records, key=lambda r: r["release_id"].removeprefix("TEST-")):
+            charge = record.get("ledger_charge")
+            if not charge:
+                continue
+            conn.execute(
+                "INSERT OR IGNORE INTO sources (source, lifetime_epsilon, lifetime_delta, "
+                "created_at) VALUES (?, ?, ?, ?)",
+                (charge["source"], charge["cap_epsilon"], charge["cap_delta"], _now()))
+            conn.execute(
+                f"INSERT INTO spends ({', '.join(SPEND_FIELDS)}) "
+                f"VALUES ({', '.join('?' * len(SPEND_FIELDS))})",
+                (record["ledger_spend_id"], record["dataset"], charge["mechanism"],
+                 charge["epsilon"], charge["delta"], charge["cap_epsilon"],
+                 charge["cap_delta"], record.get("flow_run_id"),
+                 status.get(record.get("status"), "reserved"), record["release_id"],
+                 "restored from the steward record", _now(), _now(), charge["source"],
+                 int(record.get("test_release", False)), int(charge["dp"])))
+            if not charge["dp"]:
+                conn.execute("UPDATE sources SET void_spend = ?, void_reason = ? WHERE source "
+                             "= ? AND void_spend IS NULL",
+                             (record["ledger_spend_id"], f"a {charge['mechanism']} release (no "
+                              "proven DP guarantee) was made", charge["source"]))
+    return len(ledger.spends())

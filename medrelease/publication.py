@@ -81,10 +81,12 @@ PUBLISHED: dict[str, PublishedField] = {
 STEWARD_ONLY: dict[str, str] = {
     "flow_run_id": "links the release to Prefect's logs and parameters, which are for stewards",
     "ledger_spend_id": "internal bookkeeping id",
+    "ledger_charge": "what the release charged to its source (to rebuild a lost ledger)",
     "input_file": "the extract's absolute path on the hospital's machine",
     "input_sha256": "a deterministic function of the raw data: tells any two neighbouring "
                     "tables apart with certainty",
     "input_rows": "the exact number of input rows",
+    "dropped_rows": "rows missing: drop_rows removed (a count from the input)",
     "dataset_config": "the full config, with the machine's paths",
     "information_loss": "compares the released counts with the true ones (Rate x rows is the "
                         "noise itself)",

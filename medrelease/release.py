@@ -18,7 +18,7 @@ import pandas as pd
 
 from medrelease.aggregate import CountTable, aggregate, prepare_table
 from medrelease.config import DatasetConfig
-from medrelease.errors import ParameterError
+from medrelease.errors import ParameterError, PolicyError
 from medrelease.guarantee import BudgetStep, Guarantee, PrivacyAccountant
 from medrelease.lattice import Node
 from medrelease.mechanisms import DEFAULT_MECHANISM, check_fits, get_mechanism, uses_lattice
@@ -85,8 +85,9 @@ def plan_release(
         if name in impl.Params.model_fields:
             raw[name] = value
     parsed = impl.parse_params(raw)
-    guarantee = impl.guarantee(parsed)
     steps = impl.budget_steps(parsed)
+    _check_budget_numbers(impl.name, steps)  # before any threshold is computed from them
+    guarantee = impl.guarantee(parsed)
     accountant = PrivacyAccountant(guarantee.epsilon or 0.0, guarantee.delta or 0.0)
     # (syntactic models and pseudonymization spend nothing: no steps, no limit needed)
     for step in steps:
@@ -104,6 +105,42 @@ def plan_release(
         release_seed=seeds[n_nodes + 1],
         shuffle_seed=seeds[n_nodes + 2],
     )
+
+
+MIN_STEP_EPSILON = 2.0 ** -20   # below this a noise scale is beyond any sensible use
+MAX_EPSILON = 1000.0            # numerically safe; a dataset's policy caps far lower
+
+
+def _check_budget_numbers(mechanism: str, steps: list[BudgetStep]) -> None:
+    """Epsilons every sampler and threshold handles exactly and in bounded time."""
+    total = math.fsum(s.epsilon for s in steps)
+    if total > MAX_EPSILON:
+        raise ParameterError(f"{mechanism}: epsilon {total:g} is above {MAX_EPSILON:g}, where "
+                             "a privacy guarantee means nothing; a dataset's policy caps lower")
+    for step in steps:
+        if 0 < step.epsilon < MIN_STEP_EPSILON:
+            raise ParameterError(
+                f"{mechanism}: budget step {step.step!r} gets epsilon {step.epsilon:g}, below "
+                f"{MIN_STEP_EPSILON:g} (2^-20); raise epsilon or give this step a larger share")
+
+
+def enforce_policy(config: DatasetConfig, plan: ReleasePlan) -> None:
+    """Refuse what the dataset's policy does not allow, before anything is read or spent."""
+    policy, name = config.policy, plan.mechanism
+    where = f"dataset {config.name!r}'s policy (policy: in its config)"
+    if name not in policy.mechanisms:
+        raise PolicyError(f"mechanism {name!r} is not allowed by {where}, which allows "
+                          f"{', '.join(policy.mechanisms)}")
+    guarantee = plan.guarantee
+    if not guarantee.proven and not policy.allow_unproven:
+        raise PolicyError(f"mechanism {name!r} here gives no proven DP guarantee "
+                          f"({guarantee.label}); {where} needs allow_unproven: true for that")
+    if guarantee.epsilon is not None and guarantee.epsilon > policy.max_epsilon:
+        raise PolicyError(f"epsilon {guarantee.epsilon:g} is above the per-release cap "
+                          f"{policy.max_epsilon:g} of {where}")
+    k = getattr(plan.params, "k", None)
+    if k is not None and k < policy.min_k:
+        raise PolicyError(f"k = {k} is below the minimum k = {policy.min_k} of {where}")
 
 
 def candidate_nodes(context: ReleaseContext, plan: ReleasePlan) -> list[Node]:

@@ -14,7 +14,10 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
 
-from medrelease.config import project_root
+
+def project_root() -> Path:
+    """The checkout this package runs from (datasets/ and taxonomies/ live there)."""
+    return Path(__file__).resolve().parent.parent
 
 # A home that overrides everything (environment included) for the current context only: the
 # publication audit runs two neighbouring worlds side by side, each with its own ledger and
@@ -63,3 +66,26 @@ def test_store_root() -> Path:
 def steward_root() -> Path:
     """Steward records and evaluations (they look at raw data): never published."""
     return _under_home("MEDRELEASE_STEWARD", "steward")
+
+
+def _env_paths(variable: str) -> list[Path]:
+    return [Path(p).resolve() for p in os.environ.get(variable, "").split(os.pathsep) if p]
+
+
+def dataset_roots() -> list[Path]:
+    """Folders a dataset config may be read from: the project's ``datasets/``, the data home's
+    ``datasets/`` and ``MEDRELEASE_DATASETS`` (set by whoever deploys, never by a form)."""
+    return [project_root() / "datasets", data_home() / "datasets",
+            *_env_paths("MEDRELEASE_DATASETS")]
+
+
+def extra_input_roots() -> list[Path]:
+    """Folders beyond a dataset's own declared ones that extracts may come from: the inbox the
+    service watches (``MEDRELEASE_INBOX``) and ``MEDRELEASE_INPUT_ROOTS``; both are set by
+    whoever deploys, never by a form."""
+    return [*_env_paths("MEDRELEASE_INBOX"), *_env_paths("MEDRELEASE_INPUT_ROOTS")]
+
+
+def steward_log_dir() -> Path:
+    """Steward-only logs: validation details with the raw values, never sent to Prefect."""
+    return steward_root() / "logs"

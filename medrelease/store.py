@@ -9,6 +9,7 @@ outside the store.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -71,11 +72,17 @@ class StoreError(MedreleaseError):
     """The release could not be written (path outside the store, disk full, read-only...)."""
 
 
+MAX_PARTS = 6
+
+
 def safe_relative(path_text: str, what: str) -> Path:
-    """A relative path made only of safe parts: no '..', no absolute path, no hidden names."""
+    """A relative path made only of safe parts: no '..', no absolute path, no hidden names,
+    at most six folders of at most 128 characters each."""
     path = Path(path_text)
     if path.is_absolute() or not path.parts:
         raise StoreError(f"{what} {path_text!r} must be a relative path inside the release store")
+    if len(path.parts) > MAX_PARTS:
+        raise StoreError(f"{what} has {len(path.parts)} folder levels; at most {MAX_PARTS}")
     for part in path.parts:
         if part in ("..", ".") or not SAFE_PART.match(part):
             raise StoreError(
@@ -136,11 +143,50 @@ class ReleaseStore:
         parent = self._parent(dataset, destination)
         return parent / safe_relative(release_id, "release id")
 
+    def prepare(self, dataset: str, destination: str | None = None) -> Path:
+        """Create and check the folder a release will go into — before any budget is spent.
+
+        It must lie inside the store once symbolic links are resolved, not inside an existing
+        release, be reachable through folders only, and be writable; otherwise ``StoreError``.
+        """
+        parent = self._parent(dataset, destination)
+        self._check_not_in_a_release(parent)
+        created = [f for f in [parent, *parent.parents] if not f.exists()]
+        try:
+            parent.mkdir(parents=True, exist_ok=True)
+            probe = parent / f".probe-{uuid.uuid4().hex[:8]}"
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as exc:
+            raise StoreError(f"the release folder {parent} cannot be created or written "
+                             f"({exc.strerror or type(exc).__name__}); nothing was spent") from None
+        finally:  # a refused or failed run leaves no empty folders behind; publish re-creates
+            for folder in created:
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
+        real = Path(os.path.realpath(parent))
+        if not real.is_relative_to(os.path.realpath(self.root)):
+            raise StoreError(f"the release folder {parent} leads outside the store {self.root} "
+                             "through a symbolic link; nothing was spent")
+        return parent
+
+    def _check_not_in_a_release(self, parent: Path) -> None:
+        for folder in [parent, *parent.parents]:
+            if folder == self.root or not folder.is_relative_to(self.root):
+                break
+            if (folder / "manifest.json").exists():
+                raise StoreError(f"{folder} is a published release: a destination may not lie "
+                                 "inside one; nothing was spent")
+            if folder.exists() and not folder.is_dir():
+                raise StoreError(f"{folder} is a file, not a folder: choose another "
+                                 "destination; nothing was spent")
+
     def _parent(self, dataset: str, destination: str | None) -> Path:
         base = self.root / safe_relative(destination, "destination") if destination else self.root
         parent = (base / safe_relative(dataset, "dataset name")).resolve()
         if self.root not in parent.parents:
-            raise StoreError(f"release folder {parent} would lie outside the store {self.root}")
+            raise StoreError(f"release folder {parent} would lie outside the store {self.root} "
+                             "(a symbolic link leads out); nothing was spent")
         return parent
 
     def publish(

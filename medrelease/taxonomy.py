@@ -13,7 +13,7 @@ Two file formats (ALGORITHMS.md §1):
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -21,11 +21,13 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from medrelease.errors import InputValidationError, TaxonomyError, format_rows
+from medrelease.binning import WHOLE, Binning, binned_levels
+from medrelease.errors import InputValidationError, TaxonomyError, format_rows, position_numbers
 
 SUPPRESSED = "*"
+NOT_WHOLE = "are not whole numbers written as digits (e.g. 34; no exponent, no fraction)"
 INTERVAL = re.compile(r"^\[?(-?\d+)(?:-(-?\d+))?\]?$")  # "34" or "[20-29]"
-TaxonomyKind = Literal["categorical", "numeric"]
+TaxonomyKind = Literal["categorical", "numeric", "binned"]
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,7 @@ class Taxonomy:
     level_leaf_counts: tuple[np.ndarray, ...]
     level_bounds: tuple[tuple[np.ndarray, np.ndarray], ...] | None = None
     source: str = ""
+    binning: Binning | None = None   # kind "binned": decimals, top/bottom coding, missing leaf
     _leaf_index: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -93,13 +96,19 @@ class Taxonomy:
         return np.asarray(self.level_labels[level], dtype=object)
 
     def encode(self, values: pd.Series) -> np.ndarray:
-        """Leaf codes for raw values; raises naming every uncovered value with its row count.
+        """Leaf codes for raw values; raises naming each kind of problem, its count and lines.
 
         Values are matched by their text for categorical taxonomies (so an integer column can use
-        an ARX file such as Adult's age hierarchy) and as integers for numeric ones.
+        an ARX file such as Adult's age hierarchy), as integers for numeric ones, and by exact
+        decimal binning for binned ones.
         """
         if self.kind == "numeric":
             return self._encode_numeric(values)
+        if self.binning is not None:
+            codes = self.binning.encode(values)
+            if (codes < 0).any():
+                self._raise_uncovered(values, codes < 0)
+            return codes.astype(np.int32)
         text = values.astype("string")
         codes = pd.Categorical(text, categories=pd.Index(self.leaves, dtype="string")).codes
         bad = codes < 0
@@ -108,18 +117,12 @@ class Taxonomy:
         return codes.astype(np.int32)
 
     def _encode_numeric(self, values: pd.Series) -> np.ndarray:
-        numeric = pd.to_numeric(values, errors="coerce")
-        not_number = numeric.isna().to_numpy() & values.notna().to_numpy()
-        if not_number.any():
-            raise _value_error(
-                self.attribute, values, not_number, "is not a number", self.source
-            )
-        as_float = numeric.to_numpy(dtype=np.float64)
-        not_integer = np.isfinite(as_float) & (np.floor(as_float) != as_float)
-        if not_integer.any():
-            raise _value_error(
-                self.attribute, values, not_integer, "is not a whole number", self.source
-            )
+        text = values.astype("string")
+        whole = text.str.match(WHOLE.pattern).fillna(False).to_numpy(dtype=bool)
+        not_whole = values.notna().to_numpy() & ~whole
+        if not_whole.any():
+            raise _value_error(self.attribute, values, not_whole, NOT_WHOLE, self.source)
+        as_float = pd.to_numeric(values, errors="coerce").to_numpy(dtype=np.float64)
         low, high = int(self.leaves[0]), int(self.leaves[-1])
         outside = (as_float < low) | (as_float > high) | ~np.isfinite(as_float)
         if outside.any():
@@ -128,37 +131,25 @@ class Taxonomy:
 
     def _raise_uncovered(self, values: pd.Series, bad: np.ndarray, extra: str = "") -> None:
         raise _value_error(
-            self.attribute, values, bad, f"is not covered by its taxonomy{extra}", self.source
+            self.attribute, values, bad, f"are not covered by its taxonomy{extra}", self.source
         )
 
 
 def _value_error(
     attribute: str, values: pd.Series, bad: np.ndarray, what: str, source: str
 ) -> InputValidationError:
-    """One message listing each offending value, how many rows carry it and the first rows."""
+    """Counts and file lines, never the values (those go to the problems, for the steward log)."""
     bad_rows = np.flatnonzero(bad)
+    positions = values.index.to_numpy()[bad_rows]  # rows of the whole file, also in chunks
     offending = values.iloc[bad_rows].astype("string")
-    grouped = pd.Series(bad_rows).groupby(offending.to_numpy(), sort=False)
-    problems = []
-    for value, rows in list(grouped)[:10]:
-        problems.append(
-            {"column": attribute, "value": str(value), "rows": len(rows),
-             "first_rows": [int(r) + 1 for r in rows.to_list()[:5]], "problem": what}
-        )
-    n_values = grouped.ngroups
-    lines = [
-        f"  value {p['value']!r} {what}: {p['rows']} row(s), first at row(s) "
-        f"{format_rows([r - 1 for r in p['first_rows']])}"
-        for p in problems
-    ]
-    if n_values > len(problems):
-        lines.append(f"  ... and {n_values - len(problems)} more distinct value(s)")
-    where = f" ({source})" if source else ""
-    message = (
-        f"column {attribute!r}: {len(bad_rows)} row(s) with {n_values} value(s) that "
-        f"{what}{where}:\n" + "\n".join(lines)
-    )
-    return InputValidationError(message, problems)
+    n_values = int(offending.nunique(dropna=False))
+    where = f" ({Path(source).name})" if source else ""
+    problem = {"column": attribute, "problem": what, "rows": len(bad_rows),
+               "distinct_values": n_values, "first_positions": position_numbers(positions),
+               "values": offending.drop_duplicates().head(10).tolist()}
+    message = (f"column {attribute!r}: {n_values} distinct value(s) {what}{where}, in "
+               f"{len(bad_rows)} row(s), first at {format_rows(positions)}")
+    return InputValidationError(message, [problem])
 
 
 def from_leaf_paths(
@@ -358,16 +349,25 @@ def numeric_levels(
     )
 
 
+BINNED_KEYS = ("resolution", "top_code", "bottom_code", "missing")
+
+
 def load_yaml_rules(path: Path, attribute: str) -> Taxonomy:
-    """Read a YAML numeric taxonomy: ``domain: {min, max}`` and ``levels: [{width|cuts}, ...]``."""
+    """Read a YAML numeric taxonomy: ``domain: {min, max}`` and ``levels: [{width|cuts}, ...]``,
+    optionally with ``resolution``, ``top_code``, ``bottom_code`` or ``missing`` (binning.py)."""
     try:
         spec = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as exc:
-        raise TaxonomyError(f"cannot read taxonomy {path}: {exc}") from exc
+        raise TaxonomyError(f"cannot read taxonomy {path}: {type(exc).__name__}") from None
     if not isinstance(spec, dict) or "domain" not in spec or "levels" not in spec:
         raise TaxonomyError(
             f"taxonomy {path}: expected a mapping with 'domain: {{min, max}}' and 'levels'"
         )
+    if not isinstance(spec["domain"], dict):
+        raise TaxonomyError(f"taxonomy {path}: 'domain' must be a mapping {{min, max}}")
+    if any(key in spec for key in BINNED_KEYS):
+        taxonomy, binning = binned_levels(attribute, spec, source=str(path))
+        return replace(taxonomy, kind="binned", binning=binning)
     domain = spec["domain"]
     try:
         low, high = int(domain["min"]), int(domain["max"])

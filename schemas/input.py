@@ -1,9 +1,12 @@
 """The input schema, built from a dataset config with pandera.
 
 Columns arrive as text (``medrelease.io``); the schema checks, per declared column, that values
-are present when the missing-value policy says so, that integer columns hold whole numbers, and
-that every dimension value is covered by its taxonomy. Validation is lazy so one run reports
-every problem, grouped per column and check, with the values and the first row numbers.
+hold no control characters, are present when the missing-value policy says so, that integer
+columns hold whole numbers written as such (``34``, not ``1e1`` or ``41.99999999999999999``),
+decimal columns plain decimals, and that every dimension value is covered by its taxonomy.
+Validation is lazy so one run reports every problem, grouped per column and check, with counts
+and the first file lines — never the values themselves (``InputValidationError``); example
+values go only to the steward-only log.
 """
 
 from __future__ import annotations
@@ -13,19 +16,36 @@ import pandas as pd
 import pandera.pandas as pa
 from pandera.errors import SchemaErrors
 
+from medrelease.binning import DECIMAL, WHOLE
 from medrelease.config import DatasetConfig
-from medrelease.errors import InputValidationError, format_rows
-from medrelease.taxonomy import Taxonomy
+from medrelease.errors import InputValidationError, format_rows, position_numbers
+from medrelease.taxonomy import NOT_WHOLE, Taxonomy
 
-MAX_VALUES_SHOWN = 5
+CONTROL = r"[\x00-\x1f\x7f]"
+NOT_DECIMAL = "are not plain decimal numbers (e.g. 0.8; no exponents)"
+CONTROL_CHARS = "contain control characters (NUL, tab, line breaks...): refused, not escaped"
 
 
-def _whole_number(series: pd.Series) -> pd.Series:
-    numbers = pd.to_numeric(series, errors="coerce")
-    return series.isna() | (numbers.notna() & (np.floor(numbers) == numbers))
+def _matches(pattern: str):
+    def check(series: pd.Series) -> pd.Series:
+        return series.isna() | series.astype("string").str.match(pattern).fillna(False)
+
+    return check
+
+
+def _no_control_characters(series: pd.Series) -> pd.Series:
+    return series.isna() | ~series.astype("string").str.contains(CONTROL, regex=True).fillna(False)
 
 
 def _covered_by(taxonomy: Taxonomy):
+    if taxonomy.binning is not None:
+        binning = taxonomy.binning
+
+        def binned(series: pd.Series) -> pd.Series:
+            return pd.Series(binning.covered(series), index=series.index) | ~binning.parse_ok(
+                series)  # malformed values are reported by the number-form check
+
+        return binned
     if taxonomy.kind == "numeric":
         low, high = int(taxonomy.leaves[0]), int(taxonomy.leaves[-1])
 
@@ -59,36 +79,65 @@ def _items_covered_by(taxonomy: Taxonomy, separator: str):
     return covered
 
 
+def _form_checks(config: DatasetConfig, name: str) -> list[pa.Check]:
+    """How a value must be written: no control characters; integers and decimals as such."""
+    spec = config.columns[name]
+    checks = [pa.Check(_no_control_characters, error=CONTROL_CHARS)]
+    taxonomy = config.taxonomies.get(name)
+    whole = spec.type == "integer" or (taxonomy is not None and taxonomy.kind == "numeric")
+    if whole:
+        checks.append(pa.Check(_matches(WHOLE.pattern), error=NOT_WHOLE))
+    elif spec.type == "decimal" or (taxonomy is not None and taxonomy.binning is not None):
+        pattern = WHOLE if taxonomy is not None and taxonomy.binning and \
+            taxonomy.binning.whole else DECIMAL
+        checks.append(pa.Check(_skip_label(_matches(pattern.pattern), spec.missing),
+                               error=NOT_WHOLE if pattern is WHOLE else NOT_DECIMAL))
+    return checks
+
+
+def _skip_label(check, label: str | None):
+    """A number-form check that lets the column's declared missing category through."""
+    if label is None:
+        return check
+
+    def wrapped(series: pd.Series) -> pd.Series:
+        return check(series) | (series.astype("string") == label).fillna(False)
+
+    return wrapped
+
+
 def input_schema(config: DatasetConfig) -> pa.DataFrameSchema:
     """The pandera schema of a dataset's extract (undeclared columns are allowed and ignored)."""
     nullable = config.missing == "drop_rows"
     columns: dict[str, pa.Column] = {}
     for name in config.dimensions + config.informative:
         spec = config.columns[name]
-        checks = []
-        if spec.type == "integer":
-            checks.append(pa.Check(_whole_number, error="is not a whole number"))
+        checks = _form_checks(config, name)
         if spec.role == "informative" and spec.domain:
             checks.append(pa.Check(_one_of(config.informative_domain or []),
-                                   error=f"is not in its declared domain ({spec.domain})"))
+                                   error="are not in its declared domain "
+                                         f"({spec.domain.rsplit('/', 1)[-1]})"))
         if spec.role == "dimension":
             taxonomy = config.taxonomies[name]
+            where = taxonomy.source.rsplit("/", 1)[-1]
             checks.append(pa.Check(_covered_by(taxonomy),
-                                   error=f"is not covered by its taxonomy ({taxonomy.source})"))
-        columns[name] = pa.Column(checks=checks, nullable=nullable, required=True)
+                                   error=f"are not covered by its taxonomy ({where})"))
+        columns[name] = pa.Column(checks=checks, nullable=nullable or spec.missing is not None,
+                                  required=True)
     for name in config.class_columns:
         allowed_classes = config.columns[name].values
+        checks = [pa.Check(_no_control_characters, error=CONTROL_CHARS)]
         if allowed_classes:
-            columns[name] = pa.Column(checks=[pa.Check(
-                _one_of(allowed_classes),
-                error="is not one of the class values declared in the dataset config")],
-                nullable=nullable, required=True)
+            checks.append(pa.Check(_one_of(allowed_classes), error="are not one of the class "
+                                                                   "values the config declares"))
+        columns[name] = pa.Column(checks=checks, nullable=nullable, required=True)
     for name in config.set_valued:
         taxonomy = config.taxonomies[name]
         columns[name] = pa.Column(
-            checks=[pa.Check(_items_covered_by(taxonomy, config.columns[name].separator or ""),
-                             error=f"holds an item not covered by its item taxonomy "
-                                   f"({taxonomy.source})")],
+            checks=[pa.Check(_no_control_characters, error=CONTROL_CHARS),
+                    pa.Check(_items_covered_by(taxonomy, config.columns[name].separator or ""),
+                             error="hold an item not covered by its item taxonomy "
+                                   f"({taxonomy.source.rsplit('/', 1)[-1]})")],
             nullable=True, required=True)
     return pa.DataFrameSchema(
         columns,
@@ -98,12 +147,20 @@ def input_schema(config: DatasetConfig) -> pa.DataFrameSchema:
     )
 
 
+def fill_missing_categories(frame: pd.DataFrame, config: DatasetConfig) -> pd.DataFrame:
+    """Missing values of a dimension with a declared ``missing:`` label become that category."""
+    labels = {c: s.missing for c, s in config.columns.items()
+              if s.missing is not None and c in frame.columns}
+    return frame.fillna(labels) if labels else frame
+
+
 def validate_input(frame: pd.DataFrame, config: DatasetConfig) -> pd.DataFrame:
-    """Validate; raise ``InputValidationError`` listing columns, values and first rows."""
+    """Validate; raise ``InputValidationError`` naming columns, problems, counts and lines."""
     if frame.empty:
         raise InputValidationError(
             "the input has no data rows (empty file or header only): nothing to release"
         )
+    frame = fill_missing_categories(frame, config)
     try:
         return input_schema(config).validate(frame, lazy=True)
     except SchemaErrors as exc:
@@ -114,6 +171,7 @@ def validate_input(frame: pd.DataFrame, config: DatasetConfig) -> pd.DataFrame:
 
 
 def _describe(cases: pd.DataFrame) -> tuple[list[dict], list[str]]:
+    """One line per (column, check): how many distinct values and rows, and the first lines."""
     problems: list[dict] = []
     lines: list[str] = []
     cases = cases.copy()
@@ -121,31 +179,31 @@ def _describe(cases: pd.DataFrame) -> tuple[list[dict], list[str]]:
     for (column, check), group in cases.groupby(["column", "check"], sort=False, dropna=False):
         if check == "column_in_dataframe":
             missing = ", ".join(repr(v) for v in group["failure_case"].astype(str))
-            lines.append(f"  missing column(s): {missing}")
+            lines.append(f"  missing declared column(s): {missing}")
             problems.append({"column": str(group["failure_case"].iloc[0]),
                              "problem": "missing column"})
             continue
+        rows = sorted(int(i) for i in group["index"].dropna())
         if check == "not_nullable":
-            rows = sorted(int(i) for i in group["index"].dropna())
-            lines.append(f"  column {column!r}: {len(rows)} missing value(s), first at row(s) "
+            lines.append(f"  column {column!r}: {len(rows)} missing value(s), first at "
                          f"{format_rows(rows)}")
             problems.append({"column": column, "problem": "missing value", "rows": len(rows),
-                             "first_rows": [r + 1 for r in rows[:MAX_VALUES_SHOWN]]})
+                             "first_positions": position_numbers(rows)})
             continue
         if pd.isna(column):
             lines.append(f"  {check}")
             problems.append({"column": None, "problem": check})
             continue
-        per_value = group.groupby(group["failure_case"].astype(str), sort=False)["index"]
-        for shown, (value, rows) in enumerate(per_value):
-            if shown == MAX_VALUES_SHOWN:
-                lines.append(f"  column {column!r}: ... and {per_value.ngroups - shown} more "
-                             f"value(s) that {check}")
-                break
-            row_list = sorted(int(i) for i in rows.dropna())
-            lines.append(f"  column {column!r}: value {value!r} {check}: {len(row_list)} row(s), "
-                         f"first at row(s) {format_rows(row_list)}")
-            problems.append({"column": column, "value": value, "problem": check,
-                             "rows": len(row_list),
-                             "first_rows": [r + 1 for r in row_list[:MAX_VALUES_SHOWN]]})
+        values = group["failure_case"].astype(str)
+        lines.append(f"  column {column!r}: {values.nunique()} distinct value(s) {check}, in "
+                     f"{len(rows)} row(s), first at {format_rows(rows)}")
+        problems.append({"column": column, "problem": check, "rows": len(rows),
+                         "distinct_values": int(values.nunique()),
+                         "first_positions": position_numbers(rows),
+                         "values": values.drop_duplicates().head(10).tolist()})
     return problems, lines
+
+
+def missing_rows(frame: pd.DataFrame, columns: list[str]) -> np.ndarray:
+    """Positions (0-based) of rows with a missing value in any of ``columns``."""
+    return np.flatnonzero(frame[columns].isna().any(axis=1).to_numpy())

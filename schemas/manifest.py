@@ -94,9 +94,11 @@ class StewardRecord(BaseModel):
     error: str | None = None
     flow_run_id: str | None
     ledger_spend_id: str
+    ledger_charge: dict[str, Any]
     input_file: str
     input_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     input_rows: int
+    dropped_rows: int = 0
     dataset_config: dict[str, Any]
     information_loss: dict[str, float]
     selection: dict[str, Any]

@@ -28,6 +28,15 @@ setup() {
   export PREFECT_HOME="${PREFECT_HOME:-$ROOT/var/prefect}"
   mkdir -p "$PREFECT_HOME"
   export DO_NOT_TRACK=1
+  # A new Prefect database is migrated while the ephemeral API starts; on a cold 2-core machine
+  # that outlasts Prefect's default wait (20 s), so migrate it here, once, and wait longer.
+  export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="${PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS:-600}"
+  local migrated="$PREFECT_HOME/.medrelease-migrated-$(python -c "import importlib.metadata as m; print(m.version('prefect'))")"
+  if [ -z "${PREFECT_API_URL:-}" ] && [ ! -f "$migrated" ]; then
+    echo "preparing the Prefect database in $PREFECT_HOME (once) ..." >&2
+    prefect server database upgrade -y >/dev/null
+    touch "$migrated"
+  fi
 }
 
 cmd=${1:-demo}

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
+from pathlib import Path
 
 from prefect import get_run_logger, task
 from prefect.artifacts import create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
 from medrelease.config import DatasetConfig
-from medrelease.ledger import BudgetState, Ledger, SpendRequest
+from medrelease.ledger import BudgetState, Ledger, SpendRequest, reconcile
 from medrelease.mechanisms import check_fits
-from medrelease.release import PublicFacts, ReleasePlan, plan_release
+from medrelease.release import PublicFacts, ReleasePlan, enforce_policy, plan_release
+from medrelease.settings import steward_root, store_root, test_store_root
+from medrelease.store import ReleaseStore, StewardRecords, StoreError
 
 
 def artifact_key(dataset: str, what: str) -> str:
@@ -34,9 +38,33 @@ class Charge:
 
 @task(name="plan-release", cache_policy=NO_CACHE)
 def plan(config: DatasetConfig, mechanism: str, params: dict, seed: int | None) -> ReleasePlan:
-    """Validate parameters and state the guarantee from public facts only; draws no noise."""
+    """Validate parameters, state the guarantee from public facts only, and hold the request
+    to the dataset's policy; reads no data and draws no noise."""
     check_fits(config, mechanism)
-    return plan_release(mechanism, params, lattice_size(config), seed, PublicFacts.of(config))
+    release_plan = plan_release(mechanism, params, lattice_size(config), seed,
+                                PublicFacts.of(config))
+    enforce_policy(config, release_plan)
+    return release_plan
+
+
+@task(name="check-before-charge", cache_policy=NO_CACHE)
+def check_before_charge(config: DatasetConfig, release_plan: ReleasePlan, ledger_path: str,
+                        destination: str | None) -> None:
+    """Everything that could still fail after the charge, checked before it: the ledger holds
+    every spend the records show, and the release and steward folders can be written."""
+    records = StewardRecords(steward_root())
+    reconcile(Path(ledger_path), records.records())
+    test = release_plan.random.test_release
+    ReleaseStore(test_store_root() if test else store_root(), test=test).prepare(
+        config.name, destination)
+    try:
+        records.root.mkdir(parents=True, exist_ok=True)
+        probe = records.root / f".probe-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise StoreError(f"the steward records folder {records.root} is not writable "
+                         f"({exc.strerror}); nothing was spent") from None
 
 
 def spend_request(config: DatasetConfig, release_plan: ReleasePlan,

@@ -1,18 +1,28 @@
-"""Load the dataset config and the extract, and validate it before any budget is touched."""
+"""Load the dataset config and the extract, and validate it before any budget is touched.
+
+Validation failures reach Prefect (logs, state message, events) with counts and file lines
+only; the values themselves go to a steward-only log file whose path the message names.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 from prefect import get_run_logger, task
+from prefect.artifacts import create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
-from medrelease.aggregate import CountTable, aggregate_chunks
+from medrelease.aggregate import CountTable, aggregate_chunks, check_drop_limit
 from medrelease.config import DatasetConfig, find_config
+from medrelease.errors import InputValidationError, write_steward_log
 from medrelease.io import file_sha256, iter_chunks, read_input
-from schemas.input import validate_input
+from medrelease.settings import steward_log_dir
+from schemas.input import missing_rows, validate_input
+from tasks.budget import artifact_key
 
 
 @dataclass(frozen=True)
@@ -20,6 +30,7 @@ class InputInfo:
     path: str
     sha256: str
     rows: int
+    dropped_rows: int = 0
 
 
 @task(name="load-dataset-config", cache_policy=NO_CACHE)
@@ -27,16 +38,46 @@ def load_dataset_config(dataset: str) -> DatasetConfig:
     return find_config(dataset)
 
 
+@contextmanager
+def _values_to_the_steward_log(config: DatasetConfig) -> Iterator[None]:
+    """Re-raise a validation failure with the path of the steward-only log of its values."""
+    try:
+        yield
+    except InputValidationError as exc:
+        log = write_steward_log(steward_log_dir(), config.name, exc)
+        raise InputValidationError(
+            f"{exc}\n(example values and all details, for the steward only: {log})",
+            exc.problems) from None
+
+
+def _report_rows(config: DatasetConfig, info: InputInfo) -> None:
+    """A steward artifact: rows read, dropped by missing: drop_rows, kept (counts only)."""
+    create_table_artifact(
+        table=[{"rows read": info.rows + info.dropped_rows, "dropped (missing values)":
+                info.dropped_rows, "kept": info.rows, "policy": config.missing}],
+        key=artifact_key(config.name, "input-rows"),
+        description=f"Rows of the extract of {config.name} (steward only)")
+    if info.dropped_rows:
+        get_run_logger().warning("missing: drop_rows dropped %d of %d rows (limit %.1f%%)",
+                                 info.dropped_rows, info.rows + info.dropped_rows,
+                                 100 * config.drop_limit)
+
+
 @task(name="validate-input", cache_policy=NO_CACHE)
 def load_and_validate_input(
     config: DatasetConfig, input_path: str | None = None
 ) -> tuple[pd.DataFrame, InputInfo]:
     """Read the extract as text and check it against the pandera schema of its config."""
-    path = Path(input_path) if input_path else config.input_path
-    frame = validate_input(read_input(config, path), config)
-    info = InputInfo(path=str(path.resolve()), sha256=file_sha256(path), rows=len(frame))
-    get_run_logger().info("input %s validated: n=%d, sha256 %s", path.name, info.rows,
-                          info.sha256[:12])
+    with _values_to_the_steward_log(config):
+        path = config.extract_path(input_path)
+        frame = validate_input(read_input(config, path), config)
+        needed = config.dimensions + config.informative + config.class_columns
+        dropped = len(missing_rows(frame, needed)) if config.missing == "drop_rows" else 0
+        check_drop_limit(dropped, len(frame), config)
+    info = InputInfo(path=str(path.resolve()), sha256=file_sha256(path),
+                     rows=len(frame) - dropped, dropped_rows=dropped)
+    get_run_logger().info("input %s validated: n=%d", path.name, info.rows)
+    _report_rows(config, info)
     return frame, info
 
 
@@ -48,11 +89,14 @@ def validate_and_aggregate(
 
     Memory stays bounded by the count table, not by the number of rows; no noise is drawn.
     """
-    path = Path(input_path) if input_path else config.input_path
-    chunks = (validate_input(chunk, config) for chunk in iter_chunks(config, path, rows_per_chunk)
-              if len(chunk))
-    counts = aggregate_chunks(chunks, config)
-    info = InputInfo(path=str(path.resolve()), sha256=file_sha256(path), rows=counts.n_rows)
+    with _values_to_the_steward_log(config):
+        path = config.extract_path(input_path)
+        chunks = (validate_input(chunk, config)
+                  for chunk in iter_chunks(config, path, rows_per_chunk) if len(chunk))
+        counts = aggregate_chunks(chunks, config)
+    info = InputInfo(path=str(Path(path).resolve()), sha256=file_sha256(path),
+                     rows=counts.n_rows, dropped_rows=counts.dropped_rows)
     get_run_logger().info("input %s validated and aggregated in chunks: n=%d, %d cells",
                           path.name, info.rows, counts.cell_keys.size)
+    _report_rows(config, info)
     return counts, info

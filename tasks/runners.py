@@ -23,14 +23,16 @@ class RunnerUnavailableError(MedreleaseError):
 RunnerKind = Literal["thread", "dask"]
 
 
-def fan_out_runner(kind: RunnerKind, workers: int | None = None,
-                   dask_address: str | None = None) -> TaskRunner:
+def fan_out_runner(kind: RunnerKind, workers: int | None = None) -> TaskRunner:
+    """The fan-out's runner. A Dask scheduler address comes only from the deployment's
+    environment (``MEDRELEASE_DASK_ADDRESS``), never from a form: the count table is sent to
+    whatever scheduler is named."""
     workers = workers or int(os.environ.get("MEDRELEASE_WORKERS", "2"))
     if kind == "thread":
         return ThreadPoolTaskRunner(max_workers=workers)
     from prefect_dask import DaskTaskRunner
 
-    address = dask_address or os.environ.get("MEDRELEASE_DASK_ADDRESS")
+    address = os.environ.get("MEDRELEASE_DASK_ADDRESS")
     if address:
         return DaskTaskRunner(address=address, client_kwargs={"timeout": "15s"})
     return DaskTaskRunner(cluster_kwargs={"n_workers": workers, "threads_per_worker": 1,
@@ -46,5 +48,5 @@ def connect(runner: TaskRunner, kind: RunnerKind) -> None:
     except Exception as exc:
         raise RunnerUnavailableError(
             f"the Dask task runner did not start ({type(exc).__name__}: {exc}); no budget was "
-            "spent. Check dask_address / MEDRELEASE_DASK_ADDRESS, or use task_runner 'thread'"
+            "spent. Check MEDRELEASE_DASK_ADDRESS, or use task_runner 'thread'"
         ) from exc

@@ -3,21 +3,20 @@
 from __future__ import annotations
 
 import os
-
-# Before Prefect is imported: no telemetry, and no log shipping to test servers that are gone
-# by the time the log worker flushes (it would retry for a minute at exit).
-os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-os.environ.setdefault("DO_NOT_TRACK", "1")
-os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
-os.environ["PREFECT_LOGGING_TO_API_ENABLED"] = "false"
-
 import textwrap
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from deployments.prefect_defaults import apply_prefect_defaults
 from medrelease.config import DatasetConfig, find_config, load_config
+
+# Before Prefect is imported (none of the modules above imports it): no telemetry, a start-up
+# wait that fits a cold machine, and no log shipping to test servers that are gone by the time
+# the log worker flushes (it would retry for a minute at exit).
+apply_prefect_defaults()
+os.environ["PREFECT_LOGGING_TO_API_ENABLED"] = "false"
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared"
@@ -60,6 +59,16 @@ def write_paper_dataset(folder: Path) -> Path:
     return folder / "dataset.yaml"
 
 
+@pytest.fixture(autouse=True)
+def steward_places(tmp_path_factory, monkeypatch):
+    """Tests write configs and extracts under pytest's temporary folder: the steward declares
+    it (deployment-level variables, as a real deployment would) so the path rules admit them.
+    Tests of those rules remove it again."""
+    base = str(tmp_path_factory.getbasetemp())
+    monkeypatch.setenv("MEDRELEASE_DATASETS", base)
+    monkeypatch.setenv("MEDRELEASE_INPUT_ROOTS", base)
+
+
 @pytest.fixture
 def paper_config(tmp_path: Path) -> DatasetConfig:
     return load_config(write_paper_dataset(tmp_path))
@@ -75,10 +84,11 @@ def nps_sample(nps_config: DatasetConfig) -> pd.DataFrame:
     return pd.read_csv(nps_config.input_path)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def prefect_harness():
-    """A temporary Prefect API for one test module (``pytestmark = usefixtures(...)``)."""
+    """One temporary Prefect API for the whole session (``pytestmark = usefixtures(...)``):
+    its database is migrated once, not once per module."""
     from prefect.testing.utilities import prefect_test_harness
 
-    with prefect_test_harness(server_startup_timeout=120):
+    with prefect_test_harness(server_startup_timeout=600):
         yield

@@ -40,7 +40,8 @@ def test_release_run_records_artifacts_on_a_real_server(api_url, tmp_path: Path,
     assert run.parameters["request"]["seed"] == 6
     by_key = {a.key: a for a in artifacts}
     assert set(by_key) == {"nps-sample-budget-steps", "nps-sample-node-information-loss",
-                           "nps-sample-release-summary", "nps-sample-scoring-progress"}
+                           "nps-sample-release-summary", "nps-sample-scoring-progress",
+                           "nps-sample-input-rows"}
     budget = by_key["nps-sample-budget-steps"].data
     assert "node selection" in str(budget) and "cells" in str(budget)
     assert "differential privacy" in by_key["nps-sample-release-summary"].data

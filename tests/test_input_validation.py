@@ -1,4 +1,5 @@
-"""Bad extracts give a message that names the column, the value and the rows."""
+"""Bad extracts give a message that names the column, the problem, counts and file lines —
+never a value from the file (those go to the steward-only log)."""
 
 from __future__ import annotations
 
@@ -36,20 +37,25 @@ def test_good_file_passes(tmp_path, nps_config) -> None:
         (HEADER, "no data rows"),
         (HEADER.replace(",", ";") + GOOD.replace(",", ";"), "set input.delimiter: ';'"),
         ("patient_id,age,age,sex,length_of_stay,surgery,region,diagnosis\n",
-         "'age' appear more than once"),
-        (HEADER.replace(",region", "") + "1,34,F,3,N,A001\n", "missing column.*'region'"),
-        (HEADER + "1,thirty,F,3,N,11,A001\n", "column 'age': value 'thirty' is not a whole number"),
+         "repeats 1 column name.*'age'"),
+        (HEADER.replace(",region", "") + "1,34,F,3,N,A001\n", "missing declared column.*'region'"),
+        (HEADER + "1,thirty,F,3,N,11,A001\n",
+         "column 'age': 1 distinct value.* not whole numbers.*file line 2"),
         (HEADER + "1,34,F,-2,N,11,A001\n1,34,F,9999,N,11,A001\n",
-         "(?s)'-2' is not covered.*'9999' is not covered"),
-        (HEADER + GOOD + "3,34,X,3,N,11,A001\n", r"column 'sex': value 'X' is not covered.*row\(s\) 3"),
-        (HEADER + "1,34,F,3,N,99,A001\n", "column 'region': value '99'"),
+         "column 'length_of_stay': 2 distinct value.*not covered.*file lines 2, 3"),
+        (HEADER + GOOD + "3,34,X,3,N,11,A001\n", "column 'sex': 1 distinct.*not covered.*line 4"),
+        (HEADER + "1,34,F,3,N,99,A001\n", "column 'region': 1 distinct value"),
         (HEADER + "1,,F,3,N,11,A001\n2,5,F,3,N,11,\n",
          "(?s)column 'age': 1 missing value.*column 'diagnosis': 1 missing value"),
+        (HEADER + "1,1e1,F,3,N,11,A001\n", "column 'age'.*not whole numbers"),
+        (HEADER + "1,34,F,3,N,11,A0\x0001\n", "column 'diagnosis'.*control characters"),
     ],
 )
 def test_bad_files(tmp_path, nps_config, text, message) -> None:
-    with pytest.raises(InputValidationError, match=message):
+    with pytest.raises(InputValidationError, match=message) as err:
         _load(tmp_path, nps_config, text)
+    for value in ("thirty", "9999", "'X'", "'99'", "1e1", "A0"):
+        assert value not in str(err.value)
 
 
 def test_wrong_encoding_names_the_setting(tmp_path, nps_config) -> None:
@@ -62,5 +68,5 @@ def test_problems_are_structured(tmp_path, nps_config) -> None:
     with pytest.raises(InputValidationError) as err:
         _load(tmp_path, nps_config, HEADER + "1,130,F,3,N,11,A001\n2,130,F,3,N,11,A001\n")
     problem = err.value.problems[0]
-    assert problem["column"] == "age" and problem["value"] == "130"
-    assert problem["rows"] == 2 and problem["first_rows"] == [1, 2]
+    assert problem["column"] == "age" and problem["values"] == ["130"]
+    assert problem["rows"] == 2 and problem["first_positions"] == [2, 3]  # file lines

@@ -93,7 +93,7 @@ def test_missing_columns_nulls_and_empty_tables(nps_config, nps_sample) -> None:
         aggregate(nps_sample.iloc[:0], nps_config)
     broken = nps_sample.head(20).copy()
     broken.loc[[3, 11], "age"] = np.nan
-    with pytest.raises(InputValidationError, match=r"(?s)column 'age': 2 missing.*rows?\(s\) 4, 12"):
+    with pytest.raises(InputValidationError, match=r"(?s)column 'age': 2 missing.*data rows 4, 12"):
         aggregate(broken, nps_config)
-    dropping = nps_config.model_copy(update={"missing": "drop_rows"})
+    dropping = nps_config.model_copy(update={"missing": "drop_rows", "drop_limit": 0.2})
     assert aggregate(broken, dropping).n_rows == 18

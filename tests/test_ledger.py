@@ -156,3 +156,48 @@ def test_an_old_ledger_is_migrated_in_place(tmp_path: Path) -> None:
     assert ledger.state("nps").lifetime_epsilon == 4.0
     with pytest.raises(BudgetExceededError):
         ledger.reserve(_request("nps", 2.5, cap=100.0))
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_a_lost_ledger_is_refused_then_restored_from_the_records(tmp_path: Path,
+                                                                  monkeypatch) -> None:
+    """Deleting the ledger used to start a new empty one: the budget restarted from zero."""
+    from typer.testing import CliRunner
+
+    from flows.release import ReleaseRequest, release_flow
+    from medrelease.cli import app
+    from medrelease.ledger import LedgerIntegrityError
+
+    from .conftest import write_paper_dataset
+
+    monkeypatch.setenv("MEDRELEASE_HOME", str(tmp_path / "home"))
+    (tmp_path / "ds").mkdir()
+    config = str(write_paper_dataset(tmp_path / "ds"))
+    release_flow(ReleaseRequest(dataset=config, evaluate=False))
+    ledger = tmp_path / "home" / "ledger.sqlite"
+    ledger.unlink()
+    with pytest.raises(LedgerIntegrityError, match=r"is missing 1 spend.*ledger restore"):
+        release_flow(ReleaseRequest(dataset=config, evaluate=False))
+    assert not ledger.exists()
+
+    refused = CliRunner().invoke(app, ["ledger", "init"])
+    assert refused.exit_code != 0 and "ledger restore" in refused.output
+    restored = CliRunner().invoke(app, ["ledger", "restore"])
+    assert restored.exit_code == 0 and "restored 1 spend" in restored.output, restored.output
+    assert Ledger(ledger).state("paper-example").epsilon_spent == pytest.approx(1.0)
+    again = CliRunner().invoke(app, ["ledger", "restore"])
+    assert again.exit_code != 0 and "already holds spends" in again.output
+
+    release_flow(ReleaseRequest(dataset=config, evaluate=False))
+    assert Ledger(ledger).state("paper-example").epsilon_spent == pytest.approx(2.0)
+
+
+def test_ledger_init_makes_a_new_ledger_only_where_nothing_is_on_record(tmp_path: Path,
+                                                                        monkeypatch) -> None:
+    from typer.testing import CliRunner
+
+    from medrelease.cli import app
+
+    monkeypatch.setenv("MEDRELEASE_HOME", str(tmp_path / "home"))
+    made = CliRunner().invoke(app, ["ledger", "init"])
+    assert made.exit_code == 0 and (tmp_path / "home" / "ledger.sqlite").is_file()

@@ -28,11 +28,10 @@ def small_tables(draw):
     high = low + draw(st.integers(0, 30))
     n_rows = draw(st.integers(1, 60))
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
-    folder = Path(tempfile.mkdtemp(prefix="medrelease-prop-"))
-    (folder / "cat.csv").write_text("".join(f"c{i};g{g};*\n" for i, g in enumerate(groups)))
-    (folder / "num.yaml").write_text(
-        f"domain: {{min: {low}, max: {high}}}\nlevels:\n  - {{width: {draw(st.integers(1, 10))}}}\n")
-    (folder / "items.csv").write_text("".join(f"i{i};G{g};*\n" for i, g in enumerate(item_groups)))
+    with tempfile.TemporaryDirectory(prefix="medrelease-prop-") as name:
+        config = _write_config(Path(name), draw, groups, item_groups, low, high,
+                               draw(st.booleans()))
+        config.taxonomies  # noqa: B018 - loaded now, while the files exist
     sets = ["|".join(sorted({f"i{j}" for j in rng.integers(0, n_items, rng.integers(0, 4))}))
             for _ in range(n_rows)]
     frame = pd.DataFrame({
@@ -41,15 +40,21 @@ def small_tables(draw):
         "items": sets,
         "label": rng.choice(["no", "yes"], n_rows),
     })
-    with_sets = draw(st.booleans())
+    return frame, config, draw(st.integers(0, 10_000))
+
+
+def _write_config(folder: Path, draw, groups, item_groups, low, high, with_sets):
+    (folder / "cat.csv").write_text("".join(f"c{i};g{g};*\n" for i, g in enumerate(groups)))
+    (folder / "num.yaml").write_text(
+        f"domain: {{min: {low}, max: {high}}}\nlevels:\n  - {{width: {draw(st.integers(1, 10))}}}\n")
+    (folder / "items.csv").write_text("".join(f"i{i};G{g};*\n" for i, g in enumerate(item_groups)))
     columns = {"cat": {"role": "dimension", "taxonomy": "cat.csv"},
                "num": {"role": "dimension", "type": "integer", "taxonomy": "num.yaml"},
                "label": {"role": "class", "values": ["no", "yes"]}}
     if with_sets:
         columns["items"] = {"role": "set_valued", "separator": "|", "taxonomy": "items.csv"}
-    config = config_from_dict({"name": "prop", "input": {"path": "x.csv"}, "columns": columns,
-                               "privacy": {"lifetime_epsilon": 1e6}}, folder)
-    return frame, config, draw(st.integers(0, 10_000))
+    return config_from_dict({"name": "prop", "input": {"path": "x.csv"}, "columns": columns,
+                             "privacy": {"lifetime_epsilon": 1e6}}, folder)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -147,10 +147,11 @@ def _config_copy(folder: Path, name: str, **privacy) -> Path:
     spec = yaml.safe_load((ROOT / "datasets/nps-sample/dataset.yaml").read_text())
     spec["name"] = name
     spec["privacy"].update(privacy)
-    for column in spec["columns"].values():
-        for key in ("taxonomy", "domain"):
-            if key in column:
-                column[key] = str((ROOT / "datasets/nps-sample" / column[key]).resolve())
+    for column in spec["columns"].values():  # taxonomies from the project's taxonomies/
+        if "taxonomy" in column:
+            column["taxonomy"] = str((ROOT / "datasets/nps-sample" / column["taxonomy"]).resolve())
+    if not (folder / "diagnosis_codes.txt").exists():  # a domain file beside its config
+        shutil.copy(ROOT / "datasets/nps-sample/diagnosis_codes.txt", folder)
     spec["input"]["path"] = str(folder / "shared-extract.csv")
     path = folder / f"{name}.yaml"
     path.write_text(yaml.safe_dump(spec))

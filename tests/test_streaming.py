@@ -51,6 +51,6 @@ def test_parquet_row_groups_stream_with_file_row_numbers(nps_config, tmp_path) -
     bad = frame.copy()
     bad.loc[10_500, "sex"] = "X"
     bad.to_parquet(parquet)
-    with pytest.raises(InputValidationError, match=r"row\(s\) 10501"):
+    with pytest.raises(InputValidationError, match=r"first at row 10501"):
         for chunk in iter_chunks(nps_config, parquet, rows_per_chunk=3_000):
             validate_input(chunk, nps_config)

@@ -38,7 +38,12 @@ SET_VALUED_MECHANISMS = ("diffgen",)
 
 
 def check_fits(config, name: str) -> None:
-    """Refuse a mechanism that cannot release every declared column of the dataset."""
+    """Refuse a mechanism that cannot release the dataset as declared (before any spend)."""
+    if name == "diffgen" and (len(config.class_columns) != 1 or not config.class_domain):
+        raise ParameterError(
+            "diffgen needs exactly one column with role 'class', with its public values "
+            "declared ('values: [...]'); the dataset config has "
+            f"{len(config.class_columns)} class column(s)")
     if config.set_valued and name not in SET_VALUED_MECHANISMS:
         raise ParameterError(
             f"mechanism {name!r} cannot release set-valued column(s) "
