@@ -109,6 +109,11 @@ def _show_result(result: dict[str, Any], seconds: float) -> None:
         f"[bold]lifetime[/]  {manifest['lifetime']['statement']}",
         f"[bold]flow run[/]  {result['flow_run_id']}   ({seconds:.1f} s)",
     ]
+    details = manifest.get("mechanism_details") or {}
+    for rung, node in enumerate(details.get("ladder") or [], start=1):
+        body.insert(5, f"[bold]ladder {rung}[/]  {node}  (rows of cells too small at the node)")
+    if details.get("degenerate"):
+        body.append(f"[red bold]{details['degenerate']}[/]")
     if result.get("evaluation"):
         body.append(f"[bold]evidence[/]  {result['evaluation']}  (internal: compares with raw data)")
     if manifest["test_release"]:

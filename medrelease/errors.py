@@ -8,7 +8,8 @@ parameters are wrong" apart from a bug.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import UTC, datetime
 from pathlib import Path
@@ -56,10 +57,15 @@ _POSITIONS: ContextVar[tuple[str, int]] = ContextVar("medrelease_positions",
                                                     default=("data row", 1))
 
 
-def count_positions_as(word: str, offset: int) -> None:
-    """How ``format_rows`` names positions from now on in this context: a CSV reader says
-    ("file line", 2) — header on line 1 — a Parquet reader ("row", 1)."""
-    _POSITIONS.set((word, offset))
+@contextmanager
+def positions_counted_as(word: str, offset: int) -> Iterator[None]:
+    """How ``format_rows`` names positions inside this block: a CSV file ("file line", 2) —
+    header on line 1 — a Parquet file ("row", 1). Outside, in-memory frames: ("data row", 1)."""
+    token = _POSITIONS.set((word, offset))
+    try:
+        yield
+    finally:
+        _POSITIONS.reset(token)
 
 
 def format_rows(rows: Sequence[int], limit: int = 5) -> str:

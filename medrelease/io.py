@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from medrelease.config import DatasetConfig
-from medrelease.errors import InputValidationError, count_positions_as
+from medrelease.errors import InputValidationError, positions_counted_as
 
 CANDIDATE_DELIMITERS = [",", ";", "\t", "|"]
 
@@ -43,16 +43,23 @@ def _is_parquet(config: DatasetConfig, source: Path) -> bool:
     return config.input.format == "parquet" or source.suffix.lower() == ".parquet"
 
 
+def counting_positions(config: DatasetConfig, path: str | Path | None = None):
+    """A block in which validation messages name the extract's positions as people find them:
+    file lines for CSV (header = line 1), rows for Parquet."""
+    source = config.extract_path(str(path) if path else None)
+    if _is_parquet(config, source):
+        return positions_counted_as("row", 1)
+    return positions_counted_as("file line", 2)
+
+
 def read_input(config: DatasetConfig, path: str | Path | None = None) -> pd.DataFrame:
     """The extract as a frame of text columns (Parquet keeps its own types)."""
     source = _existing_source(config, path)
     if _is_parquet(config, source):
-        count_positions_as("row", 1)
         try:
             return pd.read_parquet(source)
         except Exception as exc:  # pyarrow raises several unrelated types
             raise _unreadable_parquet(source, exc) from None
-    count_positions_as("file line", 2)
     return _read_csv(config, source)
 
 
@@ -137,7 +144,6 @@ def iter_chunks(config: DatasetConfig, path: str | Path | None = None,
             parquet = pq.ParquetFile(source)
         except Exception as exc:  # pyarrow raises several unrelated types
             raise _unreadable_parquet(source, exc) from None
-        count_positions_as("row", 1)
         offset = 0
         for batch in parquet.iter_batches(batch_size=rows_per_chunk):
             chunk = batch.to_pandas()
@@ -145,7 +151,6 @@ def iter_chunks(config: DatasetConfig, path: str | Path | None = None,
             offset += len(chunk)
             yield chunk
         return
-    count_positions_as("file line", 2)
     with _csv_errors(config, source):
         reader = pd.read_csv(source, chunksize=rows_per_chunk, **_csv_options(config))
         for position, chunk in enumerate(reader):

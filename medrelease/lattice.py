@@ -191,3 +191,18 @@ def _up_map(taxonomy: Taxonomy, level: int) -> np.ndarray:
     up = np.zeros(taxonomy.cardinality(level), dtype=np.int64)
     up[taxonomy.level_codes[level]] = taxonomy.level_codes[level + 1]
     return up
+
+
+def iter_above(lattice: Lattice, table: NodeTable) -> Iterator[NodeTable]:
+    """Tables of every node strictly above ``table.node`` (componentwise >=, not equal), each
+    stepped up from an already computed one: the ladder's candidates, rolled up from a table
+    that holds only the rows still to be placed."""
+    heights = lattice.heights
+    stack: list[tuple[NodeTable, int]] = [(table, 0)]
+    while stack:
+        current, first = stack.pop()
+        for attribute in range(first, len(heights)):
+            if current.node[attribute] < heights[attribute]:
+                child = lattice.step_up(current, attribute)
+                yield child
+                stack.append((child, attribute))

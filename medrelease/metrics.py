@@ -43,6 +43,10 @@ class ReleasedCells:
     class_ncp: np.ndarray
     suppressed_class: np.ndarray
     class_keys: np.ndarray
+    # A release over several lattice nodes (ipa's fallback ladder): the node of each class, as
+    # an index into ``nodes``. None: every class belongs to the one chosen node.
+    class_node: np.ndarray | None = None
+    nodes: tuple[tuple[int, ...], ...] = ()
 
     @property
     def n_classes(self) -> int:

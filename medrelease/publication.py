@@ -73,7 +73,8 @@ PUBLISHED: dict[str, PublishedField] = {
                                                 "fixed node)"),
     "chosen_node_height": PublishedField(Basis.OUTPUT, "sum of the chosen node's levels"),
     "mechanism_details": PublishedField(Basis.OUTPUT, "the mechanism's own released summary "
-                                                      "(DiffGen's cut and set-valued splits)"),
+                                                      "(DiffGen's cut and set-valued splits; ipa's ladder "
+                                                      "nodes; a degenerate-release warning)"),
     "released_rows": PublishedField(Basis.RELEASED, "rows of the data file"),
     "risk": PublishedField(Basis.RELEASED, "re-identification figures of the released rows"),
 }
@@ -158,7 +159,13 @@ def render_public_report(manifest: dict[str, Any]) -> str:
                   ""]
     if not guarantee["proven"]:
         lines += [f"> **{guarantee['label'].upper()}.** {guarantee['notes']}", ""]
+    details = manifest.get("mechanism_details") or {}
+    if details.get("degenerate"):
+        lines += [f"> **{details['degenerate']}**", ""]
     node = ", ".join(f"{k} level {v}" for k, v in manifest["chosen_node"].items()) or "none"
+    for rung, ladder_node in enumerate(details.get("ladder") or [], start=1):
+        node += (f"; ladder rung {rung} (rows of cells too small at the node): "
+                 + ", ".join(f"{k} level {v}" for k, v in ladder_node.items()))
     risk = manifest["risk"]
     lines += [
         "## Guarantee", guarantee["statement"], "",

@@ -175,7 +175,11 @@ def score_nodes(
     impl = get_mechanism(plan.mechanism)
     lattice = context.lattice
     out = []
+    deterministic = getattr(impl, "score_node", None)
     for table in lattice.iter_tables(nodes):
+        if deterministic is not None:  # a score from the roll-up alone: nothing is drawn
+            out.append(deterministic(context, table, plan.params))
+            continue
         index = lattice.index(table.node)
         cells = impl.perturb_node(context, table, plan.node_seeds[index], plan.params)
         out.append(summarize(index, table.node, cells))
@@ -185,7 +189,8 @@ def score_nodes(
 def select_node(plan: ReleasePlan, summaries: Sequence[NodeSummary]) -> tuple[int, np.ndarray]:
     """Pick the node to release; returns its index and each candidate's selection probability.
 
-    ``exponential``: exponential mechanism over u = 3 - IL (sensitivity 3). ``minimum_loss``:
+    ``exponential``: exponential mechanism over the mechanism's score (``ipa``: U, sensitivity
+    one weight unit, monotone; ``ipa-paper``: u = 3 - IL, sensitivity 3). ``minimum_loss``:
     the feasible candidate of least IL (not private: a syntactic model). ``fixed`` mechanisms
     are never scored (``fixed_index``): their one draw is the release.
     """
@@ -197,11 +202,20 @@ def select_node(plan: ReleasePlan, summaries: Sequence[NodeSummary]) -> tuple[in
             raise ParameterError(f"{plan.mechanism}: no candidate node is feasible")
         best = min(feasible, key=lambda s: (s.il, s.height, s.index))
         return best.index, np.array([1.0 if s is best else 0.0 for s in ordered])
-    utility = np.array([3.0 - s.il for s in ordered])
+    utility, sensitivity, monotone = selection_utility(plan, ordered)
     rng = np.random.default_rng(plan.selection_seed)
-    chosen = exponential_mechanism(rng, utility, plan.selection_epsilon, SELECTION_SENSITIVITY)
-    probs = selection_probabilities(utility, plan.selection_epsilon, SELECTION_SENSITIVITY)
+    chosen = exponential_mechanism(rng, utility, plan.selection_epsilon, sensitivity, monotone)
+    probs = selection_probabilities(utility, plan.selection_epsilon, sensitivity, monotone)
     return ordered[chosen].index, probs
+
+
+def selection_utility(plan: ReleasePlan, ordered: Sequence[NodeSummary]
+                      ) -> tuple[np.ndarray, float, bool]:
+    """(scores, sensitivity, monotone): the mechanism's own score, else the paper's 3 - IL."""
+    own = getattr(get_mechanism(plan.mechanism), "selection_utility", None)
+    if own is not None:
+        return own(list(ordered), plan.params)
+    return np.array([3.0 - s.il for s in ordered]), SELECTION_SENSITIVITY, False
 
 
 def fixed_index(context: ReleaseContext, plan: ReleasePlan) -> int | None:
@@ -230,26 +244,31 @@ def cells_to_table(
 ) -> pd.DataFrame:
     """Rows from released cell counts: readable labels for dimensions, raw informative values.
 
-    Rows are shuffled so that their order says nothing about which rows are noise.
+    Classes may belong to different nodes (``cells.class_node``: ipa's ladder); each column's
+    categories are the labels of every level used, then ``*``. Rows are shuffled so that their
+    order says nothing about which rows are noise or which rung placed them.
     """
     counts = cells.released_counts
     nonzero = np.flatnonzero(counts > 0)
     counts = counts[nonzero]
     cell_class = cells.class_of_cell[nonzero]
-    cell_keys = cells.class_keys[cell_class]
-    suppressed = cell_keys < 0
-    codes = context.lattice.class_codes_from_keys(np.where(suppressed, 0, cell_keys))
+    nodes = cells.nodes or (tuple(node),)
+    class_node = (cells.class_node if cells.class_node is not None
+                  else np.where(cells.class_keys < 0, -1, 0))
+    cell_node = class_node[cell_class]
+    cell_keys = np.where(cell_node < 0, 0, cells.class_keys[cell_class])
+    codes = context.lattice.class_codes_from_keys(cell_keys)
     rng = np.random.default_rng(shuffle_seed)
     order = rng.permutation(int(counts.sum()))
     columns: dict[str, Any] = {}
     for i, (name, taxonomy) in enumerate(
         zip(context.counts.dimensions, context.lattice.taxonomies, strict=True)
     ):
-        labels = list(taxonomy.level_labels[node[i]])
-        if SUPPRESSED not in labels:
-            labels.append(SUPPRESSED)
-        star = labels.index(SUPPRESSED)
-        cell_codes = np.where(suppressed, star, codes[:, i])
+        labels, lookups = _level_categories(taxonomy, sorted({n[i] for n in nodes}))
+        cell_codes = np.full(counts.size, labels.index(SUPPRESSED), dtype=np.int64)
+        for rung, rung_node in enumerate(nodes):
+            here = cell_node == rung
+            cell_codes[here] = lookups[rung_node[i]][codes[here, i]]
         row_codes = np.repeat(cell_codes, counts)[order]
         columns[name] = pd.Categorical.from_codes(row_codes, categories=labels)
     row_inf = np.repeat(cells.inf_codes[nonzero], counts)[order]
@@ -257,6 +276,24 @@ def cells_to_table(
         values = context.counts.informative[name].to_numpy()
         columns[name] = values[row_inf]
     return pd.DataFrame(columns)
+
+
+def _level_categories(taxonomy, levels: list[int]) -> tuple[list[str], dict[int, np.ndarray]]:
+    """Labels of the given levels (finest first, each once) and ``*``; code -> category maps."""
+    labels: list[str] = []
+    position: dict[str, int] = {}
+    lookups = {}
+    for level in levels:
+        mapped = []
+        for label in taxonomy.level_labels[level]:
+            if label not in position:
+                position[label] = len(labels)
+                labels.append(label)
+            mapped.append(position[label])
+        lookups[level] = np.asarray(mapped, dtype=np.int64)
+    if SUPPRESSED not in position:
+        labels.append(SUPPRESSED)
+    return labels, lookups
 
 
 @dataclass
@@ -270,20 +307,52 @@ class MaterializedRelease:
     row_bounds: tuple[int, int]
     details: dict[str, Any] = field(default_factory=dict)
     summary: NodeSummary | None = None
+    nodes: tuple[Node, ...] = ()  # every node whose labels appear (ipa's ladder), else (node,)
 
 
 def materialize_table(context: ReleaseContext, plan: ReleasePlan, index: int) -> MaterializedRelease:
     cells = materialize(context, plan, index)
     node = context.lattice.nodes[index]
     impl = get_mechanism(plan.mechanism)
+    table = cells_to_table(context, node, cells, plan.shuffle_seed)
+    nodes = cells.nodes or (node,)
+    details: dict[str, Any] = {}
+    dims = context.counts.dimensions
+    if len(nodes) > 1:  # the rungs' nodes are outputs of private choices: public
+        details["ladder"] = [dict(zip(dims, map(int, n), strict=True)) for n in nodes[1:]]
+    reason = degenerate_reason(table, dims, plan.guarantee)
+    if reason:
+        details["degenerate"] = reason
     return MaterializedRelease(
         index=index,
         node=node,
-        table=cells_to_table(context, node, cells, plan.shuffle_seed),
+        table=table,
         il=information_loss(cells),
         row_bounds=impl.row_bounds(plan.params, cells),
+        details=details,
         summary=summarize(index, node, cells),
+        nodes=tuple(nodes),
     )
+
+
+def degenerate_reason(table: pd.DataFrame, dimensions: Sequence[str],
+                      guarantee: Guarantee) -> str | None:
+    """Why a release carries (almost) nothing, and what would help; None if it does not.
+
+    Degenerate: no rows, or every released row is (*, ..., *) — one all-'*' class, no
+    dimension below '*'. Computed from the released rows and public parameters only.
+    """
+    if not len(dimensions):
+        return None
+    if len(table):
+        labels = table[list(dimensions)]
+        if any(bool((labels[c].astype(str) != SUPPRESSED).any()) for c in dimensions):
+            return None
+    what = "no rows were released" if not len(table) else (
+        f"all {len(table):,} released rows are (*, ..., *): no dimension is below '*'")
+    return (f"DEGENERATE RELEASE: {what}. Too few rows per (class, value) cell for this epsilon "
+            f"and delta ({guarantee.notes}). What would help: a larger epsilon, more rows (a "
+            "longer period or more sites), coarser taxonomies, or fewer dimensions.")
 
 
 @dataclass
@@ -362,6 +431,7 @@ def release_from_counts(
         for_publication=plan.random.for_publication,
         input_rows=counts.n_rows,
         released_il=chosen.il,
+        details=chosen.details,
     )
 
 

@@ -24,8 +24,10 @@ def expectations_for(config: DatasetConfig, context: ReleaseContext | None,
             columns=output_columns(config, mechanism),
             dimension_labels={}, informative_domain={},
             min_rows=chosen.row_bounds[0], max_rows=chosen.row_bounds[1])
+    nodes = chosen.nodes or (chosen.node,)  # ipa's ladder: the labels of every rung
+    taxonomies = context.lattice.taxonomies
     labels = {
-        column: list(context.lattice.taxonomies[i].level_labels[chosen.node[i]])
+        column: sorted({label for node in nodes for label in taxonomies[i].level_labels[node[i]]})
         for i, column in enumerate(context.counts.dimensions)
     }
     informative = {
@@ -40,9 +42,11 @@ def expectations_for(config: DatasetConfig, context: ReleaseContext | None,
         max_rows=chosen.row_bounds[1],
         public_domain=context.counts.public_domain,
         fully_suppressed_levels={
-            column: chosen.node[i] == context.lattice.taxonomies[i].height
+            column: all(node[i] == taxonomies[i].height for node in nodes)
             for i, column in enumerate(context.counts.dimensions)
         },
+        star_patterns=[[c for i, c in enumerate(context.counts.dimensions)
+                        if node[i] == taxonomies[i].height] for node in nodes],
     )
 
 

@@ -19,7 +19,7 @@ from prefect.cache_policies import NO_CACHE
 from medrelease.aggregate import CountTable, aggregate_chunks, check_drop_limit
 from medrelease.config import DatasetConfig, find_config
 from medrelease.errors import InputValidationError, write_steward_log
-from medrelease.io import file_sha256, iter_chunks, read_input
+from medrelease.io import counting_positions, file_sha256, iter_chunks, read_input
 from medrelease.settings import steward_log_dir
 from schemas.input import missing_rows, validate_input
 from tasks.budget import artifact_key
@@ -70,7 +70,8 @@ def load_and_validate_input(
     """Read the extract as text and check it against the pandera schema of its config."""
     with _values_to_the_steward_log(config):
         path = config.extract_path(input_path)
-        frame = validate_input(read_input(config, path), config)
+        with counting_positions(config, path):
+            frame = validate_input(read_input(config, path), config)
         needed = config.dimensions + config.informative + config.class_columns
         dropped = len(missing_rows(frame, needed)) if config.missing == "drop_rows" else 0
         check_drop_limit(dropped, len(frame), config)
@@ -93,7 +94,8 @@ def validate_and_aggregate(
         path = config.extract_path(input_path)
         chunks = (validate_input(chunk, config)
                   for chunk in iter_chunks(config, path, rows_per_chunk) if len(chunk))
-        counts = aggregate_chunks(chunks, config)
+        with counting_positions(config, path):
+            counts = aggregate_chunks(chunks, config)
     info = InputInfo(path=str(Path(path).resolve()), sha256=file_sha256(path),
                      rows=counts.n_rows, dropped_rows=counts.dropped_rows)
     get_run_logger().info("input %s validated and aggregated in chunks: n=%d, %d cells",

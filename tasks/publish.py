@@ -36,7 +36,7 @@ from tasks.budget import Charge
 from tasks.inputs import InputInfo
 
 # Mechanism summaries that are outputs of the mechanism (no raw values, nothing un-noised).
-PUBLIC_DETAILS = ("leaf_partitions", "cut", "set_specializations")
+PUBLIC_DETAILS = ("leaf_partitions", "cut", "set_specializations", "ladder", "degenerate")
 
 
 def package_version() -> str:
@@ -76,7 +76,12 @@ def _selection(candidates: pd.DataFrame, chosen_index: int) -> dict[str, Any]:
         return {"candidates": 0}
     probs = candidates.set_index("index")["selection_probability"]
     best = candidates.sort_values(["il", "index"]).iloc[0]
-    return {"candidates": len(candidates), "chosen_index": chosen_index,
+    scored = {}
+    if "score" in candidates and candidates["score"].notna().any():  # ipa: the score U
+        top = candidates.loc[candidates["score"].idxmax()]
+        scored = {"top_score_node_index": int(top["index"]),
+                  "top_score_probability": float(top["selection_probability"])}
+    return {**scored, "candidates": len(candidates), "chosen_index": chosen_index,
             "chosen_probability": float(probs.get(chosen_index, float("nan"))),
             "best_il_node_index": int(best["index"]),
             "best_il_node_probability": float(probs[int(best["index"])]),

@@ -34,7 +34,13 @@ def _selection_text(selection: dict, candidates: pd.DataFrame) -> str:
     if selection.get("chosen_probability", 0) >= 1.0:
         return (f"{selection['candidates']} lattice node(s) evaluated; the node was chosen "
                 "deterministically (fixed node, or least loss among feasible nodes).")
-    return (f"{selection['candidates']} lattice nodes were scored. The chosen node had "
+    top = ""
+    if "top_score_probability" in selection:
+        chosen = selection["top_score_node_index"] == selection["chosen_index"]
+        top = (f" The top-scored node (node {selection['top_score_node_index']}) had "
+               f"probability {selection['top_score_probability']:.4f} of being chosen"
+               f"{' and was chosen' if chosen else ''}.")
+    return (f"{selection['candidates']} lattice nodes were scored.{top} The chosen node had "
             f"probability {selection['chosen_probability']:.4f}; the lowest-IL node "
             f"(IL {selection['il_min']:.3f}) had {selection['best_il_node_probability']:.4f} "
             f"(uniform: {selection['uniform_probability']:.4f}; highest IL "
@@ -45,9 +51,10 @@ def _selection_text(selection: dict, candidates: pd.DataFrame) -> str:
 def publish_artifacts(manifest: dict, record: dict, candidates: pd.DataFrame) -> None:
     dataset = manifest["dataset"]
     if len(candidates):
-        columns = ["index", "height", "ncp", "emd", "rate", "il", "selection_probability",
-                   "classes", "suppressed_rows", "noise_rows", "released_rows",
-                   *[c for c in candidates.columns if c.startswith("level_")]]
+        scored = "score" in candidates and candidates["score"].notna().any()
+        columns = ["index", "height", *(["score"] if scored else []), "ncp", "emd", "rate", "il",
+                   "selection_probability", "classes", "suppressed_rows", "noise_rows",
+                   "released_rows", *[c for c in candidates.columns if c.startswith("level_")]]
         create_table_artifact(
             table=candidates[columns].round(6).to_dict(orient="records"),
             key=artifact_key(dataset, "node-information-loss"),

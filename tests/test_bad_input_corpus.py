@@ -251,7 +251,7 @@ CASES = [
          request={"mechanism": {"mechanism": "kanon", "k": 2}}),
     Case("ipa shares not adding up", "ParameterError", "must add up", HEADER + ROW,
          request={"mechanism": {"mechanism": "ipa", "epsilon": 1.0, "eps_candidates": 0.5,
-                                "eps_cells": 0.5, "eps_suppression": 0.5}}),
+                                "eps_cells": 0.5, "eps_ladder": 0.1, "eps_suppression": 0.5}}),
     Case("ipa t = 1", "ValidationError", "at least 2", HEADER + ROW,
          request={"mechanism": {"mechanism": "ipa", "suppression_threshold": 1}}),
     Case("ipa delta 0", "ValidationError", "strictly between", HEADER + ROW,

@@ -9,7 +9,7 @@ import pytest
 
 from medrelease.config import DatasetConfig
 from medrelease.errors import InputValidationError
-from medrelease.io import read_input
+from medrelease.io import counting_positions, read_input
 from schemas.input import validate_input
 
 HEADER = "patient_id,age,sex,length_of_stay,surgery,region,diagnosis\n"
@@ -22,7 +22,8 @@ def _load(tmp_path: Path, config: DatasetConfig, text: str | bytes, name: str = 
         path.write_bytes(text)
     else:
         path.write_text(text)
-    return validate_input(read_input(config, path), config)
+    with counting_positions(config, path):  # as the flow's input task does
+        return validate_input(read_input(config, path), config)
 
 
 def test_good_file_passes(tmp_path, nps_config) -> None:

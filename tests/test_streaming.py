@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from medrelease.aggregate import aggregate, aggregate_chunks
-from medrelease.io import iter_chunks, read_input
+from medrelease.io import counting_positions, iter_chunks, read_input
 
 from .conftest import PAPER_TABLE_5
 
@@ -51,6 +51,7 @@ def test_parquet_row_groups_stream_with_file_row_numbers(nps_config, tmp_path) -
     bad = frame.copy()
     bad.loc[10_500, "sex"] = "X"
     bad.to_parquet(parquet)
-    with pytest.raises(InputValidationError, match=r"first at row 10501"):
+    with (pytest.raises(InputValidationError, match=r"first at row 10501"),
+          counting_positions(nps_config, parquet)):
         for chunk in iter_chunks(nps_config, parquet, rows_per_chunk=3_000):
             validate_input(chunk, nps_config)

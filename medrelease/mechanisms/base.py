@@ -47,6 +47,7 @@ class NodeSummary:
     noise_rows: int
     released_rows: int
     feasible: bool = True
+    score: float = float("nan")  # ipa: the selection score U (weight units); else unused
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -97,8 +98,12 @@ class ReleaseContext:
         return self.counts.n_inf
 
     def class_ncp(self, table: NodeTable, class_keys: np.ndarray) -> np.ndarray:
-        codes = self.lattice.class_codes(table, class_keys)
-        return class_ncp(self.lattice.taxonomies, table.node, codes)
+        return self.lattice_ncp(table.node, class_keys)
+
+    def lattice_ncp(self, node: Node, class_keys: np.ndarray) -> np.ndarray:
+        """Mean NCP of each class of ``node`` (from its labels and the taxonomies only)."""
+        codes = self.lattice.class_codes_from_keys(class_keys)
+        return class_ncp(self.lattice.taxonomies, node, codes)
 
 
 class MechanismBase:

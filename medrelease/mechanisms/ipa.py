@@ -1,23 +1,27 @@
 """``ipa``: IPA with a sound (eps, delta)-DP guarantee (ALGORITHMS.md §3) — the default.
 
 Same product as the paper — generalized dimensions, raw informative values, microdata — but
-every released cell is a noisy count that passed a stability threshold:
+every released cell is a noisy count that passed a stability threshold, and the node is chosen
+by a score that steers:
 
-1. node choice: candidates perturbed as below (own randomness), scored by u = 3 - IL, chosen by
-   the exponential mechanism with ``eps_candidates`` (sensitivity 3; any score in [0, 3] works);
-2. cells: at the chosen node, freshly drawn, every non-empty (class, informative value) cell gets
-   discrete Laplace noise of scale 1/eps_cells and is kept iff noisy count >= tau_cells;
-3. suppression: rows of dropped cells pool per informative value into (*, ..., *, v) cells,
-   released the same way with eps_suppression / delta_suppression.
+1. node choice: the exponential mechanism over every lattice node g with the score
+   ``U_g = sum over cells c = (class E, value v) of w(E) * max(0, n_c - tau + 1)``, where
+   ``w(E) = floor(2^16 (1 - NCP(E)))`` comes from the class's labels and the taxonomies only
+   and ``tau`` is the cells' public release threshold. One row changes one cell per node by
+   one, so the sensitivity is 2^16 (one weight unit), and adding a row never lowers a score
+   (monotone): probabilities ∝ exp(eps_candidates * U / 2^16). Scores are exact integers.
+2. cells at g, drawn once (nothing is perturbed for the choice): discrete Laplace of scale
+   1/eps_cells per (class, value) cell, kept iff the noisy count >= tau_cells;
+3. the fallback ladder (``ladder_rungs`` R): the rows of the cells dropped so far, rolled up
+   to a coarser node chosen among the nodes above the previous rung with the same score
+   (private, monotone), released the same way;
+4. suppression: the rows still left pool per informative value into (*, ..., *, v) cells,
+   released the same way.
 
-Proof sketch (docs/PRIVACY.md has the full statement): step 1 is eps_cand-DP because the
-exponential mechanism's score has sensitivity <= 3 whatever the candidate perturbation. In step
-2 each row touches exactly one cell; for a cell present in both neighbours the noisy count is
-eps_cells-DP and the keep decision a function of it; a cell present in only one neighbour has
-count 1 there and is released with probability P(Z >= tau - 1) <= delta_cells (tau chosen from
-the exact discrete-Laplace tail). Step 3 is the same argument given step 2's output (adaptive
-composition): each row is in at most one pooled cell. Total: (eps_cand + eps_cells + eps_sup,
-delta_cells + delta_sup) under add/remove one row.
+Proof (docs/PRIVACY.md, "ipa"): each step, given the outputs before it, is a function of a
+table that differs by at most one row between neighbours — rows of dropped cells are placed
+again, rows of kept cells never — so adaptive sequential composition gives
+(sum of the step epsilons, sum of the step deltas) under add/remove one row.
 """
 
 from __future__ import annotations
@@ -29,38 +33,56 @@ import numpy as np
 from pydantic import Field, field_validator
 from pydantic.json_schema import SkipJsonSchema
 
+from medrelease.errors import ParameterError
 from medrelease.guarantee import ADD_REMOVE_ONE_ROW, BudgetStep, Guarantee
-from medrelease.lattice import NodeTable
+from medrelease.lattice import Node, NodeTable, iter_above
 from medrelease.mechanisms.base import (
     MechanismParams,
+    NodeSummary,
     ReleaseContext,
     noise_bound,
     parse,
     split_budget,
+    summarize,
 )
 from medrelease.metrics import ReleasedCells
-from medrelease.randomness import discrete_laplace, noise_epsilon
+from medrelease.randomness import (
+    discrete_laplace,
+    exponential_mechanism,
+    noise_epsilon,
+    selection_probabilities,
+)
 
-IPA_SHARES = {"eps_candidates": 0.2, "eps_cells": 0.6, "eps_suppression": 0.2}
+# Default shares of epsilon, measured in benchmarks/ipa_split.py (docs/PRIVACY.md says why).
+IPA_SHARES = {"eps_candidates": 0.05, "eps_cells": 0.62, "eps_ladder": 0.31,
+              "eps_suppression": 0.02}
+NO_LADDER_SHARES = {"eps_candidates": 0.05, "eps_cells": 0.90, "eps_suppression": 0.05}
+LADDER_SELECTION_SHARE = 0.1   # of each rung's epsilon: choosing the rung's node
 LABEL = "sound (epsilon, delta)-DP, proof in docs/PRIVACY.md"
-SELECTION_SENSITIVITY = 3.0
+WEIGHT_SCALE = 1 << 16         # score unit: a class weight is an integer in [0, 2^16]
 DEFAULT_DELTA = 1e-6
+MAX_EXACT_SCORE = 1 << 53      # scores pass through doubles: they must stay exact integers
 
 
 class IPAParams(MechanismParams):
-    """Total eps and its split, total delta (a fixed default), minimum cell size."""
+    """Total eps and its split, total delta (a fixed default), minimum cell size, ladder."""
 
     epsilon: float = Field(default=1.0, description="total privacy budget")
-    eps_candidates: float | None = Field(default=None, description="node selection (0.2 eps)")
-    eps_cells: float | None = Field(default=None, description="noisy cells at the node (0.6 eps)")
-    eps_suppression: float | None = Field(default=None, description="pooled '*' cells (0.2 eps)")
+    eps_candidates: float | None = Field(default=None, description="node selection (0.05 eps)")
+    eps_cells: float | None = Field(default=None, description="noisy cells at the node (0.62 eps)")
+    eps_ladder: float | None = Field(
+        default=None, description="fallback ladder, all rungs together (0.31 eps)")
+    eps_suppression: float | None = Field(default=None, description="pooled '*' cells (0.02 eps)")
     delta: float | None = Field(
-        default=None, description="total delta, split evenly; default 1e-6 (or 1/(10 N) for a "
-                                  "declared public bound N on the rows, if smaller)"
+        default=None, description="total delta, split evenly over the cell steps; default 1e-6 "
+                                  "(or 1/(10 N) for a declared public bound N on the rows)"
     )
     suppression_threshold: int = Field(
         default=2, description="t: a released cell never has fewer rows than max(t, tau)"
     )
+    ladder_rungs: int = Field(
+        default=1, ge=0, le=4,
+        description="coarser nodes the rows of dropped cells get a second chance at (0: none)")
 
     @field_validator("delta")
     @classmethod
@@ -77,7 +99,7 @@ class IPAParams(MechanismParams):
     def _t_at_least_two(cls, value: int) -> int:
         if value < 2:
             raise ValueError("suppression_threshold t must be at least 2 (a class of one row "
-                             "would be published as such)")
+                             "would be published as such; the score needs tau >= 2)")
         return value
 
     # Set by the release driver from the dataset config (privacy.max_rows), never by users.
@@ -110,6 +132,36 @@ def release_threshold(epsilon: float, delta: float, minimum: int) -> int:
     return max(1 + k, minimum)
 
 
+# -- the selection score ----------------------------------------------------------------------
+
+def class_weights(context: ReleaseContext, node: Node, class_keys: np.ndarray) -> np.ndarray:
+    """w(E) = floor(2^16 (1 - NCP(E))): from labels and taxonomies only, never row counts."""
+    ncp = context.lattice_ncp(node, class_keys)
+    return np.floor((1.0 - np.clip(ncp, 0.0, 1.0)) * WEIGHT_SCALE).astype(np.int64)
+
+
+def selection_score(context: ReleaseContext, table: NodeTable, tau: int) -> int:
+    """U_g in weight units: sum of w(E) * max(0, n_c - tau + 1) over the node's cells.
+
+    tau >= 2, so a cell of one row adds nothing; each cell term is 1-Lipschitz in its count.
+    """
+    if table.counts.size == 0:
+        return 0
+    _, class_of_cell, class_keys = table.classes()
+    weights = class_weights(context, table.node, class_keys)
+    surplus = np.maximum(0, table.counts.astype(np.int64) - (tau - 1))
+    score = int(np.dot(weights[class_of_cell], surplus))
+    if score >= MAX_EXACT_SCORE:
+        raise ParameterError("ipa: the table is too large for an exact selection score")
+    return score
+
+
+def choose_by_score(rng: np.random.Generator, scores: list[int], epsilon: float) -> int:
+    """Exponential mechanism, monotone form: P(i) ∝ exp(eps * U_i / 2^16), drawn exactly."""
+    return exponential_mechanism(rng, np.asarray(scores, dtype=np.float64), epsilon,
+                                 WEIGHT_SCALE, monotone=True)
+
+
 class IPA:
     name: ClassVar[str] = "ipa"
     selection: ClassVar[str] = "exponential"
@@ -117,21 +169,40 @@ class IPA:
 
     def parse_params(self, raw: dict[str, Any]) -> IPAParams:
         params = parse(IPAParams, raw, self.name)
-        shares = split_budget(
-            self.name, params.epsilon, {k: getattr(params, k) for k in IPA_SHARES}, IPA_SHARES
-        )
+        defaults = IPA_SHARES if params.ladder_rungs else NO_LADDER_SHARES
+        if not params.ladder_rungs and params.eps_ladder is not None:
+            raise ParameterError("ipa: eps_ladder is given but ladder_rungs is 0")
+        given = {k: getattr(params, k) for k in defaults}
+        shares = split_budget(self.name, params.epsilon, given, defaults)
         delta = params.delta if params.delta is not None else default_delta(params.max_rows)
         return params.model_copy(update={**shares, "delta": delta})
 
+    # -- the privacy map -------------------------------------------------------------------
+
+    def step_delta(self, params: IPAParams) -> float:
+        return params.delta / (params.ladder_rungs + 2)
+
+    def rung_epsilons(self, params: IPAParams) -> tuple[float, float]:
+        """(node choice, cells) of one ladder rung."""
+        if not params.ladder_rungs:
+            return 0.0, 0.0
+        rung = params.eps_ladder / params.ladder_rungs
+        return rung * LADDER_SELECTION_SHARE, rung * (1 - LADDER_SELECTION_SHARE)
+
     def thresholds(self, params: IPAParams) -> tuple[int, int]:
-        half = params.delta / 2
-        return (
-            release_threshold(params.eps_cells, half, params.suppression_threshold),
-            release_threshold(params.eps_suppression, half, params.suppression_threshold),
-        )
+        """(tau of the chosen node's cells, tau of the pooled '*' cells)."""
+        d, t = self.step_delta(params), params.suppression_threshold
+        return (release_threshold(params.eps_cells, d, t),
+                release_threshold(params.eps_suppression, d, t))
+
+    def rung_threshold(self, params: IPAParams) -> int:
+        _, cells = self.rung_epsilons(params)
+        return release_threshold(cells, self.step_delta(params), params.suppression_threshold)
 
     def guarantee(self, params: IPAParams) -> Guarantee:
         tau_cells, tau_sup = self.thresholds(params)
+        ladder = (f"; ladder rungs: >= {self.rung_threshold(params)}"
+                  if params.ladder_rungs else "")
         return Guarantee(
             mechanism=self.name,
             epsilon=params.epsilon,
@@ -139,81 +210,158 @@ class IPA:
             neighbouring=ADD_REMOVE_ONE_ROW,
             proven=True,
             label=LABEL,
-            notes=(f"cells released only with noisy count >= {tau_cells} (pooled '*' cells: "
-                   f">= {tau_sup}); noise is discrete Laplace"),
+            notes=(f"cells released only with noisy count >= {tau_cells}{ladder} (pooled '*' "
+                   f"cells: >= {tau_sup}); noise is discrete Laplace"),
         )
 
     def budget_steps(self, params: IPAParams) -> list[BudgetStep]:
-        half = params.delta / 2
-        return [
+        d = self.step_delta(params)
+        steps = [
             BudgetStep("node selection", params.eps_candidates, 0.0, self.name,
-                       "exponential mechanism over lattice nodes, u = 3 - IL, sensitivity 3"),
-            BudgetStep("cells", params.eps_cells, half, self.name,
+                       "exponential mechanism over lattice nodes, score U (weighted rows in "
+                       "cells above the threshold), sensitivity 1 weight unit, monotone"),
+            BudgetStep("cells", params.eps_cells, d, self.name,
                        "discrete Laplace per (class, informative value) cell + threshold"),
-            BudgetStep("suppressed cells", params.eps_suppression, half, self.name,
-                       "discrete Laplace per pooled (*, v) cell + threshold"),
         ]
+        choose, cells = self.rung_epsilons(params)
+        for rung in range(1, params.ladder_rungs + 1):
+            steps += [
+                BudgetStep(f"ladder rung {rung}: node", choose, 0.0, self.name,
+                           "exponential mechanism over the nodes above the previous rung, "
+                           "score U of the rows not yet placed"),
+                BudgetStep(f"ladder rung {rung}: cells", cells, d, self.name,
+                           "discrete Laplace per cell of the rows not yet placed + threshold"),
+            ]
+        steps.append(BudgetStep("suppressed cells", params.eps_suppression, d, self.name,
+                                "discrete Laplace per pooled (*, v) cell + threshold"))
+        return steps
 
     def row_bounds(self, params: IPAParams, cells: ReleasedCells) -> tuple[int, int]:
         """No minimum (every cell may be dropped); each cell adds at most ``noise_bound`` rows."""
-        sup = cells.suppressed_class[cells.class_of_cell]
-        node_rows = int(cells.true_counts[~sup].sum())
-        high = (node_rows + int((~sup).sum()) * noise_bound(params.eps_cells)
-                + int(sup.sum()) * noise_bound(params.eps_suppression))
-        return 0, high
+        widest = noise_bound(min(params.eps_cells, params.eps_suppression,
+                                 self.rung_epsilons(params)[1] or params.eps_cells))
+        return 0, int(cells.true_counts.sum()) + int(cells.true_counts.size) * widest
 
-    def perturb_node(
-        self, context: ReleaseContext, table: NodeTable, seed: np.random.SeedSequence,
-        params: IPAParams,
-    ) -> ReleasedCells:
-        return self._perturb(context, table, np.random.default_rng(seed), params)
+    # -- scoring: deterministic, from roll-ups ---------------------------------------------
+
+    def selection_utility(self, summaries: list[NodeSummary],
+                          params: IPAParams) -> tuple[np.ndarray, float, bool]:
+        return np.array([s.score for s in summaries]), float(WEIGHT_SCALE), True
+
+    def score_node(self, context: ReleaseContext, table: NodeTable,
+                   params: IPAParams) -> NodeSummary:
+        """The node's score and, for the steward, what a noise-free release would look like."""
+        tau_cells, _ = self.thresholds(params)
+        expected = _noise_free(context, table, tau_cells)
+        summary = summarize(context.lattice.index(table.node), table.node, expected)
+        return NodeSummary(**{**summary.__dict__,
+                              "score": selection_score(context, table, tau_cells)})
+
+    # -- the release: every random draw of the mechanism happens here ----------------------
 
     def materialize(
         self, context: ReleaseContext, table: NodeTable, seed: np.random.SeedSequence,
         params: IPAParams,
     ) -> ReleasedCells:
-        """Fresh draw at the chosen node (the caller passes a seed no candidate used)."""
-        return self._perturb(context, table, np.random.default_rng(seed), params)
-
-    def _perturb(
-        self, context: ReleaseContext, table: NodeTable, rng: np.random.Generator,
-        params: IPAParams,
-    ) -> ReleasedCells:
-        n_inf = context.n_inf
+        rng = np.random.default_rng(seed)
         tau_cells, tau_sup = self.thresholds(params)
+        choose, rung_eps = self.rung_epsilons(params)
+        tau_rung = self.rung_threshold(params) if params.ladder_rungs else 0
+        parts = [_noisy_cells(rng, table, params.eps_cells, tau_cells)]
+        left = _dropped(table, parts[-1])
+        for _ in range(params.ladder_rungs):
+            above = [t for t in iter_above(context.lattice, left)
+                     if t.node != context.lattice.nodes[-1]]
+            if not above:
+                break
+            scores = [selection_score(context, t, tau_rung) for t in above]
+            rung = above[choose_by_score(rng, scores, choose)]
+            parts.append(_noisy_cells(rng, rung, rung_eps, tau_rung))
+            left = _dropped(rung, parts[-1])
+        pool = _pooled(rng, context.n_inf, left, params.eps_suppression, tau_sup)
+        return _assemble(context, parts, pool)
+
+
+def _noise_free(context: ReleaseContext, table: NodeTable, tau: int) -> ReleasedCells:
+    """Cells kept iff their true count reaches tau, no noise; the rest pooled under '*'."""
+    kept = table.counts >= tau
+    part = (table, table.counts.astype(np.int64), kept)
+    left = _dropped(table, part)
+    pool_inf = np.flatnonzero(np.bincount(left.inf_codes, weights=left.counts,
+                                          minlength=context.n_inf))
+    pool_counts = np.bincount(left.inf_codes, weights=left.counts,
+                              minlength=context.n_inf)[pool_inf].astype(np.int64)
+    return _assemble(context, [part], (pool_inf, pool_counts, pool_counts))
+
+
+def _noisy_cells(rng: np.random.Generator, table: NodeTable, epsilon: float,
+                 tau: int) -> tuple[NodeTable, np.ndarray, np.ndarray]:
+    noisy = table.counts + discrete_laplace(rng, epsilon, table.counts.size)
+    return table, noisy, noisy >= tau
+
+
+def _dropped(table: NodeTable, part: tuple[NodeTable, np.ndarray, np.ndarray]) -> NodeTable:
+    """The rows of the cells not released, still at the node's level (they get another rung)."""
+    kept = part[2]
+    return NodeTable(table.node, table.cell_keys[~kept], table.counts[~kept], table.n_inf)
+
+
+def _pooled(rng: np.random.Generator, n_inf: int, left: NodeTable, epsilon: float,
+            tau: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(value codes, true counts, released counts) of the (*, ..., *, v) cells."""
+    totals = np.bincount(left.inf_codes, weights=left.counts, minlength=n_inf)
+    values = np.flatnonzero(totals)
+    counts = totals[values].astype(np.int64)
+    noisy = counts + discrete_laplace(rng, epsilon, values.size)
+    return values, counts, np.where(noisy >= tau, noisy, 0)
+
+
+def _assemble(context: ReleaseContext, parts: list, pool: tuple) -> ReleasedCells:
+    """One ReleasedCells over the rungs' classes (in rung order) and the '*' class last."""
+    class_of, inf, true, released, noise, ncp, keys, node_of = [], [], [], [], [], [], [], []
+    offset = 0
+    for rung, (table, noisy, kept) in enumerate(parts):
         starts, class_of_cell, class_keys = table.classes()
-        counts, inf = table.counts, table.inf_codes
-        noisy = counts + discrete_laplace(rng, params.eps_cells, counts.size)
-        kept = noisy >= tau_cells
+        class_of.append(class_of_cell + offset)
+        inf.append(table.inf_codes)
+        true.append(table.counts)
+        released.append(np.where(kept, noisy, 0))
+        noise.append(np.where(kept, np.abs(noisy - table.counts), 0))
+        ncp.append(context.lattice_ncp(table.node, class_keys))
+        keys.append(class_keys)
+        node_of.append(np.full(starts.size, rung))
+        offset += starts.size
+    pool_inf, pool_true, pool_released = pool
+    has_pool = pool_inf.size > 0
+    n_classes = offset + int(has_pool)
+    class_of.append(np.full(pool_inf.size, offset))
+    inf.append(pool_inf)
+    true.append(pool_true)
+    released.append(pool_released)
+    noise.append(np.where(pool_released > 0, np.abs(pool_released - pool_true), 0))
+    ncp.append(np.ones(int(has_pool)))
+    keys.append(np.full(int(has_pool), -1))
+    node_of.append(np.full(int(has_pool), -1))
+    class_of_cell = np.concatenate(class_of).astype(np.int64)
+    suppressed = np.zeros(n_classes, dtype=bool)
+    suppressed[offset:] = True
+    return ReleasedCells(
+        class_of_cell=class_of_cell,
+        inf_codes=np.concatenate(inf).astype(np.int64),
+        true_counts=np.concatenate(true).astype(np.int64),
+        released_counts=np.concatenate(released).astype(np.int64),
+        class_extra=np.zeros(n_classes),
+        class_noise=np.bincount(class_of_cell, weights=np.concatenate(noise),
+                                minlength=n_classes),
+        class_ncp=np.concatenate(ncp),
+        suppressed_class=suppressed,
+        class_keys=np.concatenate(keys).astype(np.int64),
+        class_node=np.concatenate(node_of).astype(np.int64),
+        nodes=tuple(part[0].node for part in parts),
+    )
 
-        pool_true = np.bincount(inf[~kept], weights=counts[~kept], minlength=n_inf)
-        pool_inf = np.flatnonzero(pool_true)
-        pool_counts = pool_true[pool_inf].astype(np.int64)
-        pool_noisy = pool_counts + discrete_laplace(rng, params.eps_suppression, pool_inf.size)
-        pool_kept = pool_noisy >= tau_sup
 
-        n_node = starts.size
-        has_pool = pool_inf.size > 0
-        n_classes = n_node + int(has_pool)
-        released = np.where(kept, noisy, 0)
-        pool_released = np.where(pool_kept, pool_noisy, 0)
-        noise = np.where(kept, np.abs(noisy - counts), 0)
-        pool_noise = np.where(pool_kept, np.abs(pool_noisy - pool_counts), 0)
-        class_of = np.concatenate([class_of_cell, np.full(pool_inf.size, n_node)])
-        class_noise = np.bincount(
-            class_of, weights=np.concatenate([noise, pool_noise]), minlength=n_classes
-        )
-        sup_flag = np.zeros(n_classes, dtype=bool)
-        sup_flag[n_node:] = True
-        return ReleasedCells(
-            class_of_cell=class_of.astype(np.int64),
-            inf_codes=np.concatenate([inf, pool_inf]).astype(np.int64),
-            true_counts=np.concatenate([counts, pool_counts]).astype(np.int64),
-            released_counts=np.concatenate([released, pool_released]).astype(np.int64),
-            class_extra=np.zeros(n_classes),
-            class_noise=class_noise,
-            class_ncp=np.concatenate([context.class_ncp(table, class_keys),
-                                      [1.0] * int(has_pool)]),
-            suppressed_class=sup_flag,
-            class_keys=np.concatenate([class_keys, [-1] * int(has_pool)]).astype(np.int64),
-        )
+def top_probability(scores: np.ndarray, epsilon: float) -> float:
+    """Probability that the top-scored node is chosen (for the report)."""
+    probs = selection_probabilities(scores, epsilon, WEIGHT_SCALE, monotone=True)
+    return float(probs[int(np.argmax(scores))])
