@@ -59,7 +59,10 @@ def test_release_invariants(case) -> None:
     # Every released dimension value sits at the chosen node's level or is '*'.
     for i, column in enumerate(counts.dimensions):
         taxonomy = counts.taxonomies[i]
-        allowed = set(taxonomy.level_labels[result.node[column]]) | {SUPPRESSED}
+        levels = {result.node[column]} | {rung[column] for rung in
+                                           result.details.get("ladder", [])}  # ipa's ladder
+        allowed = {label for level in levels for label in taxonomy.level_labels[level]}
+        allowed |= {SUPPRESSED}
         assert set(result.table[column].astype(str)) <= allowed
         assert result.node[column] == result.candidates.loc[result.node_index,
                                                              f"level_{column}"]
