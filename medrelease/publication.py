@@ -1,8 +1,8 @@
 """The publication boundary: what a release folder may carry, field by field (an allow-list).
 
 A DP release is only as private as the least private byte that ships with it. Everything a
-release run knows is gathered as one flat dict of *facts*; ``split_facts`` sends each fact to
-exactly one side:
+release run knows is gathered as *facts* (``public_facts`` and ``steward_facts`` in
+tasks/publish.py); ``split_facts`` is the gate that sends each fact to exactly one side:
 
 * ``PUBLISHED`` — the public ``manifest.json`` (and ``report.md``, rendered from it alone). Each
   field states its *basis*, which is also what the publication audit checks:

@@ -97,8 +97,9 @@ def _declared_rows_check(config: DatasetConfig, rows: int) -> str | None:
     return f"the input has {rows:,} rows, {where} the declared bound privacy.max_rows={bound:,}"
 
 
-def release_facts(run: RunFacts, release_id: str) -> dict[str, Any]:
-    """Every fact of the run, public and private alike (``split_facts`` sorts them)."""
+def public_facts(run: RunFacts, release_id: str) -> dict[str, Any]:
+    """What the published manifest carries: public parameters, identities, the mechanism's
+    outputs and figures of the released rows (``PUBLISHED`` says each field's basis)."""
     plan, chosen, config = run.release_plan, run.chosen, run.config
     guarantee = plan.guarantee
     steps = [s.as_dict() for s in plan.budget_steps]
@@ -106,7 +107,6 @@ def release_facts(run: RunFacts, release_id: str) -> dict[str, Any]:
     dims = [c for c in config.dimensions + config.set_valued if c in columns]
     node = (dict(zip(run.context.counts.dimensions, map(int, chosen.node), strict=True))
             if run.context is not None else {})
-    il = chosen.il
     return {
         "release_id": release_id,
         "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -127,6 +127,15 @@ def release_facts(run: RunFacts, release_id: str) -> dict[str, Any]:
         "chosen_node": node, "chosen_node_height": int(sum(chosen.node)),
         "mechanism_details": {k: v for k, v in chosen.details.items() if k in PUBLIC_DETAILS},
         **released_figures(chosen.table, dims),
+    }
+
+
+def steward_facts(run: RunFacts) -> dict[str, Any]:
+    """What only the steward record carries: everything computed from the raw input, and the
+    run's internal identities."""
+    plan, chosen, config = run.release_plan, run.chosen, run.config
+    guarantee, il = plan.guarantee, chosen.il
+    return {
         "flow_run_id": run.flow_run_id, "ledger_spend_id": run.charge.spend_id,
         "ledger_charge": {"source": config.source_id, "mechanism": plan.mechanism,
                           "epsilon": float(guarantee.epsilon or 0.0),
@@ -158,7 +167,8 @@ def publish_release(run: RunFacts, destination: str | None) -> PublishResult:
     test = run.release_plan.random.test_release
     store = ReleaseStore(test_store_root() if test else store_root(), test=test)
     release_id = store.new_release_id(run.release_plan.mechanism)
-    public, private = split_facts(release_facts(run, release_id))
+    # split_facts is the gate: a field on the wrong side, or on neither, stops the release.
+    public, private = split_facts({**public_facts(run, release_id), **steward_facts(run)})
     manifest = PublicManifest(**public).model_dump(mode="json")
     record = StewardRecord(release_id=release_id, dataset=run.config.name, test_release=test,
                            status="publishing", **private).model_dump(mode="json")

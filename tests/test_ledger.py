@@ -164,8 +164,8 @@ def test_a_lost_ledger_is_refused_then_restored_from_the_records(tmp_path: Path,
     """Deleting the ledger used to start a new empty one: the budget restarted from zero."""
     from typer.testing import CliRunner
 
+    from deployments.cli import app
     from flows.release import ReleaseRequest, release_flow
-    from medrelease.cli import app
     from medrelease.ledger import LedgerIntegrityError
 
     from .conftest import write_paper_dataset
@@ -196,7 +196,7 @@ def test_ledger_init_makes_a_new_ledger_only_where_nothing_is_on_record(tmp_path
                                                                         monkeypatch) -> None:
     from typer.testing import CliRunner
 
-    from medrelease.cli import app
+    from deployments.cli import app
 
     monkeypatch.setenv("MEDRELEASE_HOME", str(tmp_path / "home"))
     made = CliRunner().invoke(app, ["ledger", "init"])

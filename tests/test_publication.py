@@ -234,7 +234,7 @@ def test_audit_is_inconclusive_at_or_above_what_its_runs_can_detect() -> None:
 def test_show_prints_public_facts_and_the_steward_record(home: Path) -> None:
     from typer.testing import CliRunner
 
-    from medrelease.cli import app
+    from deployments.cli import app
 
     result = release_flow(ReleaseRequest(evaluate=False))
     shown = CliRunner().invoke(app, ["show", result["path"]])

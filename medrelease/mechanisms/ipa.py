@@ -136,7 +136,10 @@ def release_threshold(epsilon: float, delta: float, minimum: int) -> int:
 
 def class_weights(context: ReleaseContext, node: Node, class_keys: np.ndarray) -> np.ndarray:
     """w(E) = floor(2^16 (1 - NCP(E))): from labels and taxonomies only, never row counts."""
-    ncp = context.lattice_ncp(node, class_keys)
+    return _weights_of(context.lattice_ncp(node, class_keys))
+
+
+def _weights_of(ncp: np.ndarray) -> np.ndarray:
     return np.floor((1.0 - np.clip(ncp, 0.0, 1.0)) * WEIGHT_SCALE).astype(np.int64)
 
 
@@ -148,8 +151,12 @@ def selection_score(context: ReleaseContext, table: NodeTable, tau: int) -> int:
     if table.counts.size == 0:
         return 0
     _, class_of_cell, class_keys = table.classes()
-    weights = class_weights(context, table.node, class_keys)
-    surplus = np.maximum(0, table.counts.astype(np.int64) - (tau - 1))
+    return _score(table.counts, class_of_cell, class_weights(context, table.node, class_keys),
+                  tau)
+
+
+def _score(counts: np.ndarray, class_of_cell: np.ndarray, weights: np.ndarray, tau: int) -> int:
+    surplus = np.maximum(0, counts.astype(np.int64) - (tau - 1))
     score = int(np.dot(weights[class_of_cell], surplus))
     if score >= MAX_EXACT_SCORE:
         raise ParameterError("ipa: the table is too large for an exact selection score")
@@ -254,8 +261,10 @@ class IPA:
         tau_cells, _ = self.thresholds(params)
         expected = _noise_free(context, table, tau_cells)
         summary = summarize(context.lattice.index(table.node), table.node, expected)
-        return NodeSummary(**{**summary.__dict__,
-                              "score": selection_score(context, table, tau_cells)})
+        node_cells = table.counts.size  # the node's classes come first, the '*' pool last
+        score = _score(table.counts, expected.class_of_cell[:node_cells],
+                       _weights_of(expected.class_ncp), tau_cells) if node_cells else 0
+        return NodeSummary(**{**summary.__dict__, "score": score})
 
     # -- the release: every random draw of the mechanism happens here ----------------------
 
@@ -287,10 +296,9 @@ def _noise_free(context: ReleaseContext, table: NodeTable, tau: int) -> Released
     kept = table.counts >= tau
     part = (table, table.counts.astype(np.int64), kept)
     left = _dropped(table, part)
-    pool_inf = np.flatnonzero(np.bincount(left.inf_codes, weights=left.counts,
-                                          minlength=context.n_inf))
-    pool_counts = np.bincount(left.inf_codes, weights=left.counts,
-                              minlength=context.n_inf)[pool_inf].astype(np.int64)
+    totals = np.bincount(left.inf_codes, weights=left.counts, minlength=context.n_inf)
+    pool_inf = np.flatnonzero(totals)
+    pool_counts = totals[pool_inf].astype(np.int64)
     return _assemble(context, [part], (pool_inf, pool_counts, pool_counts))
 
 
