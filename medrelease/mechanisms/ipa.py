@@ -62,6 +62,9 @@ LABEL = "sound (epsilon, delta)-DP, proof in docs/PRIVACY.md"
 WEIGHT_SCALE = 1 << 16         # score unit: a class weight is an integer in [0, 2^16]
 DEFAULT_DELTA = 1e-6
 MAX_EXACT_SCORE = 1 << 53      # scores pass through doubles: they must stay exact integers
+POOL_FLOOR = 10                # measured in benchmarks/ipa_split.py (docs/PRIVACY.md)
+EVERY_VALUE_SHARES = {"eps_candidates": 0.05, "eps_cells": 0.55, "eps_ladder": 0.30,
+                      "eps_suppression": 0.10}
 
 
 class IPAParams(MechanismParams):
@@ -83,6 +86,15 @@ class IPAParams(MechanismParams):
     ladder_rungs: int = Field(
         default=1, ge=0, le=4,
         description="coarser nodes the rows of dropped cells get a second chance at (0: none)")
+    pool_every_value: bool = Field(
+        default=False,
+        description="needs a public informative domain: release the '*' pool as a noisy count "
+                    "for every value of the domain (pure eps, rare values kept, noise rows "
+                    "added) instead of thresholded cells of the values present")
+    pool_floor: int = Field(
+        default=POOL_FLOOR, ge=1, le=10_000,
+        description="with pool_every_value: pooled counts below this are not released "
+                    "(post-processing)")
 
     @field_validator("delta")
     @classmethod
@@ -102,8 +114,9 @@ class IPAParams(MechanismParams):
                              "would be published as such; the score needs tau >= 2)")
         return value
 
-    # Set by the release driver from the dataset config (privacy.max_rows), never by users.
+    # Set by the release driver from the dataset config, never by users.
     max_rows: SkipJsonSchema[int | None] = None
+    public_domain: SkipJsonSchema[bool] = False
 
 
 def default_delta(max_rows: int | None) -> float:
@@ -176,7 +189,12 @@ class IPA:
 
     def parse_params(self, raw: dict[str, Any]) -> IPAParams:
         params = parse(IPAParams, raw, self.name)
-        defaults = IPA_SHARES if params.ladder_rungs else NO_LADDER_SHARES
+        if params.pool_every_value and not params.public_domain:
+            raise ParameterError(
+                "ipa: pool_every_value needs a public informative domain (a 'domain' file "
+                "for the informative column in the dataset config)")
+        defaults = (NO_LADDER_SHARES if not params.ladder_rungs
+                    else EVERY_VALUE_SHARES if params.pool_every_value else IPA_SHARES)
         if not params.ladder_rungs and params.eps_ladder is not None:
             raise ParameterError("ipa: eps_ladder is given but ladder_rungs is 0")
         given = {k: getattr(params, k) for k in defaults}
@@ -187,7 +205,9 @@ class IPA:
     # -- the privacy map -------------------------------------------------------------------
 
     def step_delta(self, params: IPAParams) -> float:
-        return params.delta / (params.ladder_rungs + 2)
+        """delta shared by the thresholded steps (the pool is pure eps on a public domain)."""
+        thresholded = params.ladder_rungs + 1 + (0 if params.pool_every_value else 1)
+        return params.delta / thresholded
 
     def rung_epsilons(self, params: IPAParams) -> tuple[float, float]:
         """(node choice, cells) of one ladder rung."""
@@ -199,8 +219,9 @@ class IPA:
     def thresholds(self, params: IPAParams) -> tuple[int, int]:
         """(tau of the chosen node's cells, tau of the pooled '*' cells)."""
         d, t = self.step_delta(params), params.suppression_threshold
-        return (release_threshold(params.eps_cells, d, t),
-                release_threshold(params.eps_suppression, d, t))
+        tau_pool = (params.pool_floor if params.pool_every_value
+                    else release_threshold(params.eps_suppression, d, t))
+        return release_threshold(params.eps_cells, d, t), tau_pool
 
     def rung_threshold(self, params: IPAParams) -> int:
         _, cells = self.rung_epsilons(params)
@@ -210,6 +231,8 @@ class IPA:
         tau_cells, tau_sup = self.thresholds(params)
         ladder = (f"; ladder rungs: >= {self.rung_threshold(params)}"
                   if params.ladder_rungs else "")
+        pool = (f"every domain value drawn, counts below {tau_sup} dropped"
+                if params.pool_every_value else f">= {tau_sup}")
         return Guarantee(
             mechanism=self.name,
             epsilon=params.epsilon,
@@ -218,7 +241,7 @@ class IPA:
             proven=True,
             label=LABEL,
             notes=(f"cells released only with noisy count >= {tau_cells}{ladder} (pooled '*' "
-                   f"cells: >= {tau_sup}); noise is discrete Laplace"),
+                   f"cells: {pool}); noise is discrete Laplace"),
         )
 
     def budget_steps(self, params: IPAParams) -> list[BudgetStep]:
@@ -239,8 +262,14 @@ class IPA:
                 BudgetStep(f"ladder rung {rung}: cells", cells, d, self.name,
                            "discrete Laplace per cell of the rows not yet placed + threshold"),
             ]
-        steps.append(BudgetStep("suppressed cells", params.eps_suppression, d, self.name,
-                                "discrete Laplace per pooled (*, v) cell + threshold"))
+        if params.pool_every_value:
+            steps.append(BudgetStep(
+                "suppressed cells", params.eps_suppression, 0.0, self.name,
+                "discrete Laplace on every value v of the public informative domain, pooled "
+                "(*, v) cells; counts below the floor dropped after the draw (pure eps)"))
+        else:
+            steps.append(BudgetStep("suppressed cells", params.eps_suppression, d, self.name,
+                                    "discrete Laplace per pooled (*, v) cell + threshold"))
         return steps
 
     def row_bounds(self, params: IPAParams, cells: ReleasedCells) -> tuple[int, int]:
@@ -287,7 +316,8 @@ class IPA:
             rung = above[choose_by_score(rng, scores, choose)]
             parts.append(_noisy_cells(rng, rung, rung_eps, tau_rung))
             left = _dropped(rung, parts[-1])
-        pool = _pooled(rng, context.n_inf, left, params.eps_suppression, tau_sup)
+        pool = _pooled(rng, context.n_inf, left, params.eps_suppression, tau_sup,
+                       every_value=params.pool_every_value)
         return _assemble(context, parts, pool)
 
 
@@ -315,13 +345,21 @@ def _dropped(table: NodeTable, part: tuple[NodeTable, np.ndarray, np.ndarray]) -
 
 
 def _pooled(rng: np.random.Generator, n_inf: int, left: NodeTable, epsilon: float,
-            tau: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(value codes, true counts, released counts) of the (*, ..., *, v) cells."""
-    totals = np.bincount(left.inf_codes, weights=left.counts, minlength=n_inf)
-    values = np.flatnonzero(totals)
-    counts = totals[values].astype(np.int64)
+            tau: int, every_value: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(value codes, true counts, released counts) of the (*, ..., *, v) cells.
+
+    ``every_value`` (a public informative domain): every value of the domain is drawn, zero
+    counts included, so which values appear is itself noisy and no delta is needed; ``tau`` is
+    then a public floor applied after the draw. Otherwise only the values present are drawn
+    and ``tau`` is the delta-calibrated threshold.
+    """
+    totals = np.bincount(left.inf_codes, weights=left.counts, minlength=n_inf).astype(np.int64)
+    values = np.arange(n_inf) if every_value else np.flatnonzero(totals)
+    counts = totals[values]
     noisy = counts + discrete_laplace(rng, epsilon, values.size)
-    return values, counts, np.where(noisy >= tau, noisy, 0)
+    released = np.where(noisy >= tau, noisy, 0)
+    keep = (counts > 0) | (released > 0)
+    return values[keep], counts[keep], released[keep]
 
 
 def _assemble(context: ReleaseContext, parts: list, pool: tuple) -> ReleasedCells:

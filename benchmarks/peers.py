@@ -1,0 +1,270 @@
+"""The release task done by the DP synthetic-data tools a user would pick instead (MST, AIM).
+
+For each table (NPS-like, ``--rows`` rows; Adult as ``adult-ipa``) and each eps, every tool
+releases a table of the input's size and is measured the same way (EVALUATION.md):
+
+* workload error: mean TVD over every 2-way (dimension x informative) and 3-way (two dimensions
+  x informative) marginal on the raw domains, generalized values spread uniformly;
+* rows carrying their raw informative value under a non-'*' class, as a share of input rows
+  (synthetic and shuffled rows carry no input row: "-");
+* the IPA paper's queries (Q1-Q4: stays and mean length of stay per 5-year age group and sex,
+  non-surgical, most frequent diagnosis), mean absolute errors, on the NPS-like table;
+* wall time (ipa: aggregation + release; peers: fit + generate in their own process).
+
+Tools: ``ipa`` (the sound default, defaults of medrelease/mechanisms/ipa.py), ``ipa-every-value``
+(the same with ``pool_every_value``: the '*' pool as a noisy count of every domain value), ``mst`` and ``aim``
+(dpmm 0.1.9, every column categorical with its public domain, same eps and delta), and two
+references with no joint information: ``shuffled`` (every column permuted independently) and
+``all-star`` (every dimension '*', raw informative values). The references are not DP.
+
+MST and AIM pin numpy/pandas versions the product does not use, so they run in their own
+virtual environment, made here on first use (``var/bench/peers-venv``, needs Python 3.10/3.11).
+
+    python benchmarks/peers.py                                  # eps 0.5 1 2, both tables
+    python benchmarks/peers.py --tables nps --eps 1 --tools ipa mst shuffled
+    python benchmarks/peers.py --write docs/results/peers.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+PEER_REQUIREMENTS = ["dpmm==0.1.9"]  # newest on PyPI here; pins numpy 1.26.4, pandas 2.1.0
+VENV = ROOT / "var" / "bench" / "peers-venv"
+WORKER = Path(__file__).resolve().parent / "peers_worker.py"
+TOOLS = ["ipa", "ipa-every-value", "mst", "aim", "shuffled", "all-star"]
+SYNTHETIC = {"mst", "aim", "shuffled"}
+
+
+@dataclass
+class Table:
+    name: str
+    config: object
+    raw: pd.DataFrame        # the released columns only, as read
+    counts: object           # CountTable
+    domain: dict[str, list[str]]
+
+
+@dataclass
+class Outcome:
+    tvd2: list[float] = field(default_factory=list)
+    tvd3: list[float] = field(default_factory=list)
+    kept: list[float] = field(default_factory=list)
+    stays: list[float] = field(default_factory=list)
+    los: list[float] = field(default_factory=list)
+    seconds: list[float] = field(default_factory=list)
+    status: str = "ok"
+
+
+# -- the peers' environment ---------------------------------------------------------------
+
+def peer_python() -> Path:
+    """The peers' interpreter; the venv is made (and its requirements installed) once."""
+    python = VENV / "bin" / "python"
+    stamp = VENV / "requirements.txt"
+    if python.exists() and stamp.exists() and stamp.read_text() == "\n".join(PEER_REQUIREMENTS):
+        return python
+    base = _base_python()
+    print(f"making the peers' environment in {VENV} ({' '.join(PEER_REQUIREMENTS)}) ...",
+          flush=True)
+    shutil.rmtree(VENV, ignore_errors=True)
+    subprocess.run([str(base), "-m", "venv", str(VENV)], check=True)
+    subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                    *PEER_REQUIREMENTS], check=True)
+    stamp.write_text("\n".join(PEER_REQUIREMENTS))
+    return python
+
+
+def _base_python() -> Path:
+    if sys.version_info[:2] in {(3, 10), (3, 11)}:
+        return Path(sys.executable)
+    for name in ("python3.11", "python3.10"):
+        found = shutil.which(name)
+        if found:
+            return Path(found)
+    raise SystemExit("dpmm needs Python 3.10 or 3.11; none found on PATH")
+
+
+# -- tables -------------------------------------------------------------------------------
+
+def load_table(name: str, rows: int) -> Table:
+    from medrelease.aggregate import aggregate
+    from medrelease.config import find_config
+
+    if name == "nps":
+        from medrelease.nps import generate_nps
+
+        config = find_config("nps-sample")
+        raw = generate_nps(rows, seed=2020)
+    else:
+        from medrelease.io import read_input
+        from schemas.input import validate_input
+
+        config = find_config("adult-ipa")
+        raw = validate_input(read_input(config), config)
+    counts = aggregate(raw, config)
+    columns = list(counts.dimensions) + list(counts.informative.columns)
+    domain = {d: [str(v) for v in t.level_labels[0]]
+              for d, t in zip(counts.dimensions, counts.taxonomies, strict=True)}
+    for column in counts.informative.columns:
+        domain[column] = [str(v) for v in counts.informative[column]]
+    return Table(name, config, raw[columns].astype(str), counts, domain)
+
+
+# -- the tools ----------------------------------------------------------------------------
+
+def release_ipa(table: Table, epsilon: float, seed: int, every_value: bool) -> pd.DataFrame:
+    from medrelease.aggregate import aggregate
+    from medrelease.release import PublicFacts, release_from_counts
+
+    counts = aggregate(table.raw, table.config)  # timed with the release, as a user would run it
+    params = {"epsilon": epsilon, "pool_every_value": every_value}
+    result = release_from_counts(counts, "ipa", params, seed=seed, workers=2,
+                                 facts=PublicFacts.of(table.config))
+    return result.table
+
+
+def release_peer(tool: str, table: Table, epsilon: float, delta: float, seed: int,
+                 timeout: float, work: Path) -> pd.DataFrame | None:
+    data, domain, out = work / "input.csv", work / "domain.json", work / f"{tool}.csv"
+    if not data.exists():
+        table.raw.to_csv(data, index=False)
+        domain.write_text(json.dumps(table.domain))
+    job = {"tool": tool, "data": str(data), "domain": str(domain), "out": str(out),
+           "epsilon": epsilon, "delta": delta, "seed": seed}
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    try:
+        subprocess.run([str(peer_python()), str(WORKER), json.dumps(job)], check=True,
+                       timeout=timeout, capture_output=True, text=True, env=env)
+    except subprocess.TimeoutExpired:
+        return None
+    except subprocess.CalledProcessError as error:
+        raise SystemExit(f"{tool} failed:\n{error.stderr[-3000:]}") from error
+    return pd.read_csv(out, dtype=str, keep_default_na=False)
+
+
+def shuffled(table: Table, seed: int) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame({c: rng.permutation(table.raw[c].to_numpy()) for c in table.raw})
+
+
+def all_star(table: Table) -> pd.DataFrame:
+    out = table.raw.copy()
+    for column in table.counts.dimensions:
+        out[column] = "*"
+    return out
+
+
+# -- measuring ----------------------------------------------------------------------------
+
+def measure(table: Table, tool: str, released: pd.DataFrame, outcome: Outcome) -> None:
+    from medrelease.utility import AnalysisQuery, compare_queries
+    from medrelease.workload import workload_error
+
+    error = workload_error(table.counts, released)
+    outcome.tvd2.append(error.mean_two_way)
+    outcome.tvd3.append(error.mean_three_way)
+    if tool not in SYNTHETIC:
+        labels = released[list(table.counts.dimensions)].astype(str).to_numpy()
+        outcome.kept.append(float((labels != "*").any(axis=1).sum() / table.counts.n_rows))
+    if AnalysisQuery().applies_to(table.config):
+        _, summary = compare_queries(table.raw, released, table.config)
+        outcome.stays.append(float(summary["stays_mean_abs_error"]))
+        outcome.los.append(float(summary["avg_los_mean_abs_error"]))
+
+
+def run_tool(tool: str, table: Table, epsilon: float, args, work: Path) -> Outcome:
+    from medrelease.mechanisms.ipa import default_delta
+
+    outcome = Outcome()
+    runs = args.peer_runs if tool in {"mst", "aim"} else args.runs
+    for run in range(1 if tool == "all-star" else runs):
+        seed = 1000 + run
+        started = time.perf_counter()
+        if tool.startswith("ipa"):
+            released = release_ipa(table, epsilon, seed, every_value=tool == "ipa-every-value")
+        elif tool in {"mst", "aim"}:
+            released = release_peer(tool, table, epsilon, default_delta(None), seed,
+                                    args.peer_timeout, work)
+            if released is None:
+                outcome.status = f"timed out after {args.peer_timeout:.0f} s"
+                return outcome
+        elif tool == "shuffled":
+            released = shuffled(table, seed)
+        else:
+            released = all_star(table)
+        outcome.seconds.append(time.perf_counter() - started)
+        measure(table, tool, released, outcome)
+    return outcome
+
+
+def _mean(values: list[float], digits: int = 3) -> str:
+    return f"{np.mean(values):.{digits}f}" if values else "-"
+
+
+def row_of(table: Table, epsilon: float, tool: str, outcome: Outcome) -> str:
+    eps = "-" if tool in {"shuffled", "all-star"} else f"{epsilon:g}"
+    if outcome.status != "ok":
+        return f"| {table.name} | {eps} | {tool} | {outcome.status} | | | | | |"
+    return (f"| {table.name} | {eps} | {tool} | {_mean(outcome.tvd2)} | {_mean(outcome.tvd3)} | "
+            f"{_mean(outcome.kept)} | {_mean(outcome.stays, 1)} | {_mean(outcome.los, 1)} | "
+            f"{_mean(outcome.seconds, 1)} |")
+
+
+HEADER = ("| table | eps | tool | TVD 2-way | TVD 3-way | rows kept (raw value, non-* class) | "
+          "Q1-Q2 stays MAE | Q3-Q4 mean LOS MAE | wall s |\n|---|---|---|---|---|---|---|---|---|")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tables", nargs="+", default=["nps", "adult"], choices=["nps", "adult"])
+    parser.add_argument("--rows", type=int, default=100_000, help="NPS-like rows")
+    parser.add_argument("--eps", type=float, nargs="+", default=[0.5, 1.0, 2.0])
+    parser.add_argument("--tools", nargs="+", default=TOOLS, choices=TOOLS)
+    parser.add_argument("--runs", type=int, default=3, help="runs of ipa and shuffled (mean)")
+    parser.add_argument("--peer-runs", type=int, default=1, help="runs of MST and AIM (mean)")
+    parser.add_argument("--peer-timeout", type=float, default=1800.0,
+                        help="seconds before a peer run is given up (reported as such)")
+    parser.add_argument("--write", type=Path, help="also write the table (markdown) here")
+    args = parser.parse_args()
+
+    lines = [HEADER]
+    print(HEADER, flush=True)
+    with tempfile.TemporaryDirectory(prefix="medrelease-peers-") as tmp:
+        for name in args.tables:
+            table = load_table(name, args.rows)
+            work = Path(tmp) / name
+            work.mkdir()
+            for epsilon in args.eps:
+                for tool in args.tools:
+                    if tool in {"shuffled", "all-star"} and epsilon != args.eps[0]:
+                        continue  # references spend nothing: one row per table
+                    line = row_of(table, epsilon, tool, run_tool(tool, table, epsilon, args, work))
+                    lines.append(line)
+                    print(line, flush=True)
+    if args.write:
+        command = "python benchmarks/peers.py " + " ".join(sys.argv[1:])
+        args.write.parent.mkdir(parents=True, exist_ok=True)
+        args.write.write_text(
+            f"<!-- {command} ; {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, "
+            f"{os.cpu_count()} cores -->\n" + "\n".join(lines) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
