@@ -45,11 +45,6 @@ def params_for(split: tuple | None, epsilon: float) -> dict:
     return out
 
 
-def non_star_share(table, dimensions, n_rows: int) -> float:
-    labels = table[list(dimensions)].astype(str).to_numpy()
-    return float((labels != "*").any(axis=1).sum() / n_rows)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_361_000)
@@ -64,7 +59,7 @@ def main() -> None:
     from medrelease.config import find_config
     from medrelease.nps import generate_nps
     from medrelease.release import PublicFacts, release_from_counts
-    from medrelease.workload import workload_error
+    from medrelease.workload import rows_kept_share, workload_error
 
     config = find_config("nps-sample")
     counts = aggregate(generate_nps(args.rows, seed=2020), config)
@@ -83,7 +78,7 @@ def main() -> None:
                 result = release_from_counts(counts, "ipa", params_for(split, epsilon),
                                              seed=1000 + run, workers=2, facts=facts)
                 times.append(time.perf_counter() - t0)
-                shares.append(non_star_share(result.table, counts.dimensions, counts.n_rows))
+                shares.append(rows_kept_share(result.table, counts.dimensions, counts.n_rows))
                 il = result.released_il
                 ils.append(il.il)
                 parts.append((il.ncp, il.emd, il.rate))

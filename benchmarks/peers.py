@@ -175,14 +175,14 @@ def all_star(table: Table) -> pd.DataFrame:
 
 def measure(table: Table, tool: str, released: pd.DataFrame, outcome: Outcome) -> None:
     from medrelease.utility import AnalysisQuery, compare_queries
-    from medrelease.workload import workload_error
+    from medrelease.workload import rows_kept_share, workload_error
 
     error = workload_error(table.counts, released)
     outcome.tvd2.append(error.mean_two_way)
     outcome.tvd3.append(error.mean_three_way)
     if tool not in SYNTHETIC:
-        labels = released[list(table.counts.dimensions)].astype(str).to_numpy()
-        outcome.kept.append(float((labels != "*").any(axis=1).sum() / table.counts.n_rows))
+        outcome.kept.append(rows_kept_share(released, table.counts.dimensions,
+                                            table.counts.n_rows))
     if AnalysisQuery().applies_to(table.config):
         _, summary = compare_queries(table.raw, released, table.config)
         outcome.stays.append(float(summary["stays_mean_abs_error"]))

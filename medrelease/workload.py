@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from medrelease.aggregate import CountTable
+from medrelease.taxonomy import SUPPRESSED
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,14 @@ def workload_error(counts: CountTable, released: pd.DataFrame) -> WorkloadError:
     three = {f"{dims[i]} x {dims[j]}": _tvd(counts, source, groups, (i, j))
              for i, j in itertools.combinations(range(len(dims)), 2)}
     return WorkloadError(two, three)
+
+
+def rows_kept_share(released: pd.DataFrame, dimensions: tuple[str, ...] | list[str],
+                    input_rows: int) -> float:
+    """EVALUATION.md's "rows kept": released rows under a class that is not all '*', as a share
+    of the input's rows (meaningful for releases of true rows, not for synthetic ones)."""
+    labels = released[list(dimensions)].astype(str).to_numpy()
+    return float((labels != SUPPRESSED).any(axis=1).sum() / input_rows) if input_rows else 0.0
 
 
 def _input_cells(counts: CountTable) -> pd.DataFrame:

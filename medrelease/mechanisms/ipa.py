@@ -219,7 +219,7 @@ class IPA:
     def thresholds(self, params: IPAParams) -> tuple[int, int]:
         """(tau of the chosen node's cells, tau of the pooled '*' cells)."""
         d, t = self.step_delta(params), params.suppression_threshold
-        tau_pool = (params.pool_floor if params.pool_every_value
+        tau_pool = (max(params.pool_floor, t) if params.pool_every_value
                     else release_threshold(params.eps_suppression, d, t))
         return release_threshold(params.eps_cells, d, t), tau_pool
 
