@@ -127,64 +127,75 @@ def _fail(exc: BaseException) -> None:
     raise typer.Exit(1)
 
 
+def parse_param(text: str) -> tuple[str, Any]:
+    """``name=value``; the value is read as JSON when it parses (numbers, true, lists), else text."""
+    name, sep, value = text.partition("=")
+    if not sep or not name.strip():
+        raise MedreleaseError(f"--param needs name=value, got {text!r}")
+    try:
+        return name.strip(), json.loads(value)
+    except json.JSONDecodeError:
+        return name.strip(), value
+
+
 @app.command()
 def release(
     dataset: str = typer.Argument(..., help="dataset name or path to its dataset.yaml"),
     mechanism: str | None = typer.Option(
-        None, help="ipa, ipa-paper, histogram, kanon, mondrian, pseudonymize, diffgen "
-                   "(default: the dataset config's)"),
-    epsilon: float = typer.Option(1.0, help="total privacy budget of this release"),
-    delta: float | None = typer.Option(None, help="ipa only: total delta (default 1e-6, or "
-                                                  "1/(10 N) for a declared bound N on the rows)"),
-    threshold: int = typer.Option(2, "--threshold", help="ipa/ipa-paper: suppression threshold t"),
-    k: int = typer.Option(10, help="kanon / mondrian: minimum class size"),
-    max_suppression: float = typer.Option(0.02, help="kanon: largest share of rows suppressed"),
+        None, help="a registered mechanism (see `medrelease mechanisms`); default: the dataset "
+                   "config's"),
+    epsilon: float | None = typer.Option(
+        None, help="total privacy budget of this release (default: the dataset config's, else 1)"),
+    param: list[str] = typer.Option(
+        [], "--param", "-p", help="a mechanism parameter as name=value (repeatable), checked "
+                                  "against the mechanism's parameters, e.g. -p "
+                                  "suppression_threshold=3"),
     input_path: Path | None = typer.Option(None, "--input", help="release this file instead"),
     seed: int | None = typer.Option(None, help="TEST ONLY: fixed seed; the release goes to the "
                                                "test store, never published"),
     batch_size: int = typer.Option(32, help="lattice nodes per scoring task"),
     destination: str | None = typer.Option(None, help="sub-folder of the release store"),
-    specializations: int = typer.Option(10, help="diffgen: number of specializations h"),
-    score: str = typer.Option("max", help="diffgen: utility score, max or infogain"),
 ) -> None:
-    """Release a dataset through the Prefect flow."""
+    """Release a dataset through the Prefect flow (the same request the UI form sends)."""
     _defaults()
     from pydantic import ValidationError
 
     from flows.release import ReleaseRequest
 
-    if mechanism is None:
-        try:
-            mechanism = find_config(dataset).mechanism.name
-        except MedreleaseError as exc:
-            _fail(exc)
-
-    params: dict[str, Any] = {"mechanism": mechanism}
-    if mechanism in ("ipa", "ipa-paper"):
-        params.update(epsilon=epsilon, suppression_threshold=threshold)
-    elif mechanism == "histogram":
-        params["epsilon"] = epsilon
-    elif mechanism == "diffgen":
-        params.update(epsilon=epsilon, specializations=specializations, score=score)
-    elif mechanism == "kanon":
-        params.update(k=k, max_suppression=max_suppression)
-    elif mechanism == "mondrian":
-        params["k"] = k
-    if delta is not None and mechanism == "ipa":
-        params["delta"] = delta
     try:
-        request = ReleaseRequest(dataset=dataset, mechanism=params, seed=seed,
-                                 batch_size=batch_size, destination=destination,
+        parameters = dict(parse_param(p) for p in param)
+        request = ReleaseRequest(dataset=dataset, mechanism=mechanism, epsilon=epsilon,
+                                 parameters=parameters, seed=seed, batch_size=batch_size,
+                                 destination=destination,
                                  input_path=str(input_path) if input_path else None)
+    except MedreleaseError as exc:
+        _fail(exc)
     except ValidationError as exc:
-        _fail(MedreleaseError("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}"
-                                        for e in exc.errors())))
+        _fail(MedreleaseError("; ".join(f"{'.'.join(map(str, e['loc'])) or 'request'}: "
+                                        f"{e['msg']}" for e in exc.errors())))
     started = time.perf_counter()
     try:
         result = _run_flow(request)
     except MedreleaseError as exc:
         _fail(exc)
     _show_result(result, time.perf_counter() - started)
+
+
+@app.command()
+def mechanisms() -> None:
+    """The registered mechanisms: guarantee, what they take, and their parameters."""
+    from medrelease.mechanisms import MECHANISMS, label
+    from medrelease.release import PUBLIC_FACTS
+
+    table = Table(title="release mechanisms (registry)", expand=True)
+    for column in ("mechanism", "parameters (name: description)"):
+        table.add_column(column, overflow="fold")
+    for name, impl in sorted(MECHANISMS.items()):
+        params = [f"{field}: {info.description or ''}"
+                  for field, info in impl.Params.model_fields.items()
+                  if field not in PUBLIC_FACTS]
+        table.add_row(label(name), "\n".join(params) or "-")
+    console.print(table)
 
 
 ledger_app = typer.Typer(help="The privacy-budget ledger: spends per source, and its cap.")
@@ -280,7 +291,7 @@ def demo(
     console.print(f"ledger: {ledger_path()}   release store: {store_root()}")
     started = time.perf_counter()
     try:
-        result = _run_flow(ReleaseRequest(mechanism={"mechanism": mechanism, "epsilon": epsilon}))
+        result = _run_flow(ReleaseRequest(mechanism=mechanism, epsilon=epsilon))
     except MedreleaseError as exc:
         _fail(exc)
     _show_result(result, time.perf_counter() - started)

@@ -65,9 +65,13 @@ def running_server(home: Path) -> Iterator[str]:
     api_url = f"http://127.0.0.1:{port}/api"
     log = (home / "server.log").open("w")
     prefect = Path(sys.executable).with_name("prefect")
+    env = server_env(home)
+    # `prefect server start --port` does not tell the UI where its API is: without this the UI
+    # calls 127.0.0.1:4200 and shows "Can't connect to Server API".
+    env["PREFECT_UI_API_URL"] = api_url
     proc = subprocess.Popen(
         [str(prefect), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-        env=server_env(home), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )
     try:
         deadline = time.monotonic() + STARTUP_TIMEOUT_S

@@ -55,7 +55,8 @@ def build_deployments() -> list:
         deployments.append(release_flow.to_deployment(
             name=f"scheduled-{dataset}",
             cron=cron,
-            parameters={"request": {"dataset": dataset}},
+            # the dataset's own mechanism and parameters; an unchanged extract spends nothing
+            parameters={"request": {"dataset": dataset, "skip_unchanged": True}},
             description=f"Scheduled release of {dataset} ({cron}, UTC)",
             tags=["medrelease", "scheduled"],
         ))

@@ -14,6 +14,7 @@ from typing import Any
 from prefect import flow, get_run_logger
 
 from flows.release import ReleaseRequest, release_flow
+from flows.states import refused, skipped
 from medrelease.config import find_config
 from medrelease.errors import ConfigError, InputValidationError, MedreleaseError, PolicyError
 from medrelease.inbox import move_to
@@ -27,14 +28,8 @@ class DuplicateExtractError(MedreleaseError):
 
 
 def _already_released(dataset: str, sha256: str) -> str | None:
-    """The real (not TEST) release of this content, from the steward records (the public
-    manifest no longer carries the input's hash)."""
-    for record in StewardRecords(steward_root()).records(dataset):
-        if (record.get("status") == "published" and not record.get("test_release")
-                and record.get("input_sha256") == sha256
-                and Path(record.get("published_path") or "").is_dir()):
-            return record["release_id"]
-    return None
+    """From the steward records (the public manifest does not carry the input's hash)."""
+    return StewardRecords(steward_root()).released_input(dataset, sha256)
 
 
 @flow(name="medrelease-on-arrival", description="Release one newly arrived extract")
@@ -47,12 +42,12 @@ def arrival_release_flow(dataset: str, path: str, sha256: str) -> dict[str, Any]
                               "(already handled?)")
     try:
         return _release_arrival(dataset, extract, sha256, inbox)
+    except DuplicateExtractError as exc:
+        return skipped("Duplicate", str(exc), {"release_id": None, "path": None})
     except (InputValidationError, ConfigError, PolicyError) as exc:
         target = _file_away(inbox, extract, "rejected", str(exc))
-        get_run_logger().error("extract rejected, moved to %s:\n%s", target, exc)
-        raise
-    except DuplicateExtractError:
-        raise
+        get_run_logger().error("extract rejected, moved to %s", target)
+        return refused(exc)
     except BaseException as exc:
         _file_away(inbox, extract, "failed", f"{type(exc).__name__}: {exc}")
         raise

@@ -38,13 +38,14 @@ from medrelease.audit import (
     seeds_for,
 )
 from medrelease.audit_publication import (
-    PUBLICATION_DESIGNS,
     Finding,
     compare_neighbours,
+    publication_designs,
     publication_neighbours,
     value_leaks,
     write_audit_dataset,
 )
+from medrelease.mechanisms import MECHANISMS, capabilities
 from medrelease.settings import isolated_home
 
 
@@ -145,9 +146,10 @@ def publication_audit_flow(mechanism: str = "ipa", epsilon: float = 1.0, pairs: 
     folders are removed afterwards unless ``keep_folders``.
     """
     logger = get_run_logger()
-    if mechanism not in PUBLICATION_DESIGNS:
-        raise ValueError(f"the publication audit covers {', '.join(PUBLICATION_DESIGNS)}")
-    designs = list(designs or PUBLICATION_DESIGNS[mechanism])
+    if not publication_designs(mechanism):
+        covered = sorted(m for m in MECHANISMS if publication_designs(m))
+        raise ValueError(f"the publication audit covers {', '.join(covered)}")
+    designs = list(designs or publication_designs(mechanism))
     workdir = Path(tempfile.mkdtemp(prefix="medrelease-publication-audit-"))
     config_path = write_audit_dataset(workdir / "dataset", mechanism)
     findings: list[Finding] = []
@@ -178,7 +180,8 @@ def _statistical(mechanism: str, epsilon: float, runs: int, seed: int,
                  confidence: float) -> list[AuditResult]:
     if runs <= 0:
         return []
-    designs = ("classification",) if mechanism == "diffgen" else ("unique", "tipping")
+    designs = (("classification",) if capabilities(mechanism).needs_class_domain
+               else ("unique", "tipping"))
     return [run_audit(mechanism, epsilon, runs=runs, seed=seed, confidence=confidence,
                       design=design) for design in designs]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import Annotated, Any, Literal
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -20,20 +20,21 @@ from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from prefect.futures import as_completed
 from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from flows.evaluate import evaluate_flow
+from flows.states import REFUSALS, refused, skipped
+from medrelease.errors import ParameterError
 from medrelease.ledger import Ledger
-from medrelease.mechanisms import get_mechanism, uses_lattice
-from medrelease.mechanisms.base import ReleaseContext
-from medrelease.mechanisms.diffgen import DiffGenParams
-from medrelease.mechanisms.histogram import HistogramParams
-from medrelease.mechanisms.ipa import IPAParams
-from medrelease.mechanisms.ipa_paper import IPAPaperParams
-from medrelease.mechanisms.kanon import KAnonParams
-from medrelease.mechanisms.mondrian import MondrianParams
-from medrelease.mechanisms.pseudonymize import PseudonymizeParams
-from medrelease.release import candidates_frame, fixed_index, node_batches
+from medrelease.mechanisms import MECHANISMS, get_mechanism, labels, name_from_label, uses_lattice
+from medrelease.mechanisms.base import ReleaseContext, parse
+from medrelease.release import (
+    PUBLIC_FACTS,
+    candidates_frame,
+    fixed_index,
+    node_batches,
+    resolve_mechanism,
+)
 from medrelease.settings import ledger_path
 from medrelease.store import StoreError, safe_relative
 from tasks.budget import (
@@ -45,7 +46,12 @@ from tasks.budget import (
     plan,
 )
 from tasks.checks import check_output
-from tasks.inputs import load_and_validate_input, load_dataset_config, validate_and_aggregate
+from tasks.inputs import (
+    load_and_validate_input,
+    load_dataset_config,
+    released_before,
+    validate_and_aggregate,
+)
 from tasks.lattice import (
     materialize_release,
     release_rows,
@@ -57,83 +63,83 @@ from tasks.publish import PublishResult, RunFacts, publish_release
 from tasks.report import publish_artifacts
 from tasks.runners import RunnerKind, connect, fan_out_runner
 
-
-class IPAOptions(IPAParams):
-    """Sound IPA: (eps, delta)-DP, the default."""
-
-    mechanism: Literal["ipa"] = "ipa"
+DATASET_DEFAULT = "dataset default — the mechanism and parameters in its dataset.yaml"
 
 
-class IPAPaperOptions(IPAPaperParams):
-    """IPA as published — the formal guarantee is NOT upheld; for comparison only."""
-
-    mechanism: Literal["ipa-paper"] = "ipa-paper"
-
-
-class HistogramOptions(HistogramParams):
-    """Noisy contingency table at one node (eps-DP with a public informative domain)."""
-
-    mechanism: Literal["histogram"] = "histogram"
+def _mechanism_dropdown(schema: dict[str, Any]) -> None:
+    """The form's dropdown, built from the registry each time a schema is made."""
+    schema.pop("anyOf", None)
+    schema.update(type="string", enum=[DATASET_DEFAULT, *labels()])
 
 
-class KAnonOptions(KAnonParams):
-    """Optimal full-domain k-anonymity — a syntactic model, no differential privacy."""
-
-    mechanism: Literal["kanon"] = "kanon"
-
-
-class MondrianOptions(MondrianParams):
-    """Multidimensional k-anonymity (strict or relaxed) — a syntactic model, no DP."""
-
-    mechanism: Literal["mondrian"] = "mondrian"
+def _plain(kind: str):
+    """One plain input box (left empty = not given) instead of a choice between a type and
+    'None', which both Prefect UIs render as a toggle or hide."""
+    def apply(schema: dict[str, Any]) -> None:
+        schema.pop("anyOf", None)
+        schema.pop("default", None)  # a null default would be sent as null and fail the type
+        schema["type"] = kind
+    return apply
 
 
-class PseudonymizeOptions(PseudonymizeParams):
-    """Keyed pseudonymization (AES or HMAC) + min-max normalization — no formal guarantee."""
-
-    mechanism: Literal["pseudonymize"] = "pseudonymize"
-
-
-class DiffGenOptions(DiffGenParams):
-    """DiffGen top-down specialization for classification (eps-DP)."""
-
-    mechanism: Literal["diffgen"] = "diffgen"
-
-
-MechanismOptions = Annotated[
-    IPAOptions | IPAPaperOptions | HistogramOptions | KAnonOptions | MondrianOptions
-    | PseudonymizeOptions | DiffGenOptions,
-    Field(discriminator="mechanism"),
-]
+def _parameters_help(schema: dict[str, Any]) -> None:
+    hidden = {"epsilon", *PUBLIC_FACTS}
+    lines = [f"{name}: {', '.join(f for f in impl.Params.model_fields if f not in hidden) or '-'}"
+             for name, impl in sorted(MECHANISMS.items())]
+    schema["description"] = ("Optional, as JSON, e.g. {\"suppression_threshold\": 3}; a "
+                             "parameter the chosen mechanism does not take is refused by name "
+                             "(`medrelease mechanisms` describes each). " + "; ".join(lines))
 
 
 class ReleaseRequest(BaseModel):
-    """What a steward fills in to release a dataset."""
+    """What a steward fills in to release a dataset: the mechanism, its epsilon and, optionally,
+    advanced parameters that the chosen mechanism checks. Empty fields fall back to the
+    dataset's own config, then to the mechanism's defaults."""
 
     model_config = ConfigDict(extra="forbid")
 
     dataset: str = Field(
-        default="nps-sample",
-        description="Dataset name (datasets/<name>/dataset.yaml) or path to a dataset YAML",
+        default="nps-sample", title="Dataset",
+        description="Dataset name (the folder under datasets/ holding its dataset.yaml) or the "
+                    "path of a dataset YAML",
+    )
+    mechanism: str | None = Field(
+        default=DATASET_DEFAULT, title="Mechanism", validate_default=True,
+        description="Release mechanism, labelled with its privacy guarantee",
+        json_schema_extra=_mechanism_dropdown,
+    )
+    epsilon: float | None = Field(
+        default=None, title="Epsilon", json_schema_extra=_plain("number"),
+        description="Total privacy budget this release spends; empty = the dataset config's "
+                    "value, else 1. Syntactic models and pseudonymization take none.",
+    )
+    parameters: dict[str, Any] = Field(
+        default_factory=dict, title="Advanced: mechanism parameters",
+        json_schema_extra=_parameters_help,
     )
     input_path: str | None = Field(
-        default=None, description="Release this file instead of the config's input (a new extract)"
-    )
-    mechanism: MechanismOptions = Field(
-        default_factory=IPAOptions, description="Mechanism and its privacy parameters"
+        default=None, json_schema_extra=_plain("string"),
+        description="Release this file instead of the config's input (a new extract)"
     )
     seed: int | None = Field(
-        default=None, ge=0,
+        default=None, ge=0, json_schema_extra=_plain("integer"),
         description="TEST ONLY: a fixed seed makes the release reproducible, so it becomes a "
                     "TEST release: written to the test store (never published) with TEST in "
                     "its file names, and marked as test in the ledger. Leave empty for a real "
                     "release.",
     )
+    skip_unchanged: bool = Field(
+        default=False, title="Skip if the input is unchanged",
+        description="Release only if this extract differs from the last one released from "
+                    "this dataset (scheduled runs set this); otherwise finish with 'no new "
+                    "data' and spend nothing",
+    )
     batch_size: int = Field(
         default=32, ge=1, le=4096, description="Lattice nodes per scoring task (1 = one per node)"
     )
     destination: str | None = Field(
-        default=None, description="Optional sub-folder of the release store for this release"
+        default=None, json_schema_extra=_plain("string"),
+        description="Optional sub-folder of the release store for this release",
     )
     task_runner: RunnerKind = Field(
         default="thread", description="Fan-out of lattice scoring: 'thread' (default, fastest on "
@@ -144,6 +150,52 @@ class ReleaseRequest(BaseModel):
         default=True, description="Afterwards, write the internal utility/risk report with plots "
                                   "(evaluations folder, never published)"
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _nested_mechanism(cls, data: Any) -> Any:
+        """Also accept ``mechanism: {"mechanism": name, **params}`` (API callers, older runs)."""
+        if not isinstance(data, dict) or not isinstance(data.get("mechanism"), dict):
+            return data
+        data, nested = dict(data), dict(data["mechanism"])
+        if data.get("parameters") or data.get("epsilon") is not None:
+            raise ValueError("give the mechanism's parameters either nested in 'mechanism' or "
+                             "as 'epsilon' and 'parameters', not both")
+        data["mechanism"] = nested.pop("mechanism", None)
+        data["epsilon"] = nested.pop("epsilon", None)
+        data["parameters"] = nested
+        return data
+
+    @field_validator("mechanism")
+    @classmethod
+    def _registered(cls, value: str | None) -> str | None:
+        if value is None or value == DATASET_DEFAULT or not value.strip():
+            return None
+        try:
+            return name_from_label(value)
+        except ParameterError as exc:
+            raise ValueError(str(exc)) from None
+
+    @model_validator(mode="after")
+    def _parameters_fit(self) -> ReleaseRequest:
+        """Unknown or misplaced parameters are refused here, naming them, before any run work."""
+        if self.mechanism is None:
+            return self
+        impl = get_mechanism(self.mechanism)
+        known = set(impl.Params.model_fields) - set(PUBLIC_FACTS)
+        unknown = sorted(set(self.parameters) - known)
+        if unknown:
+            raise ValueError(f"{self.mechanism} does not take {', '.join(unknown)}; it takes: "
+                             f"{', '.join(sorted(known)) or 'nothing'}")
+        if self.epsilon is not None and "epsilon" not in known:
+            raise ValueError(f"{self.mechanism} takes no epsilon ({impl.capabilities.summary}); "
+                             "leave epsilon empty")
+        given = {**self.parameters, **({} if self.epsilon is None else {"epsilon": self.epsilon})}
+        try:  # each value against the mechanism's own model (budget rules come at planning)
+            parse(impl.Params, given, self.mechanism)
+        except ParameterError as exc:
+            raise ValueError(str(exc)) from None
+        return self
 
     @field_validator("destination")
     @classmethod
@@ -156,9 +208,6 @@ class ReleaseRequest(BaseModel):
                 raise ValueError(str(exc)) from None
         return value
 
-    def mechanism_params(self) -> dict[str, Any]:
-        return self.mechanism.model_dump(exclude={"mechanism"}, exclude_none=True)
-
 
 @flow(
     name="medrelease-release",
@@ -167,14 +216,30 @@ class ReleaseRequest(BaseModel):
     log_prints=False,
     validate_parameters=True,
 )
-def release_flow(request: ReleaseRequest = ReleaseRequest()) -> dict[str, Any]:  # noqa: B008
-    """Run one release; returns the release id, folder and manifest (or raises, publishing nothing)."""
+def release_flow(request: ReleaseRequest = ReleaseRequest()) -> Any:  # noqa: B008
+    """Run one release; returns the release id, folder and manifest. A request refused before
+    any spend ends in state 'Refused' (an in-process caller gets the exception); an unchanged
+    extract with ``skip_unchanged`` ends in 'No new data'."""
+    try:
+        return _release(request)
+    except REFUSALS as exc:
+        return refused(exc)
+
+
+def _release(request: ReleaseRequest) -> Any:
     run_id = str(flow_run.id) if flow_run.id else None
     ledger = str(ledger_path())
 
     config = load_dataset_config(request.dataset)
-    mechanism = request.mechanism.mechanism
-    release_plan = plan(config, mechanism, request.mechanism_params(), request.seed)
+    if request.skip_unchanged:
+        previous = released_before(config, request.input_path)
+        if previous:
+            return skipped("No new data", f"the extract of {config.name} is unchanged since "
+                           f"release {previous}; nothing released, nothing spent (run without "
+                           "'skip if unchanged' to release it again)", {"release_id": None})
+    resolved = resolve_mechanism(config, request.mechanism, request.epsilon, request.parameters)
+    mechanism = resolved.name
+    release_plan = plan(config, mechanism, resolved.params, request.seed)
     if not uses_lattice(mechanism):
         frame, input_info = load_and_validate_input(config, request.input_path)
         check_before_charge(config, release_plan, ledger, request.destination)

@@ -30,7 +30,7 @@ from scipy.stats import beta
 
 from medrelease.aggregate import aggregate_frame
 from medrelease.config import DatasetConfig, config_from_dict
-from medrelease.mechanisms import get_mechanism
+from medrelease.mechanisms import capabilities, get_mechanism
 from medrelease.release import release, release_from_counts
 from medrelease.taxonomy import SUPPRESSED, from_leaf_paths, numeric_levels
 
@@ -83,7 +83,7 @@ def detection_ceiling(runs_per_table: int, confidence: float = 0.95) -> float:
 
 
 def default_design(mechanism: str) -> str:
-    return "classification" if mechanism == "diffgen" else "unique"
+    return "classification" if capabilities(mechanism).needs_class_domain else "unique"
 
 
 def _base(n_rows: int, seed: int) -> pd.DataFrame:
@@ -207,7 +207,8 @@ def run_batch(mechanism: str, epsilon: float, design: str, table: str,
         return out
     # histogram is eps-DP only with a public domain, so it gets one (the same for both tables);
     # the IPA mechanisms run as they do on a config without one
-    values = sorted(set(with_target["inf"])) if mechanism == "histogram" else None
+    public = capabilities(mechanism).audit_public_domain
+    values = sorted(set(with_target["inf"])) if public else None
     counts = aggregate_frame(frame, ["cat", "num"], ["inf"], _taxonomies(), values)
     for seed in seeds:
         out.append(statistic(release_from_counts(counts, mechanism, {"epsilon": epsilon},

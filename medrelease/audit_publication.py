@@ -26,6 +26,7 @@ import pandas as pd
 from pydantic import ValidationError
 
 from medrelease.audit import TIPPING_VALUE, UNIQUE_VALUE
+from medrelease.mechanisms import capabilities
 from medrelease.publication import (
     PUBLISHED,
     Basis,
@@ -150,11 +151,12 @@ def write_audit_dataset(folder: Path, mechanism: str) -> Path:
     columns: dict[str, Any] = {
         "cat": {"role": "dimension", "taxonomy": "cat.csv"},
         "num": {"role": "dimension", "type": "integer", "taxonomy": "num.yaml"}}
-    if mechanism == "diffgen":
+    caps = capabilities(mechanism)
+    if caps.needs_class_domain:
         columns["outcome"] = {"role": "class", "values": ["no", "yes"]}
     else:
         columns["inf"] = {"role": "informative"}
-        if mechanism == "histogram":
+        if caps.audit_public_domain:
             (folder / "inf_domain.txt").write_text("\n".join(AUDIT_VALUES) + "\n")
             columns["inf"]["domain"] = "inf_domain.txt"
     config = {"name": f"audit-{mechanism}", "input": {"path": "extract.csv"},
@@ -169,12 +171,9 @@ def write_audit_dataset(folder: Path, mechanism: str) -> Path:
     return path
 
 
-PUBLICATION_DESIGNS = {
-    "ipa": ("unique", "tipping", "common"),
-    "ipa-paper": ("unique", "tipping", "common"),
-    "histogram": ("unique", "tipping", "common"),
-    "diffgen": ("common", "classification"),
-}
+def publication_designs(mechanism: str) -> tuple[str, ...]:
+    """The neighbour designs the publication audit runs for a mechanism (its declaration)."""
+    return capabilities(mechanism).audit_designs
 
 
 def publication_neighbours(design: str, mechanism: str, epsilon: float
@@ -194,7 +193,7 @@ def publication_neighbours(design: str, mechanism: str, epsilon: float
     if design == "classification":
         return (*classification_tables(), None)
     if design == "common":
-        if mechanism == "diffgen":
+        if capabilities(mechanism).needs_class_domain:
             base, _ = classification_tables()
             return base, pd.concat([base, base.iloc[:1]], ignore_index=True), None
         return (*common_tables(), None)

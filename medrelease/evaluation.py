@@ -17,7 +17,7 @@ import pandas as pd
 
 from medrelease.classification import information_gain, model_scores, split
 from medrelease.config import DatasetConfig
-from medrelease.mechanisms import get_mechanism
+from medrelease.mechanisms import capabilities, get_mechanism
 from medrelease.risk import frequency_attack, risk_report
 from medrelease.store import find_data_file
 from medrelease.utility import AnalysisQuery, compare_queries
@@ -67,10 +67,10 @@ def _classification(original: pd.DataFrame, released: pd.DataFrame, config: Data
     for kind in ("tree", "forest"):
         scores[f"BA {kind}"] = model_scores(raw_train[predictors], raw_train[label],
                                             raw_test[predictors], raw_test[label], kind)
-    if mechanism == "diffgen" and details.get("cut"):
+    if capabilities(mechanism).kind == "classification" and details.get("cut"):
         # relational columns by their cut labels; set-valued ones need the split history,
         # which the manifest does not carry
-        generalized = get_mechanism("diffgen").generalize(raw_test, config,
+        generalized = get_mechanism(mechanism).generalize(raw_test, config,
                                                          {"cut": details["cut"]})
         note = ("CA: trained on the release, tested on 30 % of the input generalized to the "
                 "release's cut (those records were part of the release's input; the held-out "
@@ -140,7 +140,7 @@ def evaluate_release(release_dir: str | Path, original: pd.DataFrame, config: Da
     dims = [c for c in config.dimensions + config.set_valued if c in released.columns]
     evaluation.risk_release = risk_report(released, dims)
     evaluation.risk_input = risk_report(original, dims)
-    if mechanism == "pseudonymize":
+    if capabilities(mechanism).needs_secret:  # a keyed mapping keeps frequencies
         evaluation.frequency_attack = frequency_attack(original, dims)
     evaluation.il_by_height = _il_by_height(candidates)
     return evaluation

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -66,6 +66,40 @@ class PublicFacts:
     def of(cls, config: DatasetConfig) -> PublicFacts:
         return cls(public_domain=config.informative_domain is not None,
                    n_numeric=numeric_predictors(config), max_rows=config.privacy.max_rows)
+
+
+PUBLIC_FACTS = tuple(f.name for f in fields(PublicFacts))  # set from the config, never by a request
+
+
+@dataclass(frozen=True)
+class ResolvedMechanism:
+    """Which mechanism runs with which raw parameters, and where each came from."""
+
+    name: str
+    params: dict[str, Any]
+    source: str  # "request" or "dataset config" (the mechanism's name)
+
+
+def resolve_mechanism(config: DatasetConfig, mechanism: str | None = None,
+                      epsilon: float | None = None,
+                      params: dict[str, Any] | None = None) -> ResolvedMechanism:
+    """The one resolution used by the flow, the CLI, schedules and arrivals: what the request
+    says, else the dataset config's ``mechanism``, else the registry's defaults.
+
+    The config's parameters apply when the request names no mechanism or names the config's
+    own; a request's ``epsilon`` and ``params`` override them key by key.
+    """
+    own = config.mechanism.name or DEFAULT_MECHANISM
+    name = mechanism or own
+    impl = get_mechanism(name)
+    merged = dict(config.mechanism.params) if name == own else {}
+    merged.update(params or {})
+    if epsilon is not None:
+        if "epsilon" not in impl.Params.model_fields:
+            raise ParameterError(f"{name} takes no epsilon ({impl.capabilities.summary}); "
+                                 "leave epsilon empty")
+        merged["epsilon"] = epsilon
+    return ResolvedMechanism(name, merged, "request" if mechanism else "dataset config")
 
 
 def plan_release(
@@ -235,7 +269,8 @@ def materialize(context: ReleaseContext, plan: ReleasePlan, index: int) -> Relea
     impl = get_mechanism(plan.mechanism)
     node = context.lattice.nodes[index]
     table = context.lattice.from_finest(node) if sum(node) else context.lattice.bottom()
-    seed = plan.node_seeds[index] if plan.mechanism == "ipa-paper" else plan.release_seed
+    replay = impl.capabilities.replays_scored_candidate
+    seed = plan.node_seeds[index] if replay else plan.release_seed
     return impl.materialize(context, table, seed, plan.params)
 
 
@@ -472,11 +507,11 @@ def release_without_lattice(
     """Mechanisms that do not search the lattice: Mondrian (on counts), pseudonymization (rows)."""
     impl = get_mechanism(plan.mechanism)
     rng = np.random.default_rng(plan.release_seed)
-    if impl.kind == "counts":
+    if impl.capabilities.kind == "counts":
         counts = aggregate(table, config)
         released, il = impl.release_counts(counts, plan.params, rng)
         n_rows = counts.n_rows
-    elif impl.kind == "classification":
+    elif impl.capabilities.kind == "classification":
         frame = prepare_table(table, config, include_class=True)
         released, summary = impl.release_frame(frame, config, plan.params, rng)
         return MaterializedRelease(index=-1, node=(), table=released, il=None,
@@ -508,9 +543,8 @@ def release(
     Parameters not given come from the config's ``mechanism.params`` when the mechanism is the
     config's default. A ``seed`` makes the run reproducible and marks it not for publication.
     """
-    name = mechanism or config.mechanism.name or DEFAULT_MECHANISM
-    merged = dict(config.mechanism.params) if name == config.mechanism.name else {}
-    merged.update(params or {})
+    resolved = resolve_mechanism(config, mechanism, None, params)
+    name, merged = resolved.name, resolved.params
     # Parameters are checked before the table is touched, so bad parameters never cost a pass.
     check_fits(config, name)
     facts = PublicFacts.of(config)

@@ -265,6 +265,15 @@ class StewardRecords:
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root).resolve()
 
+    def released_input(self, dataset: str, sha256: str) -> str | None:
+        """The real (not TEST) published release of this exact input content, if any."""
+        for record in self.records(dataset):
+            if (record.get("status") == "published" and not record.get("test_release")
+                    and record.get("input_sha256") == sha256
+                    and Path(record.get("published_path") or "").is_dir()):
+                return record["release_id"]
+        return None
+
     def folder(self, dataset: str, release_id: str) -> Path:
         return self.root / safe_relative(dataset, "dataset name") / safe_relative(
             release_id, "release id")

@@ -39,12 +39,23 @@ setup() {
   fi
 }
 
+browser_setup() {
+  # The browser tests drive Debian's chromium with Playwright (Playwright's own browser download
+  # cannot reach the internet here); install the package once if it is missing.
+  [ -x /usr/bin/chromium ] && return 0
+  echo "installing Debian's chromium for the browser tests (once) ..." >&2
+  local sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  $sudo apt-get install -y -q chromium >/dev/null 2>&1 \
+    || { $sudo apt-get update -q >/dev/null && $sudo apt-get install -y -q chromium >/dev/null; }
+}
+
 cmd=${1:-demo}
 shift || true
 setup
 case "$cmd" in
   demo)  exec medrelease demo "$@" ;;
-  test)  exec python -m pytest -q "$@" ;;
+  test)  browser_setup; exec python -m pytest -q "$@" ;;
   bench) exec python benchmarks/engine_bench.py "$@" ;;
   shell) echo "ready: source .venv/bin/activate" ;;
   *) echo "usage: bash scripts/dev.sh {demo|test|bench|shell}" >&2; exit 2 ;;

@@ -20,7 +20,8 @@ from medrelease.aggregate import CountTable, aggregate_chunks, check_drop_limit
 from medrelease.config import DatasetConfig, find_config
 from medrelease.errors import InputValidationError, write_steward_log
 from medrelease.io import counting_positions, file_sha256, iter_chunks, read_input
-from medrelease.settings import steward_log_dir
+from medrelease.settings import steward_log_dir, steward_root
+from medrelease.store import StewardRecords
 from schemas.input import missing_rows, validate_input
 from tasks.budget import artifact_key
 
@@ -36,6 +37,15 @@ class InputInfo:
 @task(name="load-dataset-config", cache_policy=NO_CACHE)
 def load_dataset_config(dataset: str) -> DatasetConfig:
     return find_config(dataset)
+
+
+@task(name="check-for-new-data", cache_policy=NO_CACHE)
+def released_before(config: DatasetConfig, input_path: str | None) -> str | None:
+    """The release that already published this exact extract (by content hash), if any."""
+    path = config.extract_path(input_path)
+    if not path.is_file():
+        return None  # the validation step reports a missing file with its own message
+    return StewardRecords(steward_root()).released_input(config.name, file_sha256(path))
 
 
 @contextmanager

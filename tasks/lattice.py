@@ -9,6 +9,7 @@ from prefect.cache_policies import NO_CACHE
 
 from medrelease.config import DatasetConfig
 from medrelease.lattice import Node
+from medrelease.mechanisms import capabilities
 from medrelease.mechanisms.base import NodeSummary, ReleaseContext
 from medrelease.release import (
     MaterializedRelease,
@@ -56,7 +57,8 @@ def release_rows(config: DatasetConfig, frame: pd.DataFrame,
 
     The pseudonymization key is read here and goes nowhere else.
     """
-    key = load_pseudonym_key(release_plan.params) if release_plan.mechanism == "pseudonymize" else None
+    needs_key = capabilities(release_plan.mechanism).needs_secret
+    key = load_pseudonym_key(release_plan.params) if needs_key else None
     return release_without_lattice(frame, config, release_plan, key)
 
 

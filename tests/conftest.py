@@ -92,3 +92,56 @@ def prefect_harness():
 
     with prefect_test_harness(server_startup_timeout=600):
         yield
+
+
+SERVE_WAIT_S = 180
+
+
+@pytest.fixture(scope="session")
+def served(tmp_path_factory):
+    """A real ``prefect server`` and ``medrelease serve`` (with an inbox), shared by the
+    deployment and browser tests: started once per session."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    from types import SimpleNamespace
+
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from deployments.local_server import running_server, server_env
+
+    base = tmp_path_factory.mktemp("served")
+    with running_server(base) as api_url:
+        env = server_env(base, api_url)
+        env.update({"MEDRELEASE_HOME": str(base / "home"), "PREFECT_RUNNER_POLL_FREQUENCY": "1",
+                    "PREFECT_LOGGING_LEVEL": "INFO",
+                    "MEDRELEASE_PSEUDONYM_KEY": "browser-test-key-0123456789abcdef"})
+        inbox = base / "inbox"
+        log = (base / "serve.log").open("w")
+        medrelease = Path(sys.executable).with_name("medrelease")
+        proc = subprocess.Popen(
+            [str(medrelease), "serve", "--inbox", str(inbox), "--interval", "0.5"],
+            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=ROOT,
+        )
+        try:
+            with temporary_settings(updates={PREFECT_API_URL: api_url}):
+                deadline = time.monotonic() + SERVE_WAIT_S
+                while True:
+                    with get_client(sync_client=True) as client:
+                        names = {d.name for d in client.read_deployments()}
+                    if {"on-demand", "scheduled-nps-sample", "on-arrival", "watch-inbox"} <= names:
+                        break
+                    assert proc.poll() is None, (base / "serve.log").read_text()[-3000:]
+                    assert time.monotonic() < deadline, "deployments not served in time"
+                    time.sleep(1)
+                yield SimpleNamespace(api_url=api_url, inbox=inbox, home=base / "home",
+                                      log=base / "serve.log")
+        finally:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+            log.close()

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from flows.arrival import DuplicateExtractError, arrival_release_flow
+from flows.arrival import arrival_release_flow
 from medrelease.errors import InputValidationError
 from medrelease.inbox import InboxWatcher
 from medrelease.io import file_sha256
@@ -59,8 +59,10 @@ def test_arrival_with_the_dataset_as_a_yaml_path_releases_then_refuses_the_dupli
     spends = len(Ledger(tmp_path / "home" / "ledger.sqlite").spends())
 
     again = _claim(inbox, "monthly-again.csv", _table())
-    with pytest.raises(DuplicateExtractError, match="already released as"):
-        arrival_release_flow(config, str(again.path), again.sha256)
+    state = arrival_release_flow(config, str(again.path), again.sha256, return_state=True)
+    assert (state.name, state.type.value) == ("Duplicate", "COMPLETED")  # not a failure
+    assert "already released as" in state.message
+    assert state.result()["release_id"] is None
     assert (inbox / "duplicates" / "monthly-again.csv").is_file()
     assert len(Ledger(tmp_path / "home" / "ledger.sqlite").spends()) == spends
     assert list((inbox / "processing").iterdir()) == []

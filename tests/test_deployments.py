@@ -5,63 +5,19 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId
-from prefect.settings import PREFECT_API_URL, temporary_settings
 
-from deployments.local_server import running_server, server_env
 from medrelease.ledger import Ledger
-
-from .conftest import ROOT
+from medrelease.mechanisms import label
 
 pytestmark = pytest.mark.server
 WAIT_S = 180
-
-
-@pytest.fixture(scope="module")
-def served(tmp_path_factory):
-    base = tmp_path_factory.mktemp("served")
-    with running_server(base) as api_url:
-        env = server_env(base, api_url)
-        env.update({"MEDRELEASE_HOME": str(base / "home"), "PREFECT_RUNNER_POLL_FREQUENCY": "1",
-                    "PREFECT_LOGGING_LEVEL": "INFO"})
-        inbox = base / "inbox"
-        log = (base / "serve.log").open("w")
-        medrelease = Path(sys.executable).with_name("medrelease")
-        proc = subprocess.Popen(
-            [str(medrelease), "serve", "--inbox", str(inbox), "--interval", "0.5"],
-            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=ROOT,
-        )
-        try:
-            with temporary_settings(updates={PREFECT_API_URL: api_url}):
-                deadline = time.monotonic() + WAIT_S
-                while True:
-                    with get_client(sync_client=True) as client:
-                        names = {d.name for d in client.read_deployments()}
-                    if {"on-demand", "scheduled-nps-sample", "on-arrival", "watch-inbox"} <= names:
-                        break
-                    assert proc.poll() is None, (base / "serve.log").read_text()[-3000:]
-                    assert time.monotonic() < deadline, "deployments not served in time"
-                    time.sleep(1)
-                yield SimpleNamespace(api_url=api_url, inbox=inbox, home=base / "home",
-                                      log=base / "serve.log")
-        finally:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-            log.close()
 
 
 def _runs(client, deployment_id) -> list:
@@ -84,7 +40,9 @@ def test_schedule_is_registered_with_the_configs_cron(served) -> None:
         deployment = client.read_deployment_by_name("medrelease-release/scheduled-nps-sample")
     [schedule] = deployment.schedules
     assert schedule.schedule.cron == "0 2 1 * *" and schedule.active
-    assert deployment.parameters == {"request": {"dataset": "nps-sample"}}
+    # the dataset's own mechanism; an unchanged extract is not released (and spends) again
+    assert deployment.parameters == {"request": {"dataset": "nps-sample",
+                                                 "skip_unchanged": True}}
 
 
 def test_on_demand_run_with_custom_parameters(served) -> None:
@@ -94,14 +52,14 @@ def test_on_demand_run_with_custom_parameters(served) -> None:
         for text in ("TEST ONLY", "Dataset name", "ipa-paper", "suppression_threshold"):
             assert text in schema  # the UI form: fields, defaults and descriptions
         parameters = {"request": {"dataset": "nps-sample", "seed": 7, "batch_size": 64,
-                                  "mechanism": {"mechanism": "ipa-paper", "epsilon": 0.5}}}
+                                  "mechanism": label("ipa-paper"), "epsilon": 0.5}}
         run = client.create_flow_run_from_deployment(deployment.id, parameters=parameters)
         deadline = time.monotonic() + WAIT_S
         while not (run := client.read_flow_run(run.id)).state.is_final():
             assert time.monotonic() < deadline, served.log.read_text()[-3000:]
             time.sleep(1)
     assert run.state.is_completed(), run.state.message
-    assert run.parameters["request"]["mechanism"]["mechanism"] == "ipa-paper"
+    assert run.parameters["request"]["mechanism"].startswith("ipa-paper — ")
     assert run.parameters["request"]["seed"] == 7
     # a seed makes a TEST release: the test store, never the publishable one
     [manifest_path] = list((served.home / "test-releases").rglob("*ipa-paper*/manifest.json"))

@@ -1,9 +1,15 @@
-"""Registry of release mechanisms by name (the name is what configs, flows and the CLI use)."""
+"""The registry: the one list of release mechanisms, by the name configs, flows and the CLI use.
+
+Everything else derives from what each mechanism declares in its own file (``Params`` with
+field descriptions, ``guarantee``, ``budget_steps``, ``capabilities``, ``selection``): the flow's
+form (dropdown labels, the advanced parameters), the CLI's ``--param`` checks, the release
+driver, the evaluation and the audits. Adding a mechanism is its file plus ``register``.
+"""
 
 from __future__ import annotations
 
 from medrelease.errors import ParameterError
-from medrelease.mechanisms.base import LatticeMechanism, NodeSummary, ReleaseContext
+from medrelease.mechanisms.base import Capabilities, LatticeMechanism, NodeSummary, ReleaseContext
 from medrelease.mechanisms.diffgen import DiffGen
 from medrelease.mechanisms.histogram import Histogram
 from medrelease.mechanisms.ipa import IPA
@@ -12,17 +18,29 @@ from medrelease.mechanisms.kanon import KAnonymity
 from medrelease.mechanisms.mondrian import Mondrian
 from medrelease.mechanisms.pseudonymize import Pseudonymize
 
-MECHANISMS: dict[str, LatticeMechanism] = {
-    m.name: m
-    for m in (IPA(), IPAPaper(), Histogram(), KAnonymity(), Mondrian(), Pseudonymize(),
-              DiffGen())
-}
-
-
-def uses_lattice(name: str) -> bool:
-    """Lattice mechanisms score nodes; the others release from the rows or counts directly."""
-    return getattr(get_mechanism(name), "kind", "lattice") == "lattice"
+MECHANISMS: dict[str, LatticeMechanism] = {}
 DEFAULT_MECHANISM = "ipa"
+LABEL_SEPARATOR = " — "
+
+
+def register(mechanism: LatticeMechanism) -> LatticeMechanism:
+    """Add a mechanism (by its ``name``) to the registry; a second one of that name is refused."""
+    if mechanism.name in MECHANISMS and MECHANISMS[mechanism.name] is not mechanism:
+        raise ValueError(f"a mechanism named {mechanism.name!r} is already registered")
+    if not isinstance(getattr(mechanism, "capabilities", None), Capabilities):
+        raise TypeError(f"mechanism {mechanism.name!r} declares no Capabilities")
+    MECHANISMS[mechanism.name] = mechanism
+    return mechanism
+
+
+def unregister(name: str) -> None:
+    """Remove a mechanism (tests that register their own)."""
+    MECHANISMS.pop(name, None)
+
+
+for _mechanism in (IPA(), IPAPaper(), Histogram(), KAnonymity(), Mondrian(), Pseudonymize(),
+                   DiffGen()):
+    register(_mechanism)
 
 
 def get_mechanism(name: str) -> LatticeMechanism:
@@ -34,31 +52,57 @@ def get_mechanism(name: str) -> LatticeMechanism:
         ) from None
 
 
-SET_VALUED_MECHANISMS = ("diffgen",)
+def capabilities(name: str) -> Capabilities:
+    return get_mechanism(name).capabilities
+
+
+def uses_lattice(name: str) -> bool:
+    """Lattice mechanisms score nodes; the others release from the rows or counts directly."""
+    return capabilities(name).kind == "lattice"
+
+
+def label(name: str) -> str:
+    """The dropdown label: the name, then its guarantee in words."""
+    return f"{name}{LABEL_SEPARATOR}{capabilities(name).summary}"
+
+
+def labels() -> list[str]:
+    """Every registered mechanism's label, the default first."""
+    names = sorted(MECHANISMS, key=lambda n: (n != DEFAULT_MECHANISM, n))
+    return [label(n) for n in names]
+
+
+def name_from_label(value: str) -> str:
+    """Accept a bare name or a dropdown label; return the registered name."""
+    name = value.split(LABEL_SEPARATOR, 1)[0].strip()
+    get_mechanism(name)
+    return name
 
 
 def check_fits(config, name: str) -> None:
     """Refuse a mechanism that cannot release the dataset as declared (before any spend)."""
-    if name == "diffgen" and (len(config.class_columns) != 1 or not config.class_domain):
+    caps = capabilities(name)
+    if caps.needs_class_domain and (len(config.class_columns) != 1 or not config.class_domain):
         raise ParameterError(
-            "diffgen needs exactly one column with role 'class', with its public values "
+            f"{name} needs exactly one column with role 'class', with its public values "
             "declared ('values: [...]'); the dataset config has "
             f"{len(config.class_columns)} class column(s)")
-    if config.set_valued and name not in SET_VALUED_MECHANISMS:
+    if config.set_valued and not caps.set_valued_input:
+        able = sorted(n for n, m in MECHANISMS.items() if m.capabilities.set_valued_input)
         raise ParameterError(
             f"mechanism {name!r} cannot release set-valued column(s) "
             f"{', '.join(repr(c) for c in config.set_valued)} of dataset {config.name!r}; use "
-            f"{' or '.join(repr(m) for m in SET_VALUED_MECHANISMS)}, or give them role 'drop'"
+            f"{' or '.join(repr(m) for m in able)}, or give them role 'drop'"
         )
-
-
-__all__ = ["DEFAULT_MECHANISM", "MECHANISMS", "NodeSummary", "ReleaseContext", "check_fits", "get_mechanism"]
 
 
 def output_columns(config, name: str) -> list[str]:
     """The columns a mechanism's release carries (anything else must not appear)."""
-    if name == "diffgen":
-        return config.dimensions + config.set_valued + config.class_columns
-    if name == "pseudonymize":
-        return config.dimensions + config.informative + config.class_columns
-    return config.dimensions + config.informative
+    by_role = {"dimension": config.dimensions, "informative": config.informative,
+               "set_valued": config.set_valued, "class": config.class_columns}
+    return [c for role in capabilities(name).output_roles for c in by_role[role]]
+
+
+__all__ = ["DEFAULT_MECHANISM", "MECHANISMS", "NodeSummary", "ReleaseContext", "capabilities",
+           "check_fits", "get_mechanism", "label", "labels", "name_from_label", "output_columns",
+           "register", "unregister", "uses_lattice"]

@@ -58,6 +58,25 @@ class NodeSummary:
 Selection = str  # "exponential" (private choice), "minimum_loss" (kanon), "fixed" (histogram)
 
 
+@dataclass(frozen=True)
+class Capabilities:
+    """What a mechanism takes and gives, declared once in its own file.
+
+    The form, the CLI, the release driver, the evaluation and the audits read these instead of
+    testing mechanism names, so a new mechanism is one file plus one line in the registry.
+    """
+
+    summary: str  # the guarantee in a few words, shown in the form's mechanism dropdown
+    kind: str = "lattice"  # lattice | counts (aggregated, no lattice) | rows | classification
+    set_valued_input: bool = False  # can release set-valued columns (DiffGen)
+    needs_class_domain: bool = False  # one class column with declared public values
+    output_roles: tuple[str, ...] = ("dimension", "informative")
+    replays_scored_candidate: bool = False  # release = the perturbation that was scored
+    needs_secret: bool = False  # reads a key (kept out of every log and record)
+    audit_designs: tuple[str, ...] = ("unique", "tipping", "common")
+    audit_public_domain: bool = False  # the audit gives its informative column a public domain
+
+
 class LatticeMechanism(Protocol):
     name: ClassVar[str]
     Params: ClassVar[type[MechanismParams]]

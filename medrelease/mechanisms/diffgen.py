@@ -35,7 +35,7 @@ from pydantic.json_schema import SkipJsonSchema
 from medrelease.config import DatasetConfig
 from medrelease.errors import ParameterError
 from medrelease.guarantee import ADD_REMOVE_ONE_ROW, BudgetStep, Guarantee
-from medrelease.mechanisms.base import MechanismBase, MechanismParams, noise_bound
+from medrelease.mechanisms.base import Capabilities, MechanismBase, MechanismParams, noise_bound
 from medrelease.mechanisms.setvalued import ChildGroups, SetCut, encode_item_sets
 from medrelease.randomness import discrete_laplace, exponential_mechanism
 from medrelease.taxonomy import Taxonomy
@@ -112,8 +112,15 @@ def _split_scores(leaf_class: np.ndarray, kind: str) -> np.ndarray:
 
 class DiffGen(MechanismBase):
     name: ClassVar[str] = "diffgen"
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        summary="eps-DP, proven (classification release)",
+        kind="classification",
+        set_valued_input=True,
+        needs_class_domain=True,
+        output_roles=("dimension", "set_valued", "class"),
+        audit_designs=("common", "classification"),
+    )
     selection: ClassVar[str] = "none"
-    kind: ClassVar[str] = "classification"
     Params: ClassVar[type[MechanismParams]] = DiffGenParams
 
     def guarantee(self, params: DiffGenParams) -> Guarantee:

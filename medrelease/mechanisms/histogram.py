@@ -22,7 +22,13 @@ from pydantic.json_schema import SkipJsonSchema
 from medrelease.errors import ParameterError
 from medrelease.guarantee import ADD_REMOVE_ONE_ROW, BudgetStep, Guarantee
 from medrelease.lattice import Node, NodeTable
-from medrelease.mechanisms.base import MechanismBase, MechanismParams, ReleaseContext, noise_bound
+from medrelease.mechanisms.base import (
+    Capabilities,
+    MechanismBase,
+    MechanismParams,
+    ReleaseContext,
+    noise_bound,
+)
 from medrelease.metrics import ReleasedCells, class_ncp
 from medrelease.randomness import discrete_laplace
 
@@ -44,6 +50,10 @@ class HistogramParams(MechanismParams):
 
 class Histogram(MechanismBase):
     name: ClassVar[str] = "histogram"
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        summary="eps-DP with a public informative domain (else unproven)",
+        audit_public_domain=True,
+    )
     selection: ClassVar[str] = "fixed"
     Params: ClassVar[type[MechanismParams]] = HistogramParams
 

@@ -37,6 +37,7 @@ from medrelease.errors import ParameterError
 from medrelease.guarantee import ADD_REMOVE_ONE_ROW, BudgetStep, Guarantee
 from medrelease.lattice import Node, NodeTable, iter_above
 from medrelease.mechanisms.base import (
+    Capabilities,
     MechanismParams,
     NodeSummary,
     ReleaseContext,
@@ -184,6 +185,9 @@ def choose_by_score(rng: np.random.Generator, scores: list[int], epsilon: float)
 
 class IPA:
     name: ClassVar[str] = "ipa"
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        summary="(eps, delta)-DP, proven (the default)",
+    )
     selection: ClassVar[str] = "exponential"
     Params: ClassVar[type[MechanismParams]] = IPAParams
 

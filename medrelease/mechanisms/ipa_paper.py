@@ -17,6 +17,7 @@ from medrelease.errors import ParameterError
 from medrelease.guarantee import ADD_REMOVE_ONE_ROW, BudgetStep, Guarantee
 from medrelease.lattice import NodeTable
 from medrelease.mechanisms.base import (
+    Capabilities,
     MechanismParams,
     ReleaseContext,
     in_class_draws,
@@ -71,6 +72,10 @@ class IPAPaperParams(MechanismParams):
 
 class IPAPaper:
     name: ClassVar[str] = "ipa-paper"
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        summary="paper mechanism, formal guarantee NOT upheld",
+        replays_scored_candidate=True,
+    )
     selection: ClassVar[str] = "exponential"
     Params: ClassVar[type[MechanismParams]] = IPAPaperParams
 

@@ -21,6 +21,7 @@ from medrelease.errors import ParameterError
 from medrelease.guarantee import Guarantee
 from medrelease.lattice import Node, NodeTable
 from medrelease.mechanisms.base import (
+    Capabilities,
     MechanismBase,
     MechanismParams,
     NodeSummary,
@@ -40,6 +41,10 @@ class KAnonParams(MechanismParams):
 
 class KAnonymity(MechanismBase):
     name: ClassVar[str] = "kanon"
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        summary="syntactic k-anonymity, no DP",
+        audit_designs=(),
+    )
     selection: ClassVar[str] = "minimum_loss"
     Params: ClassVar[type[MechanismParams]] = KAnonParams
 

@@ -24,7 +24,7 @@ from pydantic import Field
 from medrelease.aggregate import CountTable
 from medrelease.errors import ParameterError
 from medrelease.guarantee import Guarantee
-from medrelease.mechanisms.base import MechanismBase, MechanismParams
+from medrelease.mechanisms.base import Capabilities, MechanismBase, MechanismParams
 from medrelease.metrics import ILParts
 from medrelease.taxonomy import Taxonomy
 
@@ -120,8 +120,12 @@ def _label(taxonomy: Taxonomy, leaf_codes: np.ndarray) -> tuple[str, float]:
 
 class Mondrian(MechanismBase):
     name: ClassVar[str] = "mondrian"
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        summary="syntactic k-anonymity, no DP",
+        kind="counts",
+        audit_designs=(),
+    )
     selection: ClassVar[str] = "none"
-    kind: ClassVar[str] = "counts"
     Params: ClassVar[type[MechanismParams]] = MondrianParams
 
     def guarantee(self, params: MondrianParams) -> Guarantee:

@@ -21,7 +21,7 @@ from pydantic import Field
 
 from medrelease.errors import ParameterError
 from medrelease.guarantee import Guarantee
-from medrelease.mechanisms.base import MechanismBase, MechanismParams
+from medrelease.mechanisms.base import Capabilities, MechanismBase, MechanismParams
 
 LABEL = "pseudonymization — no formal privacy guarantee"
 BLOCK = 16
@@ -82,8 +82,14 @@ def pseudonymize_frame(frame: pd.DataFrame, columns: list[str], keep: list[str],
 
 class Pseudonymize(MechanismBase):
     name: ClassVar[str] = "pseudonymize"
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        summary="keyed pseudonyms, no formal guarantee",
+        kind="table",
+        output_roles=("dimension", "informative", "class"),
+        needs_secret=True,
+        audit_designs=(),
+    )
     selection: ClassVar[str] = "none"
-    kind: ClassVar[str] = "table"
     Params: ClassVar[type[MechanismParams]] = PseudonymizeParams
 
     def guarantee(self, params: PseudonymizeParams) -> Guarantee:

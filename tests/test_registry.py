@@ -1,0 +1,122 @@
+"""The registry is the single list: a mechanism registered from a test shows up in the form
+schema, the CLI and a flow run without touching another file; and every trigger resolves the
+mechanism the same way (request -> dataset YAML -> defaults)."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+from typer.testing import CliRunner
+
+from deployments.cli import app
+from flows.release import ReleaseRequest, release_flow
+from medrelease.config import find_config
+from medrelease.errors import ParameterError
+from medrelease.mechanisms import Capabilities, label, register, unregister
+from medrelease.mechanisms.histogram import Histogram
+from medrelease.release import resolve_mechanism
+
+from .conftest import write_paper_dataset
+
+MIMIC = Path(__file__).resolve().parents[2] / "shared" / "data" / "mimic-iii-demo"
+
+
+class ToyHistogram(Histogram):
+    """A mechanism declared here and nowhere else: the histogram under another name."""
+
+    name: ClassVar[str] = "toy-histogram"
+    capabilities: ClassVar[Capabilities] = Capabilities(summary="toy for the registry test")
+
+
+@pytest.fixture
+def toy():
+    register(ToyHistogram())
+    try:
+        yield "toy-histogram"
+    finally:
+        unregister("toy-histogram")
+
+
+def test_a_registered_mechanism_appears_in_the_form_and_the_cli(toy: str) -> None:
+    schema = ReleaseRequest.model_json_schema()
+    assert label(toy) in schema["properties"]["mechanism"]["enum"]
+    assert "toy-histogram: node, cell_limit" in schema["properties"]["parameters"]["description"]
+    listed = CliRunner().invoke(app, ["mechanisms"], env={"COLUMNS": "200"})
+    assert listed.exit_code == 0 and "toy-histogram" in listed.output
+    request = ReleaseRequest(mechanism=label(toy), epsilon=0.5, parameters={"cell_limit": 9000})
+    assert request.mechanism == toy
+    with pytest.raises(ValueError, match="toy-histogram does not take k; it takes: auto_cells"):
+        ReleaseRequest(mechanism=toy, parameters={"k": 3})
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_a_registered_mechanism_releases_through_the_flow(toy: str, tmp_path: Path,
+                                                           monkeypatch) -> None:
+    monkeypatch.setenv("MEDRELEASE_HOME", str(tmp_path / "home"))
+    config = write_paper_dataset(tmp_path)
+    config.write_text(config.read_text() + textwrap.dedent("""\
+        policy: {mechanisms: [toy-histogram], allow_unproven: true}
+        """))
+    result = release_flow(ReleaseRequest(dataset=str(config), mechanism=toy, epsilon=0.5,
+                                         seed=3, evaluate=False))
+    manifest = result["manifest"]
+    assert manifest["mechanism"] == toy and manifest["epsilon_spent"] == pytest.approx(0.5)
+    assert manifest["checks"]["passed"]
+
+
+def test_resolution_request_then_yaml_then_defaults() -> None:
+    mimic = find_config("mimic-demo")
+    own = resolve_mechanism(mimic)
+    assert (own.name, own.params["specializations"], own.source) == ("diffgen", 5,
+                                                                      "dataset config")
+    overridden = resolve_mechanism(mimic, epsilon=0.5, params={"score": "infogain"})
+    assert overridden.params == {"epsilon": 0.5, "specializations": 5, "score": "infogain"}
+    other = resolve_mechanism(find_config("nps-sample"), "kanon", None, {"k": 12})
+    assert other.params == {"k": 12} and other.source == "request"  # no ipa params carried
+    with pytest.raises(ParameterError, match="kanon takes no epsilon"):
+        resolve_mechanism(find_config("nps-sample"), "kanon", 1.0)
+
+
+@pytest.mark.skipif(not MIMIC.is_dir(), reason="MIMIC-III demo not beside the checkout")
+@pytest.mark.usefixtures("prefect_harness")
+def test_a_mimic_arrival_is_released_with_the_yaml_diffgen_parameters(tmp_path: Path,
+                                                                       monkeypatch) -> None:
+    from flows.arrival import arrival_release_flow
+    from medrelease.inbox import InboxWatcher
+    from medrelease.mimic import write_admissions
+
+    monkeypatch.setenv("MEDRELEASE_HOME", str(tmp_path / "home"))
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    monkeypatch.setenv("MEDRELEASE_INBOX", str(inbox))
+    write_admissions(MIMIC, inbox / "admissions.csv")
+    (inbox / "admissions.csv.done").write_text("")
+    [arrival] = InboxWatcher(inbox, stable_polls=1).poll()
+    result = arrival_release_flow("mimic-demo", str(arrival.path), arrival.sha256)
+    manifest = json.loads((Path(result["path"]) / "manifest.json").read_text())
+    assert manifest["mechanism"] == "diffgen"
+    assert manifest["parameters"]["specializations"] == 5  # from datasets/mimic-demo's YAML
+    assert manifest["parameters"]["score"] == "max" and manifest["epsilon_spent"] == 1.0
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_an_unchanged_extract_is_not_released_again_when_asked_to_skip(tmp_path: Path,
+                                                                       monkeypatch) -> None:
+    from medrelease.ledger import Ledger
+
+    monkeypatch.setenv("MEDRELEASE_HOME", str(tmp_path / "home"))
+    config = str(write_paper_dataset(tmp_path))
+    first = release_flow(ReleaseRequest(dataset=config, skip_unchanged=True, evaluate=False))
+    assert first["release_id"]
+    spends = len(Ledger(tmp_path / "home" / "ledger.sqlite").spends())
+    state = release_flow(ReleaseRequest(dataset=config, skip_unchanged=True, evaluate=False),
+                         return_state=True)
+    assert (state.name, state.type.value) == ("No new data", "COMPLETED")
+    assert first["release_id"] in state.message and "nothing spent" in state.message
+    assert len(Ledger(tmp_path / "home" / "ledger.sqlite").spends()) == spends
+    forced = release_flow(ReleaseRequest(dataset=config, evaluate=False))  # the steward forces
+    assert forced["release_id"] != first["release_id"]

@@ -1,0 +1,158 @@
+"""The steward's on-demand form in a real browser: Debian's Chromium driven by Playwright
+against a real ``prefect server`` serving the deployments (the ``served`` fixture).
+
+For every registered mechanism the test opens the form in Prefect's default UI, picks the
+mechanism from the dropdown by its guarantee label, fills epsilon (or leaves it empty for the
+syntactic models) and an advanced parameter, submits, and checks that the run completes with
+exactly those parameters. The newer UI is opened too and must list the same labels.
+Screenshots go to the test's output folder (``pytest --basetemp`` or the printed path).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName
+from prefect.settings import PREFECT_API_URL, temporary_settings
+
+from medrelease.mechanisms import label, labels
+
+pytestmark = [pytest.mark.server, pytest.mark.browser]
+CHROMIUM = "/usr/bin/chromium"
+WAIT_S = 240
+# mechanism -> (dataset, epsilon typed in the form or None, advanced parameters as JSON)
+SUBMISSIONS = {
+    "ipa": ("nps-sample", "0.8", '{"suppression_threshold": 3}'),
+    "ipa-paper": ("nps-sample", "0.5", '{"threshold_noise": "authors_code"}'),
+    "histogram": ("nps-sample", "0.5", '{"cell_limit": 50000}'),
+    "kanon": ("nps-sample", None, '{"k": 12}'),
+    "mondrian": ("nps-sample", None, '{"variant": "relaxed"}'),
+    "pseudonymize": ("nps-sample", None, '{"method": "hmac"}'),
+    "diffgen": ("adult", "1.0", '{"specializations": 4}'),
+}
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} is missing: `bash scripts/dev.sh test` installs Debian's "
+                    "chromium package (apt-get install chromium)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(
+            executable_path=CHROMIUM,
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync", "--no-first-run"])
+        yield chromium
+        chromium.close()
+
+
+def _property(page, title: str):
+    """The innermost form field whose label starts with ``title`` (Prefect's default UI)."""
+    name = page.locator(".schema-form-property__label", has_text=re.compile("^" + re.escape(title)))
+    return page.locator(".schema-form-property").filter(has=name).last
+
+
+def _fill_form(page, mechanism: str, dataset: str, epsilon: str | None, advanced: str) -> str:
+    _property(page, "Dataset").locator("textarea, input").first.fill(dataset)
+    select = _property(page, "Mechanism").locator("button.p-select-button__control")
+    select.focus()
+    select.press("ArrowDown")  # opens the dropdown
+    options = page.locator(".p-select-option")
+    options.first.wait_for(timeout=10_000)
+    shown = {options.nth(i).inner_text().strip() for i in range(options.count())}
+    assert set(labels()) <= shown, f"dropdown shows {sorted(shown)}"
+    options.filter(has_text=label(mechanism)).first.click()
+    if epsilon is not None:
+        _property(page, "Epsilon").locator("input").fill(epsilon)
+    _property(page, "Advanced: mechanism parameters").locator("textarea").fill(advanced)
+    _property(page, "Seed").locator("textarea, input").first.fill("11")  # a TEST release
+    _property(page, "Evaluate").locator("[role=switch]").click()  # the report is not tested here
+    return page.locator("input").first.input_value()  # the run name Prefect proposed
+
+
+def _submit_each(browser, ui: str, deployment_id: str, shots: Path) -> dict[str, str]:
+    page = browser.new_page(viewport={"width": 1300, "height": 1900})
+    names = {}
+    for mechanism, (dataset, epsilon, advanced) in SUBMISSIONS.items():
+        page.goto(f"{ui}/deployments/deployment/{deployment_id}/run")
+        page.locator(".schema-form-property__label").first.wait_for(timeout=60_000)
+        names[mechanism] = _fill_form(page, mechanism, dataset, epsilon, advanced)
+        page.screenshot(path=str(shots / f"form-{mechanism}.png"), full_page=True)
+        page.get_by_role("button", name=re.compile("^Submit")).click()
+        page.wait_for_url(re.compile(r"/deployments/deployment/[^/]+(\?.*)?$"), timeout=30_000)
+    page.close()
+    return names
+
+
+def _final_run(client, name: str, log: Path):
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        [run] = client.read_flow_runs(flow_run_filter=FlowRunFilter(
+            name=FlowRunFilterName(any_=[name]))) or [None]
+        if run is not None and run.state and run.state.is_final():
+            return run
+        assert time.monotonic() < deadline, f"run {name} not final:\n{log.read_text()[-3000:]}"
+        time.sleep(1)
+
+
+def test_every_mechanism_from_the_form(served, browser, tmp_path: Path, request) -> None:
+    shots = tmp_path / "screenshots"
+    shots.mkdir()
+    ui = served.api_url.removesuffix("/api")
+    with temporary_settings(updates={PREFECT_API_URL: served.api_url}):
+        with get_client(sync_client=True) as client:
+            deployment = client.read_deployment_by_name("medrelease-release/on-demand")
+        names = _submit_each(browser, ui, str(deployment.id), shots)
+        with get_client(sync_client=True) as client:
+            runs = {m: _final_run(client, n, served.log) for m, n in names.items()}
+    for mechanism, run in runs.items():
+        dataset, epsilon, advanced = SUBMISSIONS[mechanism]
+        sent = run.parameters["request"]
+        assert run.state.is_completed(), f"{mechanism}: {run.state.name}: {run.state.message}"
+        assert sent["mechanism"] == label(mechanism) and sent["dataset"] == dataset
+        assert sent.get("epsilon") == (float(epsilon) if epsilon else None)
+        assert sent["parameters"] == json.loads(advanced) and str(sent["seed"]) == "11"
+    manifests = list((served.home / "test-releases").rglob("manifest.json"))
+    by_mechanism = {m["mechanism"]: m for m in (json.loads(p.read_text()) for p in manifests)}
+    assert set(SUBMISSIONS) <= set(by_mechanism), sorted(by_mechanism)
+    assert by_mechanism["ipa"]["epsilon_spent"] == pytest.approx(0.8)
+    _keep(shots, request)
+
+
+def test_the_newer_ui_lists_the_same_labelled_mechanisms(served, browser, tmp_path: Path,
+                                                         request) -> None:
+    ui = served.api_url.removesuffix("/api")
+    with (temporary_settings(updates={PREFECT_API_URL: served.api_url}),
+          get_client(sync_client=True) as client):
+        deployment = client.read_deployment_by_name("medrelease-release/on-demand")
+    page = browser.new_page(viewport={"width": 1300, "height": 1900})
+    page.goto(f"{ui}/v2/deployments/deployment/{deployment.id}/run")
+    page.get_by_text("Mechanism (Optional)").wait_for(timeout=60_000)
+    page.get_by_role("button", name="Select Mechanism").click()
+    for text in labels():
+        page.get_by_role("option", name=text).wait_for(timeout=10_000)
+    page.get_by_role("option", name=label("kanon")).click()
+    page.screenshot(path=str(tmp_path / "v2-form.png"), full_page=True)
+    assert page.get_by_text(label("kanon")).count() >= 1
+    page.close()
+    _keep(tmp_path / "v2-form.png", request)
+
+
+def _keep(path: Path, request) -> None:
+    """Copy screenshots to var/test-screenshots/ so a reader finds them after the run."""
+    target = Path(__file__).resolve().parents[1] / "var" / "test-screenshots"
+    target.mkdir(parents=True, exist_ok=True)
+    if path.is_dir():
+        for shot in path.glob("*.png"):
+            shutil.copy(shot, target / shot.name)
+    else:
+        shutil.copy(path, target / path.name)
+    print(f"{request.node.name}: screenshots in {target}")
