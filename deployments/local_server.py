@@ -69,6 +69,9 @@ def running_server(home: Path) -> Iterator[str]:
     # `prefect server start --port` does not tell the UI where its API is: without this the UI
     # calls 127.0.0.1:4200 and shows "Can't connect to Server API".
     env["PREFECT_UI_API_URL"] = api_url
+    # With SQLite, a write that races another can fail at once with "database is locked"
+    # (Prefect answers 503; its UI shows "Oops. Something went wrong"). Log them in server.log.
+    env["PREFECT_API_LOG_RETRYABLE_ERRORS"] = "true"
     proc = subprocess.Popen(
         [str(prefect), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
         env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,

@@ -78,18 +78,58 @@ def _fill_form(page, mechanism: str, dataset: str, epsilon: str | None, advanced
     return page.locator("input").first.input_value()  # the run name Prefect proposed
 
 
-def _submit_each(browser, ui: str, deployment_id: str, shots: Path) -> dict[str, str]:
+def _submit_each(browser, ui: str, deployment_id: str, shots: Path, log: Path) -> dict:
+    """Submit the form once per mechanism, one release at a time (a steward's pace), and
+    return each mechanism's final flow run."""
     page = browser.new_page(viewport={"width": 1300, "height": 1900})
-    names = {}
+    problems: list[str] = []
+    page.on("response", lambda r: r.status >= 400 and problems.append(
+        f"{r.request.method} {r.url} -> {r.status}"))
+    runs = {}
     for mechanism, (dataset, epsilon, advanced) in SUBMISSIONS.items():
         page.goto(f"{ui}/deployments/deployment/{deployment_id}/run")
         page.locator(".schema-form-property__label").first.wait_for(timeout=60_000)
-        names[mechanism] = _fill_form(page, mechanism, dataset, epsilon, advanced)
+        name = _fill_form(page, mechanism, dataset, epsilon, advanced)
         page.screenshot(path=str(shots / f"form-{mechanism}.png"), full_page=True)
-        page.get_by_role("button", name=re.compile("^Submit")).click()
-        page.wait_for_url(re.compile(r"/deployments/deployment/[^/]+(\?.*)?$"), timeout=30_000)
+        _submit(page, name, problems)
+        if not _run_created(name):
+            page.screenshot(path=str(shots / f"not-submitted-{mechanism}.png"), full_page=True)
+            pytest.fail(f"{mechanism}: no flow run {name!r} after Submit; see "
+                        f"{shots}/not-submitted-{mechanism}.png; browser saw: {problems[-5:]}")
+        with get_client(sync_client=True) as client:
+            runs[mechanism] = _final_run(client, name, log)
     page.close()
-    return names
+    return runs
+
+
+def _submit(page, name: str, problems: list[str]) -> None:
+    """Click Submit; click it again, as a steward would, if Prefect's SQLite server answered
+    503 "database is locked" (its UI shows "Oops. Something went wrong"; README)."""
+    for _attempt in range(3):
+        seen = len(problems)
+        page.get_by_role("button", name=re.compile("^Submit")).click()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if _run_created(name, timeout_s=0):
+                return
+            if any("create_flow_run -> 503" in p for p in problems[seen:]):
+                break
+            page.wait_for_timeout(500)
+        else:
+            return
+
+
+def _run_created(name: str, timeout_s: float = 90) -> bool:
+    """The server has the run the form submitted (checked by its name, not by the page URL)."""
+    deadline = time.monotonic() + timeout_s
+    with get_client(sync_client=True) as client:
+        while True:
+            if client.read_flow_runs(flow_run_filter=FlowRunFilter(
+                    name=FlowRunFilterName(any_=[name]))):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.5)
 
 
 def _final_run(client, name: str, log: Path):
@@ -110,9 +150,7 @@ def test_every_mechanism_from_the_form(served, browser, tmp_path: Path, request)
     with temporary_settings(updates={PREFECT_API_URL: served.api_url}):
         with get_client(sync_client=True) as client:
             deployment = client.read_deployment_by_name("medrelease-release/on-demand")
-        names = _submit_each(browser, ui, str(deployment.id), shots)
-        with get_client(sync_client=True) as client:
-            runs = {m: _final_run(client, n, served.log) for m, n in names.items()}
+        runs = _submit_each(browser, ui, str(deployment.id), shots, served.log)
     for mechanism, run in runs.items():
         dataset, epsilon, advanced = SUBMISSIONS[mechanism]
         sent = run.parameters["request"]
