@@ -1,11 +1,13 @@
 """Flow benchmark: a release of the NPS-like table through the whole Prefect flow.
 
 Generates the table (default 1,361,000 rows, the IPA paper's size) as CSV under
-``var/bench/``, writes a dataset config for it, runs the release flow with Prefect's ephemeral
-API, and prints the flow's wall time next to the time spent inside its tasks (read back from
-Prefect) and the engine alone on the same data — the difference is orchestration overhead.
+``var/bench/`` and a dataset config for it, then prints, in one run: the floor (DuckDB reading
+the file and grouping it by the same columns), the project's input side, the engine alone, and
+the whole flow (Prefect's ephemeral API, evaluation included) with its time per task and
+outside tasks — each as a ratio to the floor.
 
     python benchmarks/flow_bench.py [--rows 1361000] [--mechanism ipa] [--batch-size 32]
+                                    [--no-evaluate] [--row-wise]
 """
 
 from __future__ import annotations
@@ -37,45 +39,59 @@ def write_config(data: Path, folder: Path) -> Path:
     sample["name"] = "nps-bench"
     sample["input"]["path"] = str(data)
     sample["privacy"]["lifetime_epsilon"] = 1e9
-    for spec in sample["columns"].values():
+    for spec in sample["columns"].values():  # taxonomy and domain files beside the config
         for key in ("taxonomy", "domain"):
             if key in spec:
-                spec[key] = str((ROOT / "datasets/nps-sample" / spec[key]).resolve())
+                source = (ROOT / "datasets/nps-sample" / spec[key]).resolve()
+                shutil.copy(source, folder / source.name)
+                spec[key] = source.name
     config = folder / "dataset.yaml"
     config.write_text(yaml.safe_dump(sample))
     return config
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=1_361_000)
-    parser.add_argument("--mechanism", default="ipa")
-    parser.add_argument("--batch-size", type=int, default=32)
-    args = parser.parse_args()
-    bench = ROOT / "var" / "bench"
-    os.environ.setdefault("MEDRELEASE_HOME", str(bench / "home"))
-    os.environ.setdefault("PREFECT_HOME", str(bench / "prefect"))
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    shutil.rmtree(bench / "home", ignore_errors=True)
-    config_path = make_dataset(args.rows, bench)
+def duckdb_floor(data: Path, columns: list[str]) -> tuple[float, int]:
+    """The floor: DuckDB reading the same file and grouping it by the same columns."""
+    import duckdb
 
-    import pandas as pd
+    names = ", ".join(f'"{c}"' for c in columns)
+    best, groups = float("inf"), 0
+    for _ in range(2):  # best of two, as for the input side: the file is in the page cache
+        started = time.perf_counter()
+        groups = duckdb.sql(f"SELECT {names}, count(*) FROM read_csv('{data}', all_varchar=true) "
+                            "GROUP BY ALL").to_arrow_table().num_rows
+        best = min(best, time.perf_counter() - started)
+    return best, groups
 
+
+def input_side(config) -> tuple[float, object]:
+    """The flow's input side (as ``tasks.inputs.validate_and_aggregate``), and the row-wise
+    pass it replaced, on the same file."""
+    from medrelease.grouped_input import grouped_count_table
+    from medrelease.io import file_sha256
+
+    grouped = float("inf")
+    for _ in range(2):
+        started = time.perf_counter()
+        counts = grouped_count_table(config, config.input_path)
+        file_sha256(config.input_path)
+        grouped = min(grouped, time.perf_counter() - started)
+    assert counts is not None, "DuckDB declined the bench file"
+    return grouped, counts
+
+
+def row_wise(config) -> float:
     from medrelease.aggregate import aggregate_chunks
-    from medrelease.config import load_config
     from medrelease.io import iter_chunks
-    from medrelease.release import release_from_counts
     from schemas.input import validate_input
 
-    config = load_config(config_path)
-    t0 = time.perf_counter()
-    counts = aggregate_chunks((validate_input(c, config) for c in iter_chunks(config)), config)
-    t1 = time.perf_counter()
-    release_from_counts(counts, args.mechanism, {"epsilon": 1.0}, seed=1,
-                        batch_size=args.batch_size, workers=2)
-    t2 = time.perf_counter()
-    del counts
+    started = time.perf_counter()
+    aggregate_chunks((validate_input(c, config) for c in iter_chunks(config)), config)
+    return time.perf_counter() - started
 
+
+def run_flow(config_path: Path, args) -> tuple[float, dict, dict[str, float]]:
+    """One release through the flow; its wall time, result and task time per task name."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 
@@ -84,19 +100,71 @@ def main() -> None:
     started = time.perf_counter()
     result = release_flow(ReleaseRequest(
         dataset=str(config_path), seed=1, batch_size=args.batch_size,
-        mechanism={"mechanism": args.mechanism, "epsilon": 1.0}))
-    flow_wall = time.perf_counter() - started
+        mechanism=args.mechanism, epsilon=1.0, evaluate=args.evaluate))
+    wall = time.perf_counter() - started
+    ids = [result["flow_run_id"]]
     with get_client(sync_client=True) as client:
-        runs = client.read_task_runs(flow_run_filter=FlowRunFilter(
-            id=FlowRunFilterId(any_=[result["flow_run_id"]])))
+        runs = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=ids)))
+        subflows = client.read_flow_runs(flow_run_filter=FlowRunFilter(
+            parent_task_run_id={"any_": [r.id for r in runs]})) if args.evaluate else []
     per_task: dict[str, float] = {}
     for run in runs:
         name = run.name.rsplit("-", 1)[0]
         per_task[name] = per_task.get(name, 0.0) + run.total_run_time.total_seconds()
-    print(f"rows {args.rows:,}, mechanism {args.mechanism}, batch size {args.batch_size}")
-    print(f"engine alone: streamed read + validate + aggregate {t1 - t0:.1f} s, lattice + "
-          f"release {t2 - t1:.1f} s, total {t2 - t0:.1f} s")
-    print(f"flow wall time (incl. ephemeral API start): {flow_wall:.1f} s")
+    per_task.pop("medrelease-evaluate", None)  # the subflow's wrapper task, counted below
+    for sub in subflows:
+        per_task["evaluate (subflow)"] = sub.total_run_time.total_seconds()
+    return wall, result, per_task
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=1_361_000)
+    parser.add_argument("--mechanism", default="ipa")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--no-evaluate", dest="evaluate", action="store_false")
+    parser.add_argument("--row-wise", action="store_true", help="also time the row-wise pass")
+    args = parser.parse_args()
+    bench = ROOT / "var" / "bench"
+    os.environ.setdefault("MEDRELEASE_HOME", str(bench / "home"))
+    os.environ.setdefault("PREFECT_HOME", str(bench / "prefect"))
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("MEDRELEASE_DATASETS", str(bench))
+    shutil.rmtree(bench / "home", ignore_errors=True)
+    config_path = make_dataset(args.rows, bench)
+
+    import pandas as pd
+
+    from medrelease.config import load_config
+    from medrelease.release import release_from_counts
+
+    config = load_config(config_path)
+    columns = config.dimensions + config.informative
+    floor, groups = duckdb_floor(config.input_path, columns)
+    grouped, counts = input_side(config)
+    started = time.perf_counter()
+    release_from_counts(counts, args.mechanism, {"epsilon": 1.0}, seed=1,
+                        batch_size=args.batch_size, workers=2)
+    engine = time.perf_counter() - started
+    del counts
+    cold, _, _ = run_flow(config_path, args)  # includes the ephemeral API's start
+    wall, result, per_task = run_flow(config_path, args)
+    in_tasks = sum(v for k, v in per_task.items() if k != "evaluate (subflow)")
+
+    print(f"rows {args.rows:,} ({groups:,} distinct rows), mechanism {args.mechanism}, "
+          f"batch size {args.batch_size}, {os.cpu_count()} cores")
+    print(f"DuckDB floor (read + group by {len(columns)} columns): {floor:5.2f} s")
+    print(f"input side (DuckDB group + distinct-value checks + encode + sha256): {grouped:5.2f} s"
+          f"  = {grouped / floor:.1f}x the floor")
+    if args.row_wise:
+        old = row_wise(config)
+        print(f"row-wise pass it replaced (pandas chunks + pandera):  {old:5.2f} s"
+              f"  = {old / floor:.1f}x the floor")
+    print(f"engine (lattice + selection + release from counts):   {engine:5.2f} s")
+    print(f"whole flow, warm (evaluation {'on' if args.evaluate else 'off'}):          "
+          f"{wall:5.2f} s  = {wall / floor:.1f}x the floor   (cold, with API start: {cold:.1f} s)")
+    print(f"  in tasks {in_tasks:.2f} s; flow code and Prefect outside tasks "
+          f"{wall - in_tasks - per_task.get('evaluate (subflow)', 0.0):.2f} s")
     print(pd.Series(per_task).sort_values(ascending=False).round(2).to_string())
     print(f"released rows: {result['manifest']['released_rows']:,} -> {result['path']}")
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from prefect import flow
+from prefect.utilities.annotations import quote
 
 from tasks.evaluate import evaluate, load_release_and_input, write_evaluation_report
 
@@ -18,8 +19,8 @@ def evaluate_flow(release_path: str, input_path: str | None = None) -> dict[str,
     """Evaluate the release in ``release_path`` against its input (default: the one its
     steward record names); the report goes beside the steward record, never published."""
     loaded = load_release_and_input(release_path, input_path)
-    evaluation = evaluate(release_path, loaded)
-    folder = write_evaluation_report(evaluation, str(loaded.steward_folder / "evaluation"))
+    evaluation = evaluate(release_path, quote(loaded))  # quote: see flows/release.py
+    folder = write_evaluation_report(quote(evaluation), str(loaded.steward_folder / "evaluation"))
     return {"report": str(Path(folder) / "report.html"), "folder": folder,
             "query_summary": evaluation.query_summary,
             "classification": evaluation.classification}

@@ -3,8 +3,12 @@
 summary as artifacts. Mechanisms without a lattice (Mondrian, pseudonymization, DiffGen) read
 the validated rows instead.
 
-Parameters are one pydantic model, so the Prefect UI renders a form: the mechanism is a choice
-whose own parameters (epsilon, its split, delta, threshold) appear under it.
+Parameters are one pydantic model, so the Prefect UI renders a form: a mechanism dropdown
+labelled with its guarantee, epsilon, and advanced parameters the chosen mechanism checks.
+
+Engine objects go to tasks inside ``quote(...)``: Prefect otherwise walks every element of
+every task argument looking for futures, and a dataset's taxonomies (a 5-digit zip code has
+100,000 leaves) made each task call cost about a second before it started.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from prefect.futures import as_completed
 from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
+from prefect.utilities.annotations import quote
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from flows.evaluate import evaluate_flow
@@ -232,30 +237,30 @@ def _release(request: ReleaseRequest) -> Any:
 
     config = load_dataset_config(request.dataset)
     if request.skip_unchanged:
-        previous = released_before(config, request.input_path)
+        previous = released_before(quote(config), request.input_path)
         if previous:
             return skipped("No new data", f"the extract of {config.name} is unchanged since "
                            f"release {previous}; nothing released, nothing spent (run without "
                            "'skip if unchanged' to release it again)", {"release_id": None})
     resolved = resolve_mechanism(config, request.mechanism, request.epsilon, request.parameters)
     mechanism = resolved.name
-    release_plan = plan(config, mechanism, resolved.params, request.seed)
+    release_plan = plan(quote(config), mechanism, resolved.params, request.seed)
     if not uses_lattice(mechanism):
-        frame, input_info = load_and_validate_input(config, request.input_path)
-        check_before_charge(config, release_plan, ledger, request.destination)
-        charge = charge_budget(config, release_plan, ledger, run_id)
+        frame, input_info = load_and_validate_input(quote(config), request.input_path)
+        check_before_charge(quote(config), release_plan, ledger, request.destination)
+        charge = charge_budget(quote(config), release_plan, ledger, run_id)
         return _release_directly(request, config, frame, input_info, release_plan, charge,
                                  ledger, run_id)
     # Lattice mechanisms: one streamed pass validates and aggregates before any budget is spent.
-    counts, input_info = validate_and_aggregate(config, request.input_path)
+    counts, input_info = validate_and_aggregate(quote(config), request.input_path)
     context = ReleaseContext.from_counts(counts)
     fixed = fixed_index(context, release_plan)  # a fixed node outside its limits fails here
-    check_before_charge(config, release_plan, ledger, request.destination)
+    check_before_charge(quote(config), release_plan, ledger, request.destination)
     fan_out = contextlib.ExitStack()
     runner = fan_out.enter_context(fan_out_runner(request.task_runner))
     try:
         connect(runner, request.task_runner)  # a runner that cannot start costs no budget
-        charge = charge_budget(config, release_plan, ledger, run_id)
+        charge = charge_budget(quote(config), release_plan, ledger, run_id)
     except BaseException:
         fan_out.close()
         raise
@@ -263,9 +268,9 @@ def _release(request: ReleaseRequest) -> Any:
         with fan_out:  # the runner started before the charge; closed after the fan-out
             chosen, candidates = _choose_and_materialize(request, config, context, release_plan,
                                                          runner, fixed)
-        checks = check_output(config, context, chosen)
-        published = publish_release(RunFacts(config, input_info, release_plan, context, chosen,
-                                             charge, checks, candidates, run_id),
+        checks = check_output(quote(config), quote(context), quote(chosen))
+        published = publish_release(quote(RunFacts(config, input_info, release_plan, context, chosen,
+                                                   charge, checks, candidates, run_id)),
                                     request.destination)
         finalize_spend(ledger, charge.spend_id, "released", release_id=published.release_id)
     except BaseException as exc:
@@ -287,11 +292,11 @@ def _choose_and_materialize(request: ReleaseRequest, config, context: ReleaseCon
     the release, and the steward's candidate summary is computed from that very draw.
     """
     if index is not None:
-        chosen = materialize_release(context, release_plan, index)
+        chosen = materialize_release(quote(context), release_plan, index)
         return chosen, candidates_frame(context, [chosen.summary], np.array([1.0]))
     summaries = _score_candidates(request, config, context, release_plan, runner)
-    index, probabilities = select_candidate(release_plan, summaries)
-    chosen = materialize_release(context, release_plan, index)
+    index, probabilities = select_candidate(release_plan, quote(summaries))
+    chosen = materialize_release(quote(context), release_plan, index)
     return chosen, candidates_frame(context, summaries, probabilities)
 
 
@@ -304,14 +309,17 @@ def _score_candidates(request: ReleaseRequest, config, context: ReleaseContext, 
         description=f"Lattice nodes scored ({len(context.lattice)} in {len(batches)} batches)",
     )
     if get_mechanism(release_plan.mechanism).selection == "minimum_loss":
-        summaries = search_lattice(context, release_plan)
+        summaries = search_lattice(quote(context), release_plan)
         update_progress_artifact(progress_id, progress=100.0)
         return summaries
     summaries = []
     total = sum(len(b) for b in batches)
     logger.info("scoring on the %s task runner", request.task_runner)
+    # Dask packs parameters itself and turns the quote (a named tuple) into a plain tuple; on
+    # its workers Prefect's walk of the context happens there, once per batch.
+    shared = quote(context) if request.task_runner == "thread" else context
     futures = runner.map(score_node_batch, {
-        "nodes": batches, "context": unmapped(context), "release_plan": unmapped(release_plan)})
+        "nodes": batches, "context": unmapped(shared), "release_plan": unmapped(release_plan)})
     for done, future in enumerate(as_completed(list(futures)), start=1):
         summaries.extend(future.result())
         update_progress_artifact(progress_id, progress=100.0 * done / len(batches))
@@ -344,10 +352,10 @@ def _release_directly(request: ReleaseRequest, config, frame, input_info, releas
                       charge: Charge, ledger: str, run_id: str | None) -> dict[str, Any]:
     """Mechanisms without a lattice search (Mondrian, pseudonymization, DiffGen)."""
     try:
-        chosen = release_rows(config, frame, release_plan)
-        checks = check_output(config, None, chosen, release_plan.mechanism)
-        published = publish_release(RunFacts(config, input_info, release_plan, None, chosen,
-                                             charge, checks, pd.DataFrame(), run_id),
+        chosen = release_rows(quote(config), quote(frame), release_plan)
+        checks = check_output(quote(config), None, quote(chosen), release_plan.mechanism)
+        published = publish_release(quote(RunFacts(config, input_info, release_plan, None, chosen,
+                                                   charge, checks, pd.DataFrame(), run_id)),
                                     request.destination)
         finalize_spend(ledger, charge.spend_id, "released", release_id=published.release_id)
     except BaseException as exc:

@@ -259,15 +259,29 @@ def _codes_in_domain(values: pd.Series, domain: list[str]) -> tuple[np.ndarray, 
 def _factorize_informative(
     frame: pd.DataFrame, informative: list[str]
 ) -> tuple[np.ndarray, pd.DataFrame]:
-    """One code per distinct informative value (or value tuple), in order of first appearance."""
+    """One code per distinct informative value (or value tuple), in canonical order."""
     if len(informative) == 1:
         codes, uniques = pd.factorize(frame[informative[0]], sort=False)
-        domain = pd.DataFrame({informative[0]: np.asarray(uniques, dtype=object)})
-        return codes.astype(np.int64), domain
-    grouped = frame.groupby(informative, sort=False, dropna=False)
-    codes = grouped.ngroup().to_numpy(dtype=np.int64)
-    domain = grouped.size().reset_index()[informative]
-    return codes, domain.reset_index(drop=True)
+        found = pd.DataFrame({informative[0]: np.asarray(uniques, dtype=object)})
+    else:
+        grouped = frame.groupby(informative, sort=False, dropna=False)
+        codes = grouped.ngroup().to_numpy(dtype=np.int64)
+        found = grouped.size().reset_index()[informative].reset_index(drop=True)
+    domain, rank = canonical_informative(found)
+    return rank[codes.astype(np.int64)], domain
+
+
+def canonical_informative(found: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
+    """Distinct informative values sorted by their values, and ``rank[code found] = code``.
+
+    Codes follow the values, not the file's row order, so every reading path (in memory,
+    chunked, grouped by DuckDB, per partition) gives the same count table, key for key.
+    """
+    columns = list(found.columns)
+    order = found.sort_values(columns, kind="stable").index.to_numpy()
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order), dtype=np.int64)
+    return found.iloc[order].reset_index(drop=True).astype(object), rank
 
 
 INF_RADIX = 1 << 22  # streaming: room for 4M distinct informative values while chunks arrive
@@ -325,14 +339,15 @@ def aggregate_chunks(chunks, config: DatasetConfig) -> CountTable:
     check_drop_limit(dropped, seen, config)
     if domain is not None:
         informative = pd.DataFrame({config.informative[0]: np.asarray(domain, dtype=object)})
-    elif config.informative:
-        informative = pd.DataFrame(values, columns=config.informative)
-        informative = informative.astype(object)
     else:
         informative = pd.DataFrame(index=pd.RangeIndex(1))
+    dims_part, inf_part = np.divmod(merged_keys, INF_RADIX)
+    if domain is None and config.informative:
+        informative, rank = canonical_informative(
+            pd.DataFrame(values, columns=config.informative).astype(object))
+        inf_part = rank[inf_part]
     n_inf = max(len(informative), 1)
     # Repack from the streaming radix to the final one (inf code least significant, n_inf wide).
-    dims_part, inf_part = np.divmod(merged_keys, INF_RADIX)
     final_keys, final_counts = group_sum(dims_part * n_inf + inf_part, merged_counts)
     return CountTable(
         dimensions=tuple(config.dimensions), taxonomies=taxonomies, cell_keys=final_keys,

@@ -106,6 +106,11 @@ def _skip_label(check, label: str | None):
     return wrapped
 
 
+def schema_columns(config: DatasetConfig) -> list[str]:
+    """The columns the input schema checks, in its order."""
+    return config.dimensions + config.informative + config.class_columns + config.set_valued
+
+
 def input_schema(config: DatasetConfig) -> pa.DataFrameSchema:
     """The pandera schema of a dataset's extract (undeclared columns are allowed and ignored)."""
     nullable = config.missing == "drop_rows"

@@ -19,6 +19,7 @@ from prefect.cache_policies import NO_CACHE
 from medrelease.aggregate import CountTable, aggregate_chunks, check_drop_limit
 from medrelease.config import DatasetConfig, find_config
 from medrelease.errors import InputValidationError, write_steward_log
+from medrelease.grouped_input import grouped_count_table
 from medrelease.io import counting_positions, file_sha256, iter_chunks, read_input
 from medrelease.settings import steward_log_dir, steward_root
 from medrelease.store import StewardRecords
@@ -96,19 +97,23 @@ def load_and_validate_input(
 def validate_and_aggregate(
     config: DatasetConfig, input_path: str | None = None, rows_per_chunk: int = 500_000
 ) -> tuple[CountTable, InputInfo]:
-    """One streamed pass: validate each chunk, fold it into the count table.
+    """One out-of-core pass to the count table: DuckDB groups the file and the checks run on
+    each column's distinct values; when that path declines (or the input is bad), the
+    row-wise pass validates each chunk and folds it in, with messages naming file lines.
 
     Memory stays bounded by the count table, not by the number of rows; no noise is drawn.
     """
-    with _values_to_the_steward_log(config):
-        path = config.extract_path(input_path)
-        chunks = (validate_input(chunk, config)
-                  for chunk in iter_chunks(config, path, rows_per_chunk) if len(chunk))
-        with counting_positions(config, path):
-            counts = aggregate_chunks(chunks, config)
+    path = config.extract_path(input_path)
+    counts, how = grouped_count_table(config, path), "grouped by DuckDB"
+    if counts is None:  # the row-wise pass: reads what DuckDB declined, or says what is wrong
+        with _values_to_the_steward_log(config):
+            chunks = (validate_input(chunk, config)
+                      for chunk in iter_chunks(config, path, rows_per_chunk) if len(chunk))
+            with counting_positions(config, path):
+                counts, how = aggregate_chunks(chunks, config), "read row-wise in chunks"
     info = InputInfo(path=str(Path(path).resolve()), sha256=file_sha256(path),
                      rows=counts.n_rows, dropped_rows=counts.dropped_rows)
-    get_run_logger().info("input %s validated and aggregated in chunks: n=%d, %d cells",
-                          path.name, info.rows, counts.cell_keys.size)
+    get_run_logger().info("input %s validated and aggregated (%s): n=%d, %d cells",
+                          path.name, how, info.rows, counts.cell_keys.size)
     _report_rows(config, info)
     return counts, info

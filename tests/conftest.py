@@ -59,6 +59,12 @@ def write_paper_dataset(folder: Path) -> Path:
     return folder / "dataset.yaml"
 
 
+def pytest_collection_modifyitems(items) -> None:
+    """Tests on the served Prefect server run last: the server and ``medrelease serve`` keep
+    running (and polling) until the session ends, and would slow every test after them."""
+    items.sort(key=lambda item: "served" in getattr(item, "fixturenames", ()))
+
+
 @pytest.fixture(autouse=True)
 def steward_places(tmp_path_factory, monkeypatch):
     """Tests write configs and extracts under pytest's temporary folder: the steward declares

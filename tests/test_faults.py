@@ -41,9 +41,12 @@ KILLERS = {
 def _run_child(home: Path, patch: str) -> subprocess.CompletedProcess:
     """Run a release in a child process (own session); kill whatever it left running.
 
-    Output goes to a file, not a pipe: the child's ephemeral Prefect server would otherwise
-    hold the pipe open after the child itself was killed.
+    The child talks to the session's Prefect API (``prefect_harness``) instead of starting an
+    ephemeral one of its own (15-20 s each on 2 cores). Output goes to a file, not a pipe: a
+    child's server, if any, would otherwise hold the pipe open after the child was killed.
     """
+    from prefect.settings import PREFECT_API_URL
+
     script = textwrap.dedent("""
         import os, signal
         def die(*args, **kwargs):
@@ -54,7 +57,7 @@ def _run_child(home: Path, patch: str) -> subprocess.CompletedProcess:
     """).format(patch=textwrap.indent(patch, "").strip())
     env = {"MEDRELEASE_HOME": str(home), "PREFECT_HOME": str(home / "prefect"),
            "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PATH": "/usr/bin:/bin",
-           "PREFECT_LOGGING_TO_API_ENABLED": "false"}
+           "PREFECT_LOGGING_TO_API_ENABLED": "false", "PREFECT_API_URL": PREFECT_API_URL.value()}
     log = home / f"child-{len(list(home.glob('child-*.log')))}.log"
     home.mkdir(parents=True, exist_ok=True)
     with log.open("w") as handle:
@@ -69,6 +72,7 @@ def _run_child(home: Path, patch: str) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess(proc.args, returncode, text, text)
 
 
+@pytest.mark.usefixtures("prefect_harness")
 @pytest.mark.parametrize("stage", sorted(KILLERS))
 def test_kill_leaves_no_release_and_a_counted_reservation(tmp_path: Path, stage: str) -> None:
     killed = _run_child(tmp_path, KILLERS[stage])
@@ -92,6 +96,7 @@ def test_destination_escaping_the_store_is_refused_before_the_run(destination: s
         ReleaseRequest(destination=destination)
 
 
+@pytest.mark.usefixtures("prefect_harness")
 def test_logs_and_artifacts_carry_no_raw_rows(tmp_path: Path) -> None:
     """Run the demo flow in a child process and scan everything it logged and recorded."""
     result = _run_child(tmp_path, "pass")
