@@ -55,7 +55,8 @@ shift || true
 setup
 case "$cmd" in
   demo)  exec medrelease demo "$@" ;;
-  test)  browser_setup; exec python -m pytest -q "$@" ;;
+  # Two workers (CI has 2 cores); tests on the shared served Prefect server stay on one.
+  test)  browser_setup; exec python -m pytest -q -n "${MEDRELEASE_TEST_WORKERS:-2}" --dist loadgroup "$@" ;;
   bench) exec python benchmarks/engine_bench.py "$@" ;;
   shell) echo "ready: source .venv/bin/activate" ;;
   *) echo "usage: bash scripts/dev.sh {demo|test|bench|shell}" >&2; exit 2 ;;

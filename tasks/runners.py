@@ -34,7 +34,8 @@ def fan_out_runner(kind: RunnerKind, workers: int | None = None) -> TaskRunner:
 
     address = os.environ.get("MEDRELEASE_DASK_ADDRESS")
     if address:
-        return DaskTaskRunner(address=address, client_kwargs={"timeout": "15s"})
+        timeout = os.environ.get("MEDRELEASE_DASK_CONNECT_TIMEOUT", "15s")
+        return DaskTaskRunner(address=address, client_kwargs={"timeout": timeout})
     return DaskTaskRunner(cluster_kwargs={"n_workers": workers, "threads_per_worker": 1,
                                           "processes": True, "dashboard_address": None})
 

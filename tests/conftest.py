@@ -63,6 +63,9 @@ def pytest_collection_modifyitems(items) -> None:
     """Tests on the served Prefect server run last: the server and ``medrelease serve`` keep
     running (and polling) until the session ends, and would slow every test after them."""
     items.sort(key=lambda item: "served" in getattr(item, "fixturenames", ()))
+    for item in items:  # with pytest-xdist (-n 2 --dist loadgroup): one worker, one server
+        if "served" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("served"))
 
 
 @pytest.fixture(autouse=True)

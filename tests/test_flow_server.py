@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -14,28 +15,32 @@ from prefect.client.schemas.filters import (
 )
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
-from deployments.local_server import running_server
 from flows.release import ReleaseRequest, release_flow
 
 pytestmark = pytest.mark.server
 
 
-@pytest.fixture(scope="module")
-def api_url(tmp_path_factory):
-    with running_server(tmp_path_factory.mktemp("prefect-server")) as url:
-        yield url
+def _task_runs_when_recorded(client, flow_run_id, expected: int = 10, wait_s: float = 60):
+    """Task runs reach the server as events, persisted in batches: wait until they are in."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        runs = client.read_task_runs(
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
+        if len(runs) >= expected or time.monotonic() > deadline:
+            return runs
+        time.sleep(1)
 
 
-def test_release_run_records_artifacts_on_a_real_server(api_url, tmp_path: Path, monkeypatch):
+def test_release_run_records_artifacts_on_a_real_server(served, tmp_path: Path, monkeypatch):
+    """In this process, against the session's ``prefect server`` (the ``served`` fixture)."""
     monkeypatch.setenv("MEDRELEASE_HOME", str(tmp_path))
-    with temporary_settings(updates={PREFECT_API_URL: api_url}):
+    with temporary_settings(updates={PREFECT_API_URL: served.api_url}):
         result = release_flow(ReleaseRequest(seed=6, batch_size=32))
         with get_client(sync_client=True) as client:
             run = client.read_flow_run(result["flow_run_id"])
             artifacts = client.read_artifacts(artifact_filter=ArtifactFilter(
                 flow_run_id=ArtifactFilterFlowRunId(any_=[run.id])))
-            task_runs = client.read_task_runs(
-                flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[run.id])))
+            task_runs = _task_runs_when_recorded(client, run.id)
     assert run.state.is_completed()
     assert run.parameters["request"]["seed"] == 6
     by_key = {a.key: a for a in artifacts}

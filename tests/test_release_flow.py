@@ -264,6 +264,7 @@ def test_unreachable_dask_scheduler_fails_before_any_spend(home: Path, monkeypat
     from tasks.runners import RunnerUnavailableError
 
     monkeypatch.setenv("MEDRELEASE_DASK_ADDRESS", "tcp://127.0.0.1:9")  # deployment-level only
+    monkeypatch.setenv("MEDRELEASE_DASK_CONNECT_TIMEOUT", "2s")
     with pytest.raises(RunnerUnavailableError, match="no budget was spent"):
         release_flow(ReleaseRequest(seed=1, task_runner="dask", evaluate=False))
     assert _spends(home) == []
