@@ -11,6 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from medrelease.aggregate import value_counts_by
+
 
 def risk_report(table: pd.DataFrame, dimensions: list[str]) -> dict[str, float | int]:
     columns = [c for c in dimensions if c in table.columns]
@@ -18,7 +20,7 @@ def risk_report(table: pd.DataFrame, dimensions: list[str]) -> dict[str, float |
         return {"rows": len(table), "classes": 0, "unique_row_share": 0.0,
                 "smallest_class": 0, "k_achieved": 0, "prosecutor_risk_max": 0.0,
                 "prosecutor_risk_mean": 0.0}
-    sizes = table[columns].astype(str).value_counts(sort=False)
+    sizes = value_counts_by(table, columns)["n"]
     rows = len(table)
     smallest = int(sizes.min())
     return {

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from medrelease.aggregate import value_counts_by
 from medrelease.config import DatasetConfig
 from medrelease.taxonomy import SUPPRESSED, Taxonomy
 
@@ -64,6 +65,8 @@ def leaf_values(taxonomy: Taxonomy, label: str) -> np.ndarray:
 
 def _weights(config: DatasetConfig, query: AnalysisQuery, table: pd.DataFrame, diagnosis: str,
              domain_size: int) -> dict[str, pd.DataFrame]:
+    """Per label, its weight in each query role; ``table`` holds the labels as text (the
+    distinct combinations with their counts)."""
     tax = config.taxonomies
     frames: dict[str, list[tuple]] = {k: [] for k in ("age_w", "sex_w", "surgery_w", "los_mid")}
     for label in table[query.age].astype(str).unique():
@@ -103,16 +106,23 @@ def run_queries(table: pd.DataFrame, config: DatasetConfig, query: AnalysisQuery
     """Stays and average length of stay per (age group, sex) for ``diagnosis``, in DuckDB."""
     import duckdb
 
-    columns = query.columns()
-    grouped = (table[columns].astype(str).value_counts(sort=False).rename("n").reset_index()
-               .rename(columns={query.age: "age", query.sex: "sex", query.surgery: "surgery",
-                                query.diagnosis: "diagnosis", query.length_of_stay: "los"}))
-    weights = _weights(config, query, table, diagnosis, domain_size)
+    counted = value_counts_by(table, query.columns())
+    weights = _weights(config, query, counted, diagnosis, domain_size)
+    grouped = counted.rename(columns={query.age: "age", query.sex: "sex",
+                                      query.surgery: "surgery", query.diagnosis: "diagnosis",
+                                      query.length_of_stay: "los"})
     with duckdb.connect() as con:
         con.register("rows_", grouped)
         for name, frame in weights.items():
             con.register(name, frame)
         return con.execute(SQL).df()
+
+
+def most_frequent(table: pd.DataFrame, column: str) -> str:
+    """The most frequent value as text; ties go to the smallest text (as ``mode()``)."""
+    counted = value_counts_by(table, [column])
+    top = counted[counted["n"] == counted["n"].max()]
+    return str(top[column].sort_values().iloc[0])
 
 
 def compare_queries(original: pd.DataFrame, released: pd.DataFrame, config: DatasetConfig,
@@ -123,7 +133,7 @@ def compare_queries(original: pd.DataFrame, released: pd.DataFrame, config: Data
     ``diagnosis`` defaults to the input's most frequent one (the comparison is internal).
     """
     query = query or AnalysisQuery()
-    diagnosis = diagnosis or str(original[query.diagnosis].astype(str).mode().iloc[0])
+    diagnosis = diagnosis or most_frequent(original, query.diagnosis)
     domain = config.informative_domain
     domain_size = len(domain) if domain else int(original[query.diagnosis].nunique())
     both = []

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from medrelease.aggregate import value_counts_by
 from medrelease.taxonomy import SUPPRESSED
 
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
@@ -69,27 +70,43 @@ class CheckReport:
         return [r for r in self.results if not r["success"]]
 
 
+ROWS = "__rows"  # the cell table's count column
+
+
 def build_suite(expect: OutputExpectations, name: str = "release-output"):
+    """The suite, on the released *cell table*: one row per distinct released row, with its
+    number of rows in ``__rows`` (so the checks cost distinct rows, not released rows)."""
     import great_expectations as gx
 
     suite = gx.ExpectationSuite(name=name)
-    suite.add_expectation(
-        gx.expectations.ExpectTableColumnsToMatchSet(column_set=expect.columns, exact_match=True)
-    )
+    suite.add_expectation(gx.expectations.ExpectTableColumnsToMatchSet(
+        column_set=[*expect.columns, ROWS], exact_match=True))
     for column, labels in expect.dimension_labels.items():
         suite.add_expectation(gx.expectations.ExpectColumnValuesToBeInSet(
             column=column, value_set=sorted(set(labels) | {SUPPRESSED})))
         suite.add_expectation(gx.expectations.ExpectColumnValuesToNotBeNull(column=column))
     for column, domain in expect.informative_domain.items():
         suite.add_expectation(gx.expectations.ExpectColumnValuesToBeInSet(
-            column=column, value_set=list(domain)))
-    suite.add_expectation(gx.expectations.ExpectTableRowCountToBeBetween(
-        min_value=expect.min_rows, max_value=expect.max_rows))
+            column=column, value_set=sorted({str(v) for v in domain})))  # cells hold text
+    suite.add_expectation(gx.expectations.ExpectColumnSumToBeBetween(
+        column=ROWS, min_value=expect.min_rows, max_value=expect.max_rows))
     return suite
 
 
+def cell_table(table: pd.DataFrame) -> pd.DataFrame:
+    """The released table as distinct rows with their counts (missing values kept)."""
+    if ROWS in table.columns:
+        raise ValueError(f"a released column may not be named {ROWS!r}")
+    if table.empty:
+        return pd.DataFrame({**{c: pd.Series(dtype=object) for c in table.columns},
+                             ROWS: pd.Series(dtype=np.int64)})
+    return value_counts_by(table, list(table.columns), name=ROWS, keep_missing=True)
+
+
 def check_release(table: pd.DataFrame, expect: OutputExpectations) -> CheckReport:
-    """Run the suite on the released table (and the suppressed-row check)."""
+    """Run the suite on the released table's cell table (and the suppressed-row check).
+
+    Unexpected counts are distinct released rows for value checks, rows for the rest."""
     import great_expectations as gx
     from great_expectations.data_context.types.base import ProgressBarsConfig
 
@@ -104,7 +121,7 @@ def check_release(table: pd.DataFrame, expect: OutputExpectations) -> CheckRepor
     definition = context.validation_definitions.add(
         gx.ValidationDefinition(data=batch, suite=suite, name="release-output")
     )
-    frame = table.astype({c: "object" for c in expect.dimension_labels})
+    frame = cell_table(table)
     outcome = definition.run(batch_parameters={"dataframe": frame})
     results = [
         {
@@ -123,9 +140,14 @@ def check_release(table: pd.DataFrame, expect: OutputExpectations) -> CheckRepor
 
 def _unexpected(result: dict[str, Any]) -> Any:
     if "unexpected_count" in result:
-        return {"count": result.get("unexpected_count"),
+        return {"count": _plain(result.get("unexpected_count")),
                 "examples": [str(v) for v in (result.get("partial_unexpected_list") or [])[:3]]}
-    return result.get("observed_value")
+    return _plain(result.get("observed_value"))
+
+
+def _plain(value: Any) -> Any:
+    """numpy scalars (GX reports sums of the count column as such) as Python numbers."""
+    return value.item() if isinstance(value, np.generic) else value
 
 
 def _suppressed_rows_all_star(frame: pd.DataFrame, expect: OutputExpectations) -> dict[str, Any]:
@@ -140,6 +162,6 @@ def _suppressed_rows_all_star(frame: pd.DataFrame, expect: OutputExpectations) -
     stars = frame[dims].eq(SUPPRESSED).to_numpy()
     allowed = np.array([[c in p for c in dims] for p in [*patterns, dims]])
     matches = (stars[:, None, :] == allowed[None, :, :]).all(axis=2).any(axis=1)
-    partial = pd.Series(~matches)
-    return {"check": "suppressed_rows_all_star", "column": None, "success": not bool(partial.any()),
-            "unexpected": {"count": int(partial.sum())}}
+    rows = int(frame[ROWS].to_numpy()[~matches].sum())
+    return {"check": "suppressed_rows_all_star", "column": None, "success": rows == 0,
+            "unexpected": {"count": rows}}

@@ -14,7 +14,7 @@ from prefect.cache_policies import NO_CACHE
 from medrelease.config import DatasetConfig
 from medrelease.errors import InputValidationError
 from medrelease.evaluation import Evaluation, evaluate_release
-from medrelease.io import file_sha256, read_input
+from medrelease.io import file_sha256, read_validated_input
 from medrelease.report_html import INTERNAL, write_report
 from medrelease.settings import steward_root
 from medrelease.store import StewardRecords
@@ -58,8 +58,8 @@ def load_release_and_input(release_path: str, input_path: str | None
     candidates = (pd.read_csv(candidates_file) if candidates_file.is_file()
                   and candidates_file.stat().st_size > 1 else pd.DataFrame())
     # Same bytes as the release's input, which passed validation then: read, not re-validated.
-    return ReleaseUnderEvaluation(manifest, record, config, read_input(config, source),
-                                  candidates, steward_folder)
+    frame = read_validated_input(config, source)
+    return ReleaseUnderEvaluation(manifest, record, config, frame, candidates, steward_folder)
 
 
 @task(name="evaluate-release", cache_policy=NO_CACHE)

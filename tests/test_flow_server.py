@@ -15,6 +15,7 @@ from prefect.client.schemas.filters import (
 )
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
+from deployments.local_server import running_server
 from flows.release import ReleaseRequest, release_flow
 
 pytestmark = pytest.mark.server
@@ -31,10 +32,17 @@ def _task_runs_when_recorded(client, flow_run_id, expected: int = 10, wait_s: fl
         time.sleep(1)
 
 
-def test_release_run_records_artifacts_on_a_real_server(served, tmp_path: Path, monkeypatch):
-    """In this process, against the session's ``prefect server`` (the ``served`` fixture)."""
+@pytest.fixture(scope="module")
+def api_url(tmp_path_factory):
+    """Its own ``prefect server``: on the session's served one (busy with ``medrelease
+    serve``), this process's task-run events were not recorded (measured: none in 60 s)."""
+    with running_server(tmp_path_factory.mktemp("prefect-server")) as url:
+        yield url
+
+
+def test_release_run_records_artifacts_on_a_real_server(api_url, tmp_path: Path, monkeypatch):
     monkeypatch.setenv("MEDRELEASE_HOME", str(tmp_path))
-    with temporary_settings(updates={PREFECT_API_URL: served.api_url}):
+    with temporary_settings(updates={PREFECT_API_URL: api_url}):
         result = release_flow(ReleaseRequest(seed=6, batch_size=32))
         with get_client(sync_client=True) as client:
             run = client.read_flow_run(result["flow_run_id"])

@@ -55,3 +55,25 @@ def test_parquet_row_groups_stream_with_file_row_numbers(nps_config, tmp_path) -
           counting_positions(nps_config, parquet)):
         for chunk in iter_chunks(nps_config, parquet, rows_per_chunk=3_000):
             validate_input(chunk, nps_config)
+
+
+def test_value_counts_by_equals_pandas_value_counts_on_text() -> None:
+    import pandas as pd
+
+    from medrelease.aggregate import value_counts_by
+
+    rng = np.random.default_rng(3)
+    n = 5_000
+    frame = pd.DataFrame({
+        "a": rng.choice(["x", "y", None, "z"], n),
+        "b": pd.Categorical(rng.choice(["[1-5]", "*", "7"], n), categories=["[1-5]", "7", "*"]),
+        "c": rng.choice(np.array([1, "1", 2.5, np.nan], dtype=object), n),
+        "d": rng.integers(0, 400, n),
+    })
+    frame.loc[::97, "b"] = np.nan
+    for columns in (["a"], ["a", "b"], ["b", "c", "d"], ["a", "b", "c", "d"]):
+        ours = value_counts_by(frame, columns)
+        ours = {tuple(r[:-1]): r[-1] for r in ours.itertuples(index=False, name=None)}
+        theirs = frame[columns].astype(str).value_counts()
+        theirs = {(k if isinstance(k, tuple) else (k,)): v for k, v in theirs.items()}
+        assert ours == theirs, columns
