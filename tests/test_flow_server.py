@@ -15,7 +15,7 @@ from prefect.client.schemas.filters import (
 )
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
-from deployments.local_server import running_server
+from deployments.local_server import drain_prefect_workers, running_server
 from flows.release import ReleaseRequest, release_flow
 
 pytestmark = pytest.mark.server
@@ -34,8 +34,7 @@ def _task_runs_when_recorded(client, flow_run_id, expected: int = 10, wait_s: fl
 
 @pytest.fixture(scope="module")
 def api_url(tmp_path_factory):
-    """Its own ``prefect server``: on the session's served one (busy with ``medrelease
-    serve``), this process's task-run events were not recorded (measured: none in 60 s)."""
+    """Its own ``prefect server`` (a real one, not the test harness)."""
     with running_server(tmp_path_factory.mktemp("prefect-server")) as url:
         yield url
 
@@ -43,7 +42,12 @@ def api_url(tmp_path_factory):
 def test_release_run_records_artifacts_on_a_real_server(api_url, tmp_path: Path, monkeypatch):
     monkeypatch.setenv("MEDRELEASE_HOME", str(tmp_path))
     with temporary_settings(updates={PREFECT_API_URL: api_url}):
+        # Prefect keeps one events worker per process, bound to the API it first saw (under
+        # pytest-xdist: the harness, or a server already stopped). Task runs are recorded from
+        # events, so start a fresh worker for this server, and flush it before reading back.
+        drain_prefect_workers()
         result = release_flow(ReleaseRequest(seed=6, batch_size=32))
+        drain_prefect_workers()
         with get_client(sync_client=True) as client:
             run = client.read_flow_run(result["flow_run_id"])
             artifacts = client.read_artifacts(artifact_filter=ArtifactFilter(
