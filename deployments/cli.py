@@ -210,21 +210,39 @@ def ledger(ctx: typer.Context,
         return
     book = Ledger(ledger_path())
     spends = book.spends(source)
-    table = Table(title=f"privacy budget ledger ({ledger_path()})")
-    for column in ("source", "dataset", "mechanism", "epsilon", "delta", "status", "release",
-                   "when"):
-        table.add_column(column)
-    for s in spends:
-        colour = {"released": "green", "failed": "red"}.get(s.status, "yellow")
-        status = s.status + (" (test)" if s.test else "") + ("" if s.dp else " (no DP)")
-        table.add_row(s.source, s.dataset, s.mechanism, f"{s.epsilon:g}", f"{s.delta:g}",
-                      f"[{colour}]{status}[/]", s.release_id or "-", s.created_at)
-    console.print(table)
+    if console.width >= WIDE_LEDGER:
+        _ledger_table(spends)
+    else:  # a table would cut release ids at this width: one block per spend instead
+        console.print(f"privacy budget ledger ({ledger_path()})", soft_wrap=True)
+        for s in spends:
+            console.print(f"- {s.created_at[:19]}  {s.source} / {s.dataset}: {s.mechanism}, "
+                          f"eps {s.epsilon:g}, delta {s.delta:g}, {_status(s)}\n"
+                          f"  release {s.release_id or '-'}", soft_wrap=True, highlight=False)
     for name in sorted({s.source for s in spends}):
         console.print(book.state(name).statement())
     for change in book.cap_changes(source):
         console.print(f"cap of {change[0]} changed at {change[6]}: epsilon {change[1]:g} -> "
                       f"{change[2]:g}, delta {change[3]:g} -> {change[4]:g} ({change[5]})")
+
+
+WIDE_LEDGER = 140  # columns a ledger table needs to show full release ids
+
+
+def _status(spend) -> str:
+    colour = {"released": "green", "failed": "red"}.get(spend.status, "yellow")
+    text = spend.status + (" (test)" if spend.test else "") + ("" if spend.dp else " (no DP)")
+    return f"[{colour}]{text}[/]"
+
+
+def _ledger_table(spends) -> None:
+    table = Table(title=f"privacy budget ledger ({ledger_path()})")
+    for column in ("source", "dataset", "mechanism", "epsilon", "delta", "status", "release",
+                   "when"):
+        table.add_column(column, no_wrap=column in ("release", "when"))
+    for s in spends:
+        table.add_row(s.source, s.dataset, s.mechanism, f"{s.epsilon:g}", f"{s.delta:g}",
+                      _status(s), s.release_id or "-", s.created_at[:19])
+    console.print(table)
 
 
 @ledger_app.command("init")

@@ -65,7 +65,7 @@ from tasks.lattice import (
     select_candidate,
 )
 from tasks.publish import PublishResult, RunFacts, publish_release
-from tasks.report import publish_artifacts
+from tasks.report import publish_artifacts, publish_budget_artifacts
 from tasks.runners import RunnerKind, connect, fan_out_runner
 
 DATASET_DEFAULT = "dataset default — the mechanism and parameters in its dataset.yaml"
@@ -229,6 +229,16 @@ def release_flow(request: ReleaseRequest = ReleaseRequest()) -> Any:  # noqa: B0
         return _release(request)
     except REFUSALS as exc:
         return refused(exc)
+    finally:  # budget and release catalogue in the UI after every run, refused ones included
+        _budget_in_view(request.dataset)
+
+
+def _budget_in_view(dataset: str) -> None:
+    """Never let the budget artifacts hide the run's own outcome."""
+    try:
+        publish_budget_artifacts(dataset)
+    except Exception as exc:  # the ledger itself is checked by the release steps
+        get_run_logger().warning("budget artifacts not written (%s)", type(exc).__name__)
 
 
 def _release(request: ReleaseRequest) -> Any:

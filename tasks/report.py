@@ -18,6 +18,13 @@ def steward_summary_markdown(manifest: dict, record: dict, candidates: pd.DataFr
     il = record.get("information_loss") or {}
     lines.append(f"- input: `{record['input_file']}` (sha256 `{record['input_sha256'][:16]}…`), "
                  f"{record['input_rows']:,} rows")
+    life = manifest.get("lifetime") or {}
+    if "epsilon_cap" in life:
+        lines.append(f"- left after this release on source `{life['source']}`: epsilon "
+                     f"{max(0.0, life['epsilon_cap'] - life['epsilon_spent']):g} of "
+                     f"{life['epsilon_cap']:g}, delta "
+                     f"{max(0.0, life['delta_cap'] - life['delta_spent']):g} of "
+                     f"{life['delta_cap']:g} (artifact `{manifest['dataset']}-budget`)")
     if il:
         lines.append(f"- information loss: IL {il['il']:.3f} = NCP {il['ncp']:.3f} + EMD "
                      f"{il['emd']:.3f} + Rate {il['rate']:.3f}")
@@ -47,16 +54,30 @@ def _selection_text(selection: dict, candidates: pd.DataFrame) -> str:
             f"{selection['il_max']:.3f}).")
 
 
+def named_nodes(candidates: pd.DataFrame, chosen_index: int | None) -> pd.DataFrame:
+    """Nodes named by their generalization levels ("age 2 · sex 0 · ..."), the chosen node
+    marked and listed first."""
+    levels = [c for c in candidates.columns if c.startswith("level_")]
+    names = [" · ".join(f"{c.removeprefix('level_')} {int(v)}" for c, v in zip(levels, row,
+                                                                           strict=True))
+             for row in candidates[levels].itertuples(index=False, name=None)]
+    chosen = candidates["index"].eq(chosen_index) if chosen_index is not None else \
+        pd.Series(False, index=candidates.index)
+    named = candidates.assign(node=names, chosen=chosen.map({True: "◀ chosen", False: ""}))
+    return pd.concat([named[chosen], named[~chosen]])
+
+
 @task(name="release-artifacts", cache_policy=NO_CACHE)
 def publish_artifacts(manifest: dict, record: dict, candidates: pd.DataFrame) -> None:
     dataset = manifest["dataset"]
     if len(candidates):
         scored = "score" in candidates and candidates["score"].notna().any()
-        columns = ["index", "height", *(["score"] if scored else []), "ncp", "emd", "rate", "il",
-                   "selection_probability", "classes", "suppressed_rows", "noise_rows",
-                   "released_rows", *[c for c in candidates.columns if c.startswith("level_")]]
+        named = named_nodes(candidates, (record.get("selection") or {}).get("chosen_index"))
+        columns = ["chosen", "node", "index", "height", *(["score"] if scored else []), "ncp",
+                   "emd", "rate", "il", "selection_probability", "classes", "suppressed_rows",
+                   "noise_rows", "released_rows"]
         create_table_artifact(
-            table=candidates[columns].round(6).to_dict(orient="records"),
+            table=named[columns].round(6).to_dict(orient="records"),
             key=artifact_key(dataset, "node-information-loss"),
             description="Information loss (NCP, EMD, Rate) of every scored lattice node "
                         "(steward only: computed from the input)",
@@ -66,3 +87,74 @@ def publish_artifacts(manifest: dict, record: dict, candidates: pd.DataFrame) ->
         key=artifact_key(dataset, "release-summary"),
         description=f"Release {manifest['release_id']}: {manifest['guarantee']['statement']}",
     )
+
+
+@task(name="budget-and-catalogue", cache_policy=NO_CACHE)
+def publish_budget_artifacts(dataset: str) -> None:
+    """After every run, refused ones included: the dataset's source budget (spent / left, every
+    spend with its release) and its release catalogue, as artifacts a steward finds in the UI.
+
+    A run refused before its dataset could be read (unknown name, broken config) or whose
+    ledger cannot be read shows nothing here: its refusal message says why.
+    """
+    from medrelease.config import find_config
+    from medrelease.errors import MedreleaseError
+    from medrelease.ledger import Ledger
+    from medrelease.settings import ledger_path
+
+    try:
+        config = find_config(dataset)
+        book = Ledger(ledger_path())
+        state = book.state(config.source_id, config.privacy.lifetime_epsilon,
+                           config.privacy.lifetime_delta)
+        spends = book.spends(config.source_id)
+    except MedreleaseError:
+        return
+    create_markdown_artifact(markdown=budget_markdown(state, spends),
+                             key=artifact_key(config.name, "budget"),
+                             description=f"Privacy budget of source {config.source_id}: "
+                                         f"eps {state.epsilon_spent:g} spent, "
+                                         f"{state.epsilon_left:g} left")
+    create_table_artifact(table=release_catalogue(config.name, spends) or [{"release": "-"}],
+                          key=artifact_key(config.name, "releases"),
+                          description=f"Releases of {config.name}: id, date, mechanism, "
+                                      "guarantee and where the files are")
+
+
+def budget_markdown(state, spends) -> str:
+    """Spent / left for eps and delta, and every spend of the source with its release."""
+    lines = [f"# Privacy budget of source `{state.source}`", "",
+             "| | spent | cap | left |", "|---|---|---|---|",
+             f"| epsilon | {state.epsilon_spent:g} | {state.lifetime_epsilon:g} | "
+             f"{state.epsilon_left:g} |",
+             f"| delta | {state.delta_spent:g} | {state.lifetime_delta:g} | "
+             f"{state.delta_left:g} |", "", state.statement(), "",
+             "| when | dataset | mechanism | epsilon | delta | status | release |",
+             "|---|---|---|---|---|---|---|"]
+    for s in spends:
+        status = s.status + (" (test)" if s.test else "") + ("" if s.dp else " (no DP)")
+        lines.append(f"| {s.created_at[:19]} | {s.dataset} | {s.mechanism} | {s.epsilon:g} | "
+                     f"{s.delta:g} | {status} | {s.release_id or '-'} |")
+    return "\n".join(lines)
+
+
+def release_catalogue(dataset: str, spends) -> list[dict]:
+    """One row per release of ``dataset`` on record: id, date, mechanism, guarantee, folder."""
+    import json
+
+    from medrelease.settings import store_root, test_store_root
+    from medrelease.store import ReleaseStore
+
+    folders = {p.name: p for test, root in ((False, store_root()), (True, test_store_root()))
+               for p in ReleaseStore(root, test=test).releases(dataset)}
+    rows = []
+    for s in spends:
+        folder = folders.get(s.release_id or "")
+        if s.dataset != dataset or folder is None:
+            continue
+        manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+        rows.append({"release": s.release_id, "date": s.created_at[:19],
+                     "mechanism": s.mechanism,
+                     "guarantee": manifest["guarantee"]["statement"],
+                     "test": bool(s.test), "folder": str(folder)})
+    return rows

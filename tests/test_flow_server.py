@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -58,7 +59,11 @@ def test_release_run_records_artifacts_on_a_real_server(api_url, tmp_path: Path,
     by_key = {a.key: a for a in artifacts}
     assert set(by_key) == {"nps-sample-budget-steps", "nps-sample-node-information-loss",
                            "nps-sample-release-summary", "nps-sample-scoring-progress",
-                           "nps-sample-input-rows"}
+                           "nps-sample-input-rows", "nps-sample-budget", "nps-sample-releases"}
+    nodes = by_key["nps-sample-node-information-loss"].data
+    nodes = json.loads(nodes) if isinstance(nodes, str) else nodes
+    assert nodes[0]["chosen"] == "◀ chosen" and [n["chosen"] for n in nodes[1:]] == [""] * 255
+    assert "age " in nodes[0]["node"] and " · " in nodes[0]["node"]  # named by its levels
     budget = by_key["nps-sample-budget-steps"].data
     assert "node selection" in str(budget) and "cells" in str(budget)
     assert "differential privacy" in by_key["nps-sample-release-summary"].data

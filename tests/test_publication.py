@@ -245,8 +245,9 @@ def test_show_prints_public_facts_and_the_steward_record(home: Path) -> None:
     cap = CliRunner().invoke(app, ["ledger", "set-cap", "nps-sample", "--epsilon", "12",
                                    "--delta", "1e-4", "--reason", "annual review"])
     assert cap.exit_code == 0, cap.output
-    listing = CliRunner().invoke(app, ["ledger"])
+    listing = CliRunner().invoke(app, ["ledger"])  # 80 columns: nothing may be cut
     assert "annual review" in listing.output and "nps-sample" in listing.output
+    assert result["release_id"] in listing.output and "…" not in listing.output
 
 
 def test_every_published_field_is_explained_in_the_privacy_doc() -> None:

@@ -109,6 +109,37 @@ def test_over_budget_is_refused_before_noise(home: Path) -> None:
     assert _release_dirs(home) == []
 
 
+def test_budget_and_catalogue_artifacts_after_a_release_and_after_a_refusal(home: Path) -> None:
+    """A steward sees spent / left and the releases in the UI, refused runs included."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+
+    from medrelease.ledger import SpendRequest
+
+    released = release_flow(ReleaseRequest(seed=4, evaluate=False))
+    Ledger(home / "ledger.sqlite").reserve(
+        SpendRequest("nps-sample", "nps-sample", "ipa", 8.5, 0.0, 10.0, 1e-4))
+    refusal = release_flow(ReleaseRequest(seed=5, evaluate=False), return_state=True)
+    assert refusal.name == "Refused" and "requested 1 > total 10" in refusal.message
+
+    def artifacts(flow_run_id) -> dict:
+        with get_client(sync_client=True) as client:
+            found = client.read_artifacts(artifact_filter=ArtifactFilter(
+                flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id])))
+        return {a.key: a for a in found}
+
+    first = artifacts(released["flow_run_id"])
+    assert "left after this release on source `nps-sample`: epsilon 9 of 10" in \
+        first["nps-sample-release-summary"].data
+    catalogue = first["nps-sample-releases"].data
+    [row] = json.loads(catalogue) if isinstance(catalogue, str) else catalogue
+    assert row["release"] == released["release_id"] and row["folder"] == released["path"]
+    assert "differential privacy" in row["guarantee"] or "DP" in row["guarantee"]
+    after_refusal = artifacts(refusal.state_details.flow_run_id)
+    budget = after_refusal["nps-sample-budget"].data
+    assert "| epsilon | 9.5 | 10 | 0.5 |" in budget and released["release_id"] in budget
+
+
 @pytest.mark.parametrize("where", ["scoring", "publish"])
 def test_failure_after_charge_keeps_reservation_and_publishes_nothing(
     home: Path, monkeypatch, where: str
