@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import threading
+import warnings
 from pathlib import Path
 
 from prefect import serve
@@ -89,4 +90,9 @@ def serve_all(inbox: Path | None = None, dataset: str = "nps-sample",
         os.environ["MEDRELEASE_INBOX"] = os.pathsep.join([*known, str(Path(inbox).resolve())])
         threading.Thread(target=watch_loop, args=(inbox, dataset, interval_s),
                          name="inbox-watcher", daemon=True).start()
-    serve(*build_deployments(), limit=2)
+    # Prefect's SIGTERM handler calls Runner.stop() from inside the event loop without awaiting
+    # it, then exits; the runner's own exit does the clean-up. Its warning would only alarm.
+    warnings.filterwarnings("ignore", message="coroutine 'Runner.astop' was never awaited")
+    # A stop (SIGTERM from systemd, Ctrl-C) must not pause the monthly schedules: Prefect's
+    # default would leave every deployment paused until someone resumes it in the UI.
+    serve(*build_deployments(), limit=2, pause_on_shutdown=False)

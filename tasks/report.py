@@ -95,13 +95,15 @@ def publish_budget_artifacts(dataset: str) -> None:
     spend with its release) and its release catalogue, as artifacts a steward finds in the UI.
 
     A run refused before its dataset could be read (unknown name, broken config) or whose
-    ledger cannot be read shows nothing here: its refusal message says why.
+    ledger is missing or cannot be read shows nothing here: its refusal message says why.
     """
     from medrelease.config import find_config
     from medrelease.errors import MedreleaseError
     from medrelease.ledger import Ledger
     from medrelease.settings import ledger_path
 
+    if not ledger_path().is_file():  # opening it would create one: a lost ledger stays lost
+        return
     try:
         config = find_config(dataset)
         book = Ledger(ledger_path())

@@ -59,6 +59,27 @@ def write_paper_dataset(folder: Path) -> Path:
     return folder / "dataset.yaml"
 
 
+def _stops_cleanly_on_sigterm(proc, log: Path) -> None:
+    """``medrelease serve`` as systemd stops it: quickly, quietly, schedules left active."""
+    import signal
+    import time
+
+    from prefect.client.orchestration import get_client
+
+    before = len(log.read_text())
+    started = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=30)
+    took = time.monotonic() - started
+    with get_client(sync_client=True) as client:
+        [scheduled] = [d for d in client.read_deployments() if d.name == "scheduled-nps-sample"]
+    text = log.read_text()[before:]  # what the stop itself printed
+    assert took < 10 and proc.returncode == 0, f"serve took {took:.1f} s to stop: {text[-2000:]}"
+    assert not scheduled.paused and all(s.active for s in scheduled.schedules), \
+        "stopping serve paused the scheduled deployment"
+    assert "never awaited" not in text and "Traceback" not in text, text[-2000:]
+
+
 def pytest_collection_modifyitems(items) -> None:
     """Tests on the served Prefect server run last: the server and ``medrelease serve`` keep
     running (and polling) until the session ends, and would slow every test after them."""
@@ -110,6 +131,7 @@ SERVE_WAIT_S = 180
 def served(tmp_path_factory):
     """A real ``prefect server`` and ``medrelease serve`` (with an inbox), shared by the
     deployment and browser tests: started once per session."""
+    import contextlib
     import signal
     import subprocess
     import sys
@@ -147,8 +169,10 @@ def served(tmp_path_factory):
                     time.sleep(1)
                 yield SimpleNamespace(api_url=api_url, inbox=inbox, home=base / "home",
                                       log=base / "serve.log")
+                _stops_cleanly_on_sigterm(proc, base / "serve.log")
         finally:
-            os.killpg(proc.pid, signal.SIGTERM)
+            with contextlib.suppress(ProcessLookupError):  # gone already after a clean stop
+                os.killpg(proc.pid, signal.SIGTERM)
             try:
                 proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
