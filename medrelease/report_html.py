@@ -122,11 +122,79 @@ def _plot_classification(evaluation: Evaluation, folder: Path) -> list[tuple[str
     return out
 
 
+# measure -> (range, which way is better, what it is): shown next to every measure table
+MEASURES = {
+    "il": ("0 to 3", "lower is better", "information loss = NCP + EMD + Rate"),
+    "ncp": ("0 to 1", "lower is better", "how much of its domain a released label covers, "
+            "averaged over rows (0 = raw values, 1 = all '*')"),
+    "emd": ("0 to 1", "lower is better", "how far the informative values' distribution within "
+            "released classes moved from the input's"),
+    "rate": ("0 to 1", "lower is better", "share of input rows suppressed (released as '*')"),
+    "stays_mean_abs_error": ("0 and up (rows)", "lower is better",
+                             "mean absolute error of the stay counts per age group and sex"),
+    "stays_mean_rel_error": ("0 and up", "lower is better", "the same, relative to the input"),
+    "avg_los_mean_abs_error": ("0 and up (days)", "lower is better",
+                               "mean absolute error of the average length of stay"),
+    "rows": ("0 and up", "-", "rows in the table"),
+    "classes": ("1 and up", "-", "distinct combinations of the dimension values"),
+    "unique_row_share": ("0 to 1", "lower is safer", "share of rows unique on the dimensions"),
+    "smallest_class": ("1 and up", "higher is safer", "rows in the smallest class"),
+    "k_achieved": ("1 and up", "higher is safer", "the k of k-anonymity the table meets"),
+    "prosecutor_risk_max": ("0 to 1", "lower is safer",
+                            "1 / smallest class: chance to pick out a known target, worst row"),
+    "prosecutor_risk_mean": ("0 to 1", "lower is safer", "the same, averaged over rows"),
+}
+
+
+def plain(value) -> str:
+    """A number as people read it: no scientific notation, thousands separated."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    if value != value:  # NaN
+        return "-"
+    if float(value).is_integer() and abs(value) < 1e15:
+        return f"{int(value):,}"
+    digits = 1 if abs(value) >= 1000 else 4 if abs(value) >= 0.001 else 10
+    return f"{value:,.{digits}f}".rstrip("0").rstrip(".")
+
+
 def _table(rows: dict | pd.DataFrame) -> str:
     frame = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(
         {"measure": list(rows), "value": list(rows.values())})
-    return frame.to_html(index=False, float_format=lambda v: f"{v:.4g}", border=0,
-                         classes="numbers")
+    frame = frame.map(plain)
+    if "measure" in frame.columns and frame["measure"].isin(list(MEASURES)).any():
+        known = frame["measure"].map(lambda m: MEASURES.get(m, ("", "", "")))
+        frame = frame.assign(range=[k[0] for k in known], better=[k[1] for k in known],
+                             meaning=[k[2] for k in known])
+    return frame.to_html(index=False, border=0, classes="numbers")
+
+
+def verdict(e: Evaluation) -> str:
+    """One line a privacy officer reads first: the guarantee, what was kept, the risk."""
+    parts = [f"guarantee: {e.guarantee.rstrip('.')}"]
+    if e.input_rows:
+        parts.append(f"{e.released_rows:,} rows released for {e.input_rows:,} input rows")
+    if e.information_loss.get("il") is not None:
+        parts.append(f"information loss {plain(e.information_loss['il'])} of 3 (lower is "
+                     "better)")
+    if e.risk_release:
+        parts.append(f"smallest released class {plain(e.risk_release.get('smallest_class'))} "
+                     f"row(s), {plain(100 * e.risk_release.get('unique_row_share', 0))} % of "
+                     "rows unique on the dimensions")
+    return "; ".join(parts) + "."
+
+
+def _queries_explained(e: Evaluation) -> str:
+    diagnosis = html.escape(str(e.query_summary.get("diagnosis", "")))
+    return (f"<p>The queries count stays with diagnosis <b>{diagnosis}</b>, the input's most "
+            "frequent one: with the most rows, its errors are least dominated by noise and "
+            "suppression (the choice is computed from the input, which is why this page is "
+            "internal).</p><p><b>Average length of stay:</b> a generalized length of stay counts "
+            "at its interval's midpoint, and '*' at the midpoint of the whole domain (for "
+            "1-400 days: 200.5). Where the release generalizes length of stay to '*', its "
+            "average therefore sits near 200 days against about 10 in the input: that is the "
+            "estimator, not the noise. Read the stay counts, or the average only where length "
+            "of stay is released below '*'.</p>")
 
 
 def render(evaluation: Evaluation, plots: list[tuple[str, str]]) -> str:
@@ -141,6 +209,7 @@ def render(evaluation: Evaluation, plots: list[tuple[str, str]]) -> str:
         "figure{margin:1em 0}</style></head><body>",
         f"<h1>Release {html.escape(e.release_id)} of {html.escape(e.dataset)}</h1>",
         f"<p class='internal'>{html.escape(INTERNAL)}</p>",
+        f"<p class='verdict'><b>Verdict:</b> {html.escape(verdict(e))}</p>",
         f"<p><b>Mechanism</b> {html.escape(e.mechanism)} — <b>guarantee</b> "
         f"{html.escape(e.guarantee)}</p>",
         f"<p>{e.input_rows:,} input rows, {e.released_rows:,} released rows"
@@ -151,8 +220,8 @@ def render(evaluation: Evaluation, plots: list[tuple[str, str]]) -> str:
     if e.information_loss:
         parts += ["<h2>Information loss</h2>", _table(e.information_loss)]
     if e.queries is not None:
-        parts += ["<h2>Analysis queries (IPA paper)</h2>", _table(e.query_summary),
-                  _table(e.queries)]
+        parts += ["<h2>Analysis queries (IPA paper)</h2>", _queries_explained(e),
+                  _table(e.query_summary), _table(e.queries)]
     if e.classification:
         flat = {f"{name} {metric}": value for name, scores in e.classification.items()
                 for metric, value in scores.items()}

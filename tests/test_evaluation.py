@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -122,6 +123,13 @@ def test_report_for_a_real_release(tmp_path, nps_config, nps_sample) -> None:
     top = result.candidates[result.candidates[levels].sum(axis=1) == heights["height"].max()]
     assert math.isclose(heights["il"].iloc[-1], top["il"].mean())
     assert not list(tmp_path.glob(".partial-*"))
+    page = (target / "report.html").read_text(encoding="utf-8")
+    # a privacy officer's reading: a verdict first, each measure with range and direction,
+    # no scientific notation, the queried diagnosis and the midpoint effect explained
+    assert page.index("Verdict:") < page.index("<h2>")
+    assert "lower is better" in page and "lower is safer" in page and "0 to 3" in page
+    assert not re.findall(r"<td>[^<]*\de[-+]\d[^<]*</td>", page)  # tables: plain numbers
+    assert "most frequent one" in page and "midpoint" in page
 
 
 def _release_folder(folder: Path, result, dataset: str, mechanism: str, details=None) -> Path:
