@@ -14,6 +14,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
 import threading
 import warnings
@@ -80,6 +82,12 @@ def build_deployments() -> list:
     return deployments
 
 
+def _not_a_cancelled_callback(record: logging.LogRecord) -> bool:
+    """Drop asyncio's report of a callback whose task was cancelled (shutdown, not a fault)."""
+    error = record.exc_info[1] if record.exc_info else None
+    return not isinstance(error, asyncio.CancelledError)
+
+
 def serve_all(inbox: Path | None = None, dataset: str = "nps-sample",
               interval_s: float = 1.0) -> None:
     """Serve every deployment; with ``inbox``, also watch it in a background thread."""
@@ -91,8 +99,11 @@ def serve_all(inbox: Path | None = None, dataset: str = "nps-sample",
         threading.Thread(target=watch_loop, args=(inbox, dataset, interval_s),
                          name="inbox-watcher", daemon=True).start()
     # Prefect's SIGTERM handler calls Runner.stop() from inside the event loop without awaiting
-    # it, then exits; the runner's own exit does the clean-up. Its warning would only alarm.
+    # it, then exits; the runner's own exit does the clean-up. Its warning, and the traceback
+    # asyncio sometimes logs for the runner's control channel cancelled on the way out, would
+    # only alarm whoever stops the service.
     warnings.filterwarnings("ignore", message="coroutine 'Runner.astop' was never awaited")
+    logging.getLogger("asyncio").addFilter(_not_a_cancelled_callback)
     # A stop (SIGTERM from systemd, Ctrl-C) must not pause the monthly schedules: Prefect's
     # default would leave every deployment paused until someone resumes it in the UI.
     serve(*build_deployments(), limit=2, pause_on_shutdown=False)
