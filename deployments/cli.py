@@ -198,6 +198,7 @@ def mechanisms() -> None:
     console.print(table)
 
 
+WIDE_LEDGER = 140  # columns a ledger table needs to show full release ids
 ledger_app = typer.Typer(help="The privacy-budget ledger: spends per source, and its cap.")
 app.add_typer(ledger_app, name="ledger")
 
@@ -225,13 +226,9 @@ def ledger(ctx: typer.Context,
                       f"{change[2]:g}, delta {change[3]:g} -> {change[4]:g} ({change[5]})")
 
 
-WIDE_LEDGER = 140  # columns a ledger table needs to show full release ids
-
-
 def _status(spend) -> str:
     colour = {"released": "green", "failed": "red"}.get(spend.status, "yellow")
-    text = spend.status + (" (test)" if spend.test else "") + ("" if spend.dp else " (no DP)")
-    return f"[{colour}]{text}[/]"
+    return f"[{colour}]{spend.status_text}[/]"
 
 
 def _ledger_table(spends) -> None:

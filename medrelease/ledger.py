@@ -111,6 +111,11 @@ class Spend:
     test: bool
     dp: bool
 
+    @property
+    def status_text(self) -> str:
+        """The status as stewards read it: 'released (test) (no DP)'."""
+        return self.status + (" (test)" if self.test else "") + ("" if self.dp else " (no DP)")
+
 
 @dataclass(frozen=True)
 class SpendRequest:

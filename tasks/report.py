@@ -134,9 +134,8 @@ def budget_markdown(state, spends) -> str:
              "| when | dataset | mechanism | epsilon | delta | status | release |",
              "|---|---|---|---|---|---|---|"]
     for s in spends:
-        status = s.status + (" (test)" if s.test else "") + ("" if s.dp else " (no DP)")
         lines.append(f"| {s.created_at[:19]} | {s.dataset} | {s.mechanism} | {s.epsilon:g} | "
-                     f"{s.delta:g} | {status} | {s.release_id or '-'} |")
+                     f"{s.delta:g} | {s.status_text} | {s.release_id or '-'} |")
     return "\n".join(lines)
 
 

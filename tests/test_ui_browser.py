@@ -108,15 +108,20 @@ def _submit(page, name: str, problems: list[str]) -> None:
     for _attempt in range(3):
         seen = len(problems)
         page.get_by_role("button", name=re.compile("^Submit")).click()
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if _run_created(name, timeout_s=0):
-                return
-            if any("create_flow_run -> 503" in p for p in problems[seen:]):
-                break
-            page.wait_for_timeout(500)
-        else:
+        if not _answered_503(page, name, problems, seen):
             return
+
+
+def _answered_503(page, name: str, problems: list[str], seen: int, wait_s: float = 30) -> bool:
+    """Wait for the run to exist (False) or for a 503 after response ``seen`` (True)."""
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        if _run_created(name, timeout_s=0):
+            return False
+        if any("create_flow_run -> 503" in p for p in problems[seen:]):
+            return True
+        page.wait_for_timeout(500)
+    return False
 
 
 def _run_created(name: str, timeout_s: float = 90) -> bool:
