@@ -52,8 +52,10 @@ from tasks.budget import (
 )
 from tasks.checks import check_output
 from tasks.inputs import (
+    aggregate_partition,
     load_and_validate_input,
     load_dataset_config,
+    merge_partitions,
     released_before,
     validate_and_aggregate,
 )
@@ -261,15 +263,16 @@ def _release(request: ReleaseRequest) -> Any:
         charge = charge_budget(quote(config), release_plan, ledger, run_id)
         return _release_directly(request, config, frame, input_info, release_plan, charge,
                                  ledger, run_id)
-    # Lattice mechanisms: one streamed pass validates and aggregates before any budget is spent.
-    counts, input_info = validate_and_aggregate(quote(config), request.input_path)
-    context = ReleaseContext.from_counts(counts)
-    fixed = fixed_index(context, release_plan)  # a fixed node outside its limits fails here
-    check_before_charge(quote(config), release_plan, ledger, request.destination)
+    # Lattice mechanisms: one streamed pass validates and aggregates before any budget is spent
+    # (on the Dask workers, one file each, when the extract is several files).
     fan_out = contextlib.ExitStack()
     runner = fan_out.enter_context(fan_out_runner(request.task_runner))
     try:
         connect(runner, request.task_runner)  # a runner that cannot start costs no budget
+        counts, input_info = _validate_and_aggregate(request, config, runner)
+        context = ReleaseContext.from_counts(counts)
+        fixed = fixed_index(context, release_plan)  # a fixed node outside its limits fails here
+        check_before_charge(quote(config), release_plan, ledger, request.destination)
         charge = charge_budget(quote(config), release_plan, ledger, run_id)
     except BaseException:
         fan_out.close()
@@ -308,6 +311,19 @@ def _choose_and_materialize(request: ReleaseRequest, config, context: ReleaseCon
     index, probabilities = select_candidate(release_plan, quote(summaries))
     chosen = materialize_release(quote(context), release_plan, index)
     return chosen, candidates_frame(context, summaries, probabilities)
+
+
+def _validate_and_aggregate(request: ReleaseRequest, config, runner) -> tuple[Any, Any]:
+    """The count table: in this process, or file by file on the Dask workers (each reads and
+    aggregates its own files; a bad row in any file stops the run before any spend)."""
+    files = config.extract_files(request.input_path)
+    if request.task_runner != "dask" or len(files) < 2:
+        return validate_and_aggregate(quote(config), request.input_path)
+    futures = runner.map(aggregate_partition, {"config": unmapped(config),
+                                               "path": [str(f) for f in files]})
+    parts = [future.result() for future in futures]
+    return merge_partitions(quote(config), quote(parts),
+                            str(config.extract_path(request.input_path)))
 
 
 def _score_candidates(request: ReleaseRequest, config, context: ReleaseContext, release_plan,

@@ -404,3 +404,46 @@ def value_counts_by(table: pd.DataFrame, columns: list[str], name: str = "n",
     if any(len(set(t)) < len(t) for t in texts):  # two raw values with one text (1 and "1")
         frame = frame.groupby(columns, sort=False, as_index=False)[name].sum()
     return frame
+
+
+def merge_count_tables(parts: list[CountTable]) -> CountTable:
+    """One count table from the count tables of an extract's partitions (files read apart).
+
+    Dimension codes come from the taxonomies, so they agree across parts; informative codes are
+    re-derived from the union of the parts' values (``canonical_informative``), so the merged
+    table equals the table of all rows read at once, key for key.
+    """
+    if not parts:
+        raise InputValidationError("an extract with no partitions: nothing to release")
+    first = parts[0]
+    if len(parts) == 1:
+        return first
+    if first.public_domain or not len(first.informative.columns):
+        informative, remaps = first.informative, [np.arange(p.n_inf) for p in parts]
+    else:
+        informative, remaps = _united_informative([p.informative for p in parts])
+    n_inf = max(len(informative), 1)
+    keys, counts = [], []
+    for part, remap in zip(parts, remaps, strict=True):
+        dims_part, inf_part = np.divmod(part.cell_keys, part.n_inf)
+        keys.append(dims_part * n_inf + remap[inf_part])
+        counts.append(part.counts)
+    merged_keys, merged_counts = group_sum(np.concatenate(keys), np.concatenate(counts))
+    return CountTable(
+        dimensions=first.dimensions, taxonomies=first.taxonomies, cell_keys=merged_keys,
+        counts=merged_counts, informative=informative,
+        n_rows=sum(p.n_rows for p in parts), public_domain=first.public_domain,
+        dropped_rows=sum(p.dropped_rows for p in parts))
+
+
+def _united_informative(frames: list[pd.DataFrame]) -> tuple[pd.DataFrame, list[np.ndarray]]:
+    """Sorted union of the parts' informative values, and each part's code -> united code."""
+    known: dict = {}
+    found = []
+    for frame in frames:
+        found.append(np.array([known.setdefault(row, len(known))
+                               for row in frame.itertuples(index=False, name=None)],
+                              dtype=np.int64))
+    united, rank = canonical_informative(
+        pd.DataFrame(list(known), columns=list(frames[0].columns)).astype(object))
+    return united, [rank[codes] for codes in found]

@@ -16,7 +16,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from medrelease.errors import ConfigError
+from medrelease.errors import ConfigError, InputValidationError
 from medrelease.settings import dataset_roots, extra_input_roots, project_root
 from medrelease.taxonomy import Taxonomy, load_taxonomy
 
@@ -204,6 +204,28 @@ class DatasetConfig(_Strict):
                 "before this check")
         return path
 
+    def extract_files(self, override: str | None = None) -> list[Path]:
+        """The extract's files: the one file, or — when the file name holds a pattern (``*``,
+        ``?``, ``[``), e.g. ``visits-*.parquet`` — every regular file it matches in that
+        folder, sorted by name: the partitions of one extract, read apart and merged. Each
+        match obeys the input-folder rule on its own (a symbolic link cannot lead out)."""
+        path = self.extract_path(override)
+        if PATTERN_CHARS & set(str(path.parent)):
+            raise ConfigError(f"input path {str(path)!r}: only the file name may hold a pattern")
+        if not PATTERN_CHARS & set(path.name):
+            return [path]
+        allowed = [*self.input_folders, *extra_input_roots()]
+        matches = sorted(p for p in path.parent.glob(path.name)
+                         if p.is_file() and not p.name.startswith("."))
+        outside = [p.name for p in matches if not _inside(p, allowed)]
+        if outside:
+            raise ConfigError(f"input file(s) {', '.join(outside[:3])} matched by {path.name!r} "
+                              "lead out of the dataset's input folders (symbolic links)")
+        if not matches:
+            raise InputValidationError(f"no file matches the input pattern {path}: nothing to "
+                                       "release")
+        return matches
+
     @property
     def input_folders(self) -> list[Path]:
         folders = self.input.folders or [str(Path(self.input.path).parent)]
@@ -291,6 +313,9 @@ class DatasetConfig(_Strict):
                     f"{Path(taxonomy.source).name}; add it (a line '{label};...;*', or "
                     f"'missing: {label}' in a numeric taxonomy) so missing values have a place")
         return loaded
+
+
+PATTERN_CHARS = frozenset("*?[")
 
 
 def _inside(path: Path, roots: list[Path]) -> bool:

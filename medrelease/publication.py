@@ -28,7 +28,8 @@ from typing import Any
 import pandas as pd
 
 from medrelease.errors import MedreleaseError
-from medrelease.risk import risk_report
+from medrelease.released_rows import ROWS, ReleasedRows
+from medrelease.risk import risk_of_cells
 
 
 class Basis(StrEnum):
@@ -125,9 +126,14 @@ def published_file_names(test: bool) -> list[str]:
     return [f"{prefix}data.parquet", f"{prefix}data.csv", "manifest.json", "report.md"]
 
 
-def released_figures(table: pd.DataFrame, dimensions: list[str]) -> dict[str, Any]:
-    """The ``released``-basis fields, from the released rows alone (the audit recomputes them)."""
-    return {"released_rows": len(table), "risk": risk_report(table, dimensions)}
+def released_figures(released: ReleasedRows | pd.DataFrame, dimensions: list[str]
+                     ) -> dict[str, Any]:
+    """The ``released``-basis fields, from the released rows alone (the audit recomputes them
+    from the published file); counted on distinct rows, never on expanded ones."""
+    if isinstance(released, pd.DataFrame):
+        released = ReleasedRows.from_frame(released)
+    return {"released_rows": len(released),
+            "risk": risk_of_cells(released.cell_table(), dimensions, ROWS)}
 
 
 def public_columns(config, columns: list[str]) -> dict[str, dict[str, Any]]:

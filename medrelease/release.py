@@ -25,6 +25,7 @@ from medrelease.mechanisms import DEFAULT_MECHANISM, check_fits, get_mechanism, 
 from medrelease.mechanisms.base import MechanismParams, NodeSummary, ReleaseContext, summarize
 from medrelease.metrics import ILParts, ReleasedCells, information_loss
 from medrelease.randomness import RandomSource, exponential_mechanism, selection_probabilities
+from medrelease.released_rows import ReleasedRows
 from medrelease.taxonomy import SUPPRESSED
 
 SELECTION_SENSITIVITY = 3.0
@@ -274,14 +275,15 @@ def materialize(context: ReleaseContext, plan: ReleasePlan, index: int) -> Relea
     return impl.materialize(context, table, seed, plan.params)
 
 
-def cells_to_table(
+def cells_to_rows(
     context: ReleaseContext, node: Node, cells: ReleasedCells, shuffle_seed: np.random.SeedSequence
-) -> pd.DataFrame:
-    """Rows from released cell counts: readable labels for dimensions, raw informative values.
+) -> ReleasedRows:
+    """Released cells as distinct rows: readable labels for dimensions, raw informative values.
 
     Classes may belong to different nodes (``cells.class_node``: ipa's ladder); each column's
-    categories are the labels of every level used, then ``*``. Rows are shuffled so that their
-    order says nothing about which rows are noise or which rung placed them.
+    categories are the labels of every level used, then ``*``. Rows come out in a uniformly
+    shuffled order (``medrelease.released_rows``), so that their order says nothing about which
+    rows are noise or which rung placed them; nothing here grows with the number of rows.
     """
     counts = cells.released_counts
     nonzero = np.flatnonzero(counts > 0)
@@ -293,8 +295,6 @@ def cells_to_table(
     cell_node = class_node[cell_class]
     cell_keys = np.where(cell_node < 0, 0, cells.class_keys[cell_class])
     codes = context.lattice.class_codes_from_keys(cell_keys)
-    rng = np.random.default_rng(shuffle_seed)
-    order = rng.permutation(int(counts.sum()))
     columns: dict[str, Any] = {}
     for i, (name, taxonomy) in enumerate(
         zip(context.counts.dimensions, context.lattice.taxonomies, strict=True)
@@ -304,13 +304,18 @@ def cells_to_table(
         for rung, rung_node in enumerate(nodes):
             here = cell_node == rung
             cell_codes[here] = lookups[rung_node[i]][codes[here, i]]
-        row_codes = np.repeat(cell_codes, counts)[order]
-        columns[name] = pd.Categorical.from_codes(row_codes, categories=labels)
-    row_inf = np.repeat(cells.inf_codes[nonzero], counts)[order]
+        columns[name] = pd.Categorical.from_codes(cell_codes, categories=labels)
+    cell_inf = cells.inf_codes[nonzero]
     for name in context.counts.informative.columns:
-        values = context.counts.informative[name].to_numpy()
-        columns[name] = values[row_inf]
-    return pd.DataFrame(columns)
+        columns[name] = context.counts.informative[name].to_numpy()[cell_inf]
+    return ReleasedRows(pd.DataFrame(columns), counts.astype(np.int64), shuffle_seed)
+
+
+def cells_to_table(
+    context: ReleaseContext, node: Node, cells: ReleasedCells, shuffle_seed: np.random.SeedSequence
+) -> pd.DataFrame:
+    """Every released row in memory (tests and small releases)."""
+    return cells_to_rows(context, node, cells, shuffle_seed).to_frame()
 
 
 def _level_categories(taxonomy, levels: list[int]) -> tuple[list[str], dict[int, np.ndarray]]:
@@ -337,31 +342,36 @@ class MaterializedRelease:
 
     index: int
     node: Node
-    table: pd.DataFrame
+    rows: ReleasedRows
     il: ILParts | None
     row_bounds: tuple[int, int]
     details: dict[str, Any] = field(default_factory=dict)
     summary: NodeSummary | None = None
     nodes: tuple[Node, ...] = ()  # every node whose labels appear (ipa's ladder), else (node,)
 
+    @property
+    def table(self) -> pd.DataFrame:
+        """Every released row in memory; the flow never asks for it (it streams ``rows``)."""
+        return self.rows.to_frame()
+
 
 def materialize_table(context: ReleaseContext, plan: ReleasePlan, index: int) -> MaterializedRelease:
     cells = materialize(context, plan, index)
     node = context.lattice.nodes[index]
     impl = get_mechanism(plan.mechanism)
-    table = cells_to_table(context, node, cells, plan.shuffle_seed)
+    rows = cells_to_rows(context, node, cells, plan.shuffle_seed)
     nodes = cells.nodes or (node,)
     details: dict[str, Any] = {}
     dims = context.counts.dimensions
     if len(nodes) > 1:  # the rungs' nodes are outputs of private choices: public
         details["ladder"] = [dict(zip(dims, map(int, n), strict=True)) for n in nodes[1:]]
-    reason = degenerate_reason(table, dims, plan.guarantee)
+    reason = degenerate_reason(rows, dims, plan.guarantee)
     if reason:
         details["degenerate"] = reason
     return MaterializedRelease(
         index=index,
         node=node,
-        table=table,
+        rows=rows,
         il=information_loss(cells),
         row_bounds=impl.row_bounds(plan.params, cells),
         details=details,
@@ -370,7 +380,7 @@ def materialize_table(context: ReleaseContext, plan: ReleasePlan, index: int) ->
     )
 
 
-def degenerate_reason(table: pd.DataFrame, dimensions: Sequence[str],
+def degenerate_reason(rows: ReleasedRows, dimensions: Sequence[str],
                       guarantee: Guarantee) -> str | None:
     """Why a release carries (almost) nothing, and what would help; None if it does not.
 
@@ -379,12 +389,13 @@ def degenerate_reason(table: pd.DataFrame, dimensions: Sequence[str],
     """
     if not len(dimensions):
         return None
-    if len(table):
-        labels = table[list(dimensions)]
+    released = len(rows)
+    if released:
+        labels = rows.cells.loc[rows.counts > 0, list(dimensions)]
         if any(bool((labels[c].astype(str) != SUPPRESSED).any()) for c in dimensions):
             return None
-    what = "no rows were released" if not len(table) else (
-        f"all {len(table):,} released rows are (*, ..., *): no dimension is below '*'")
+    what = "no rows were released" if not released else (
+        f"all {released:,} released rows are (*, ..., *): no dimension is below '*'")
     return (f"DEGENERATE RELEASE: {what}. Too few rows per (class, value) cell for this epsilon "
             f"and delta ({guarantee.notes}). What would help: a larger epsilon, more rows (a "
             "longer period or more sites), coarser taxonomies, or fewer dimensions.")
@@ -514,7 +525,8 @@ def release_without_lattice(
     elif impl.capabilities.kind == "classification":
         frame = prepare_table(table, config, include_class=True)
         released, summary = impl.release_frame(frame, config, plan.params, rng)
-        return MaterializedRelease(index=-1, node=(), table=released, il=None,
+        return MaterializedRelease(index=-1, node=(), rows=ReleasedRows.from_frame(released),
+                                   il=None,
                                    row_bounds=impl.row_bounds(plan.params, len(frame),
                                                               summary["cells"]),
                                    details=summary)
@@ -523,7 +535,7 @@ def release_without_lattice(
         released = impl.release_table(frame, config.dimensions, config.informative,
                                       config.class_columns, plan.params, rng, key)
         il, n_rows = None, len(frame)
-    return MaterializedRelease(index=-1, node=(), table=released, il=il,
+    return MaterializedRelease(index=-1, node=(), rows=ReleasedRows.from_frame(released), il=il,
                                row_bounds=impl.row_bounds(plan.params, n_rows))
 
 

@@ -15,13 +15,30 @@ from medrelease.aggregate import value_counts_by
 
 
 def risk_report(table: pd.DataFrame, dimensions: list[str]) -> dict[str, float | int]:
+    """Risk figures of a table of rows."""
     columns = [c for c in dimensions if c in table.columns]
     if table.empty or not columns:
-        return {"rows": len(table), "classes": 0, "unique_row_share": 0.0,
-                "smallest_class": 0, "k_achieved": 0, "prosecutor_risk_max": 0.0,
-                "prosecutor_risk_mean": 0.0}
-    sizes = value_counts_by(table, columns)["n"]
-    rows = len(table)
+        return _no_classes(len(table))
+    return _risk_of_sizes(value_counts_by(table, columns)["n"].to_numpy(), len(table))
+
+
+def risk_of_cells(cells: pd.DataFrame, dimensions: list[str], rows_column: str
+                  ) -> dict[str, float | int]:
+    """The same figures from distinct rows and their counts (``rows_column``): no row expanded."""
+    columns = [c for c in dimensions if c in cells.columns]
+    rows = int(cells[rows_column].sum()) if len(cells) else 0
+    if rows == 0 or not columns:
+        return _no_classes(rows)
+    sizes = cells.groupby(columns, observed=True, dropna=False, sort=False)[rows_column].sum()
+    return _risk_of_sizes(sizes[sizes > 0].to_numpy(), rows)
+
+
+def _no_classes(rows: int) -> dict[str, float | int]:
+    return {"rows": rows, "classes": 0, "unique_row_share": 0.0, "smallest_class": 0,
+            "k_achieved": 0, "prosecutor_risk_max": 0.0, "prosecutor_risk_mean": 0.0}
+
+
+def _risk_of_sizes(sizes: np.ndarray, rows: int) -> dict[str, float | int]:
     smallest = int(sizes.min())
     return {
         "rows": rows,

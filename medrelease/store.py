@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from medrelease.errors import MedreleaseError
+from medrelease.released_rows import ROW_GROUP, ReleasedRows
 
 SAFE_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 PARTIAL_PREFIX = ".partial-"
@@ -66,6 +67,32 @@ def neutralise_formulas(table: pd.DataFrame) -> pd.DataFrame:
         else:
             out[name] = column
     return pd.DataFrame(out, index=table.index)
+
+
+def write_data_files(rows: ReleasedRows, parquet: Path, csv: Path,
+                     size: int = ROW_GROUP) -> None:
+    """Parquet and CSV, one row group at a time: memory follows the cells, not the rows.
+
+    Formula-like text is neutralised once on the distinct rows; each group is then written with
+    the header only before the first, so the CSV equals the whole table written at once.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    safe = neutralise_formulas(rows.cells if rows.frame is None else rows.frame)
+    writer = None
+    try:
+        with csv.open("w", encoding="utf-8", newline="") as text:
+            for number, indices in enumerate(rows.group_indices(size)):
+                group = rows.take(indices)
+                arrow = pa.Table.from_pandas(group, preserve_index=False)
+                if writer is None:
+                    writer = pq.ParquetWriter(parquet, arrow.schema)
+                writer.write_table(arrow)
+                rows.take(indices, safe).to_csv(text, index=False, header=number == 0)
+    finally:
+        if writer is not None:
+            writer.close()
 
 
 class StoreError(MedreleaseError):
@@ -193,13 +220,14 @@ class ReleaseStore:
         self,
         dataset: str,
         release_id: str,
-        table: pd.DataFrame,
+        table: ReleasedRows | pd.DataFrame,
         manifest: dict[str, Any],
         extra_files: dict[str, str] | None = None,
         destination: str | None = None,
         before_rename: Callable[[Path], None] | None = None,
     ) -> PublishedRelease:
-        """Write data (Parquet + CSV), manifest and extra text files, then rename into place.
+        """Write data (Parquet + CSV, streamed in row groups), manifest and extra text files,
+        then rename into place.
 
         On any failure the partial folder is removed and ``StoreError`` says why; the store is
         unchanged. ``before_rename`` runs on the complete temporary folder (used for checks).
@@ -217,8 +245,8 @@ class ReleaseStore:
         try:
             partial.mkdir()
             parquet, csv = self.data_files
-            table.to_parquet(partial / parquet, index=False)
-            neutralise_formulas(table).to_csv(partial / csv, index=False)
+            rows = table if isinstance(table, ReleasedRows) else ReleasedRows.from_frame(table)
+            write_data_files(rows, partial / parquet, partial / csv)
             for name, text in (extra_files or {}).items():
                 (partial / safe_relative(name, "file name")).write_text(text, encoding="utf-8")
             # The manifest is written last: its presence means the data files are complete.

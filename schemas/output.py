@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from medrelease.aggregate import value_counts_by
+from medrelease.released_rows import ROWS, ReleasedRows
 from medrelease.taxonomy import SUPPRESSED
 
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
@@ -70,7 +70,6 @@ class CheckReport:
         return [r for r in self.results if not r["success"]]
 
 
-ROWS = "__rows"  # the cell table's count column
 
 
 def build_suite(expect: OutputExpectations, name: str = "release-output"):
@@ -95,18 +94,16 @@ def build_suite(expect: OutputExpectations, name: str = "release-output"):
 
 def cell_table(table: pd.DataFrame) -> pd.DataFrame:
     """The released table as distinct rows with their counts (missing values kept)."""
-    if ROWS in table.columns:
-        raise ValueError(f"a released column may not be named {ROWS!r}")
-    if table.empty:
-        return pd.DataFrame({**{c: pd.Series(dtype=object) for c in table.columns},
-                             ROWS: pd.Series(dtype=np.int64)})
-    return value_counts_by(table, list(table.columns), name=ROWS, keep_missing=True)
+    return ReleasedRows.from_frame(table).cell_table()
 
 
-def check_release(table: pd.DataFrame, expect: OutputExpectations) -> CheckReport:
+def check_release(released: ReleasedRows | pd.DataFrame, expect: OutputExpectations
+                  ) -> CheckReport:
     """Run the suite on the released table's cell table (and the suppressed-row check).
 
     Unexpected counts are distinct released rows for value checks, rows for the rest."""
+    if isinstance(released, pd.DataFrame):
+        released = ReleasedRows.from_frame(released)
     import great_expectations as gx
     from great_expectations.data_context.types.base import ProgressBarsConfig
 
@@ -121,7 +118,7 @@ def check_release(table: pd.DataFrame, expect: OutputExpectations) -> CheckRepor
     definition = context.validation_definitions.add(
         gx.ValidationDefinition(data=batch, suite=suite, name="release-output")
     )
-    frame = cell_table(table)
+    frame = released.cell_table()
     outcome = definition.run(batch_parameters={"dataframe": frame})
     results = [
         {

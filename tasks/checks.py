@@ -53,7 +53,7 @@ def expectations_for(config: DatasetConfig, context: ReleaseContext | None,
 @task(name="check-output", cache_policy=NO_CACHE)
 def check_output(config: DatasetConfig, context: ReleaseContext | None,
                  chosen: MaterializedRelease, mechanism: str = "") -> CheckReport:
-    report = check_release(chosen.table, expectations_for(config, context, chosen, mechanism))
+    report = check_release(chosen.rows, expectations_for(config, context, chosen, mechanism))
     if not report.success:
         failed = "; ".join(
             f"{r['check']}{'(' + r['column'] + ')' if r['column'] else ''}: {r['unexpected']}"

@@ -6,6 +6,7 @@ only; the values themselves go to a steward-only log file whose path the message
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -16,7 +17,12 @@ from prefect import get_run_logger, task
 from prefect.artifacts import create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
-from medrelease.aggregate import CountTable, aggregate_chunks, check_drop_limit
+from medrelease.aggregate import (
+    CountTable,
+    aggregate_chunks,
+    check_drop_limit,
+    merge_count_tables,
+)
 from medrelease.config import DatasetConfig, find_config
 from medrelease.errors import InputValidationError, write_steward_log
 from medrelease.grouped_input import grouped_count_table
@@ -43,10 +49,14 @@ def load_dataset_config(dataset: str) -> DatasetConfig:
 @task(name="check-for-new-data", cache_policy=NO_CACHE)
 def released_before(config: DatasetConfig, input_path: str | None) -> str | None:
     """The release that already published this exact extract (by content hash), if any."""
-    path = config.extract_path(input_path)
-    if not path.is_file():
-        return None  # the validation step reports a missing file with its own message
-    return StewardRecords(steward_root()).released_input(config.name, file_sha256(path))
+    try:
+        files = config.extract_files(input_path)
+    except InputValidationError:
+        return None  # the validation step reports a missing extract with its own message
+    if not all(f.is_file() for f in files):
+        return None
+    digest = extract_digest([(str(f), file_sha256(f)) for f in files])
+    return StewardRecords(steward_root()).released_input(config.name, digest)
 
 
 @contextmanager
@@ -80,7 +90,13 @@ def load_and_validate_input(
 ) -> tuple[pd.DataFrame, InputInfo]:
     """Read the extract as text and check it against the pandera schema of its config."""
     with _values_to_the_steward_log(config):
-        path = config.extract_path(input_path)
+        files = config.extract_files(input_path)
+        if len(files) > 1:
+            raise InputValidationError(
+                f"{len(files)} files match {config.extract_path(input_path).name!r}: this "
+                "mechanism reads one file; extracts in several files are read by the "
+                "mechanisms that search the lattice (ipa, ipa-paper, kanon)")
+        path = files[0]
         with counting_positions(config, path):
             frame = validate_input(read_input(config, path), config)
         needed = config.dimensions + config.informative + config.class_columns
@@ -93,27 +109,76 @@ def load_and_validate_input(
     return frame, info
 
 
+@dataclass(frozen=True)
+class PartitionCounts:
+    """One file of an extract, validated and aggregated (on whichever worker read it)."""
+
+    path: str
+    sha256: str
+    counts: CountTable
+    how: str
+
+
+def count_partition(config: DatasetConfig, path: Path, rows_per_chunk: int = 500_000,
+                    partitioned: bool = False) -> PartitionCounts:
+    """One out-of-core pass over one file: DuckDB groups it and the checks run on each
+    column's distinct values; when that path declines (or the input is bad), the row-wise pass
+    validates each chunk and folds it in, with messages naming file lines (and, for an extract
+    of several files, the file). Memory follows the count table; no noise is drawn."""
+    counts, how = grouped_count_table(config, path), "grouped by DuckDB"
+    if counts is None:  # the row-wise pass: reads what DuckDB declined, or says what is wrong
+        try:
+            with _values_to_the_steward_log(config):
+                chunks = (validate_input(chunk, config)
+                          for chunk in iter_chunks(config, path, rows_per_chunk) if len(chunk))
+                with counting_positions(config, path):
+                    counts, how = aggregate_chunks(chunks, config), "read row-wise in chunks"
+        except InputValidationError as exc:
+            if not partitioned:
+                raise
+            raise InputValidationError(f"in {path.name}: {exc}", exc.problems) from None
+    return PartitionCounts(str(Path(path).resolve()), file_sha256(path), counts, how)
+
+
+@task(name="aggregate-partition", cache_policy=NO_CACHE)
+def aggregate_partition(config: DatasetConfig, path: str, rows_per_chunk: int = 500_000
+                        ) -> PartitionCounts:
+    """One file of a partitioned extract, on a fan-out worker (Dask) or in the flow."""
+    return count_partition(config, Path(path), rows_per_chunk, partitioned=True)
+
+
+def extract_digest(files: list[tuple[str, str]]) -> str:
+    """The extract's identity from its (path, SHA-256) files: a one-file extract's own hash,
+    else the hash of the list of its files' names and hashes."""
+    if len(files) == 1:
+        return files[0][1]
+    listing = "".join(f"{Path(path).name}\0{sha}\n" for path, sha in files)
+    return hashlib.sha256(listing.encode()).hexdigest()
+
+
+@task(name="merge-partitions", cache_policy=NO_CACHE)
+def merge_partitions(config: DatasetConfig, parts: list[PartitionCounts],
+                     pattern: str) -> tuple[CountTable, InputInfo]:
+    """The extract's count table from its files' (equal to reading them as one)."""
+    counts = merge_count_tables([p.counts for p in parts])  # each file passed the drop limit
+    info = InputInfo(path=parts[0].path if len(parts) == 1 else pattern,
+                     sha256=extract_digest([(p.path, p.sha256) for p in parts]),
+                     rows=counts.n_rows,
+                     dropped_rows=counts.dropped_rows)
+    how = ", ".join(sorted({p.how for p in parts}))
+    get_run_logger().info("input %s validated and aggregated (%d file(s), %s): n=%d, %d cells",
+                          Path(info.path).name, len(parts), how, info.rows,
+                          counts.cell_keys.size)
+    _report_rows(config, info)
+    return counts, info
+
+
 @task(name="validate-and-aggregate", cache_policy=NO_CACHE)
 def validate_and_aggregate(
     config: DatasetConfig, input_path: str | None = None, rows_per_chunk: int = 500_000
 ) -> tuple[CountTable, InputInfo]:
-    """One out-of-core pass to the count table: DuckDB groups the file and the checks run on
-    each column's distinct values; when that path declines (or the input is bad), the
-    row-wise pass validates each chunk and folds it in, with messages naming file lines.
-
-    Memory stays bounded by the count table, not by the number of rows; no noise is drawn.
-    """
-    path = config.extract_path(input_path)
-    counts, how = grouped_count_table(config, path), "grouped by DuckDB"
-    if counts is None:  # the row-wise pass: reads what DuckDB declined, or says what is wrong
-        with _values_to_the_steward_log(config):
-            chunks = (validate_input(chunk, config)
-                      for chunk in iter_chunks(config, path, rows_per_chunk) if len(chunk))
-            with counting_positions(config, path):
-                counts, how = aggregate_chunks(chunks, config), "read row-wise in chunks"
-    info = InputInfo(path=str(Path(path).resolve()), sha256=file_sha256(path),
-                     rows=counts.n_rows, dropped_rows=counts.dropped_rows)
-    get_run_logger().info("input %s validated and aggregated (%s): n=%d, %d cells",
-                          path.name, how, info.rows, counts.cell_keys.size)
-    _report_rows(config, info)
-    return counts, info
+    """Every file of the extract in turn, in this process (the Dask fan-out is in the flow)."""
+    files = config.extract_files(input_path)
+    parts = [count_partition(config, f, rows_per_chunk, partitioned=len(files) > 1)
+             for f in files]
+    return merge_partitions.fn(config, parts, str(config.extract_path(input_path)))

@@ -103,7 +103,7 @@ def public_facts(run: RunFacts, release_id: str) -> dict[str, Any]:
     plan, chosen, config = run.release_plan, run.chosen, run.config
     guarantee = plan.guarantee
     steps = [s.as_dict() for s in plan.budget_steps]
-    columns = list(chosen.table.columns)
+    columns = chosen.rows.columns
     dims = [c for c in config.dimensions + config.set_valued if c in columns]
     node = (dict(zip(run.context.counts.dimensions, map(int, chosen.node), strict=True))
             if run.context is not None else {})
@@ -126,7 +126,7 @@ def public_facts(run: RunFacts, release_id: str) -> dict[str, Any]:
         "text_safety": {"csv": CSV_TEXT_SAFETY, "parquet": "raw values"},
         "chosen_node": node, "chosen_node_height": int(sum(chosen.node)),
         "mechanism_details": {k: v for k, v in chosen.details.items() if k in PUBLIC_DETAILS},
-        **released_figures(chosen.table, dims),
+        **released_figures(chosen.rows, dims),
     }
 
 
@@ -176,7 +176,7 @@ def publish_release(run: RunFacts, destination: str | None) -> PublishResult:
     records.write(run.config.name, release_id, record, _steward_files(run))
     try:
         published = store.publish(
-            dataset=run.config.name, release_id=release_id, table=run.chosen.table,
+            dataset=run.config.name, release_id=release_id, table=run.chosen.rows,
             manifest=manifest, extra_files={"report.md": render_public_report(manifest)},
             destination=destination)
     except BaseException as exc:
@@ -186,5 +186,5 @@ def publish_release(run: RunFacts, destination: str | None) -> PublishResult:
     record = records.update(run.config.name, release_id, status="published",
                             published_path=str(published.path))
     get_run_logger().info("published %srelease %s (n=%d) to %s", "TEST " if test else "",
-                          release_id, len(run.chosen.table), published.path)
+                          release_id, len(run.chosen.rows), published.path)
     return PublishResult(release_id, str(published.path), manifest, record, test)

@@ -146,3 +146,44 @@ def test_missing_value_policies_count_the_same(tmp_path: Path, policy: str) -> N
     assert grouped is not None
     _assert_same(grouped, expected)
     assert grouped.dropped_rows == (2 if policy == "drop_rows" else 0)
+
+
+@pytest.mark.parametrize("declared_domain", [True, False])
+def test_files_aggregated_apart_merge_to_the_table_of_all_rows(tmp_path: Path,
+                                                               declared_domain: bool) -> None:
+    """An extract in four files (each with values the others lack), aggregated file by file
+    and merged, equals the one-file count table key for key, with or without a declared
+    informative domain (without one, informative codes are re-derived from the union)."""
+    from medrelease.aggregate import merge_count_tables
+
+    sample = pd.read_csv(ROOT / "datasets/nps-sample/nps_sample.csv", dtype=str).drop(
+        columns="patient_id").sort_values("diagnosis")  # files see different diagnoses
+    overrides = {} if declared_domain else {"columns.diagnosis": {"role": "informative"}}
+    config, whole = _nps_like(tmp_path, sample.to_csv(index=False), **overrides)
+    size = -(-len(sample) // 4)
+    chunks = [sample.iloc[start:start + size] for start in range(0, len(sample), size)]
+    parts = []
+    for number, chunk in enumerate(chunks):
+        part = whole.parent / f"part-{number}.csv"
+        chunk.to_csv(part, index=False)
+        parts.append(grouped_count_table(config, part))
+    assert [p.n_rows for p in parts] == [len(c) for c in chunks]
+    assert len({len(p.informative) for p in parts}) > 1 or declared_domain
+    merged = merge_count_tables(parts)
+    assert merged.public_domain == declared_domain
+    _assert_same(merged, grouped_count_table(config, whole))
+
+
+def test_a_pattern_names_the_files_of_one_extract(tmp_path: Path) -> None:
+    config, whole = _nps_like(tmp_path, HEADER + "30,M,3,N,11,A063\n")
+    for name in ("b.csv", "a.csv", ".hidden.csv"):
+        (whole.parent / name).write_text(HEADER)
+    files = config.extract_files(str(whole.parent / "[ab].csv"))
+    assert [f.name for f in files] == ["a.csv", "b.csv"]
+    assert config.extract_files(str(whole)) == [whole]
+    with pytest.raises(InputValidationError, match="no file matches the input pattern"):
+        config.extract_files(str(whole.parent / "none-*.csv"))
+    from medrelease.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="only the file name may hold a pattern"):
+        config.extract_files(str(whole.parent / "*" / "x.csv"))

@@ -300,3 +300,52 @@ def test_unreachable_dask_scheduler_fails_before_any_spend(home: Path, monkeypat
         release_flow(ReleaseRequest(seed=1, task_runner="dask", evaluate=False))
     assert _spends(home) == []
     assert _release_dirs(home) == []
+
+
+def _partitions(folder: Path, rows: int = 3000, parts: int = 3) -> Path:
+    """The first ``rows`` rows of the sample as one file and as ``parts`` files part-1.csv, ..."""
+    import pandas as pd
+
+    sample = pd.read_csv(Path(__file__).resolve().parent.parent /
+                         "datasets/nps-sample/nps_sample.csv", nrows=rows, dtype=str)
+    sample.to_csv(folder / "whole.csv", index=False)
+    size = -(-rows // parts)
+    for number in range(parts):
+        sample.iloc[number * size:(number + 1) * size].to_csv(
+            folder / f"part-{number + 1}.csv", index=False)
+    return folder / "part-*.csv"
+
+
+def test_dask_workers_aggregate_the_files_of_an_extract_to_the_same_release(
+        home: Path, tmp_path: Path) -> None:
+    """An extract in three files, read and aggregated one file per Dask worker task, gives the
+    count table, hence (same seed) the release, of the same rows in one file on threads."""
+    import pandas as pd
+
+    pattern = _partitions(tmp_path)
+    whole = release_flow(ReleaseRequest(input_path=str(tmp_path / "whole.csv"), seed=5,
+                                        batch_size=64, evaluate=False))
+    parts = release_flow(ReleaseRequest(input_path=str(pattern), seed=5, batch_size=64,
+                                        task_runner="dask", evaluate=False))
+    assert parts["record"]["input_rows"] == whole["record"]["input_rows"] == 3000
+    assert parts["record"]["input_file"] == str(pattern)
+    assert parts["manifest"]["chosen_node"] == whole["manifest"]["chosen_node"]
+    one, three = (pd.read_parquet(Path(r["path"]) / "TEST-data.parquet") for r in (whole, parts))
+    assert one.equals(three)
+
+
+def test_a_bad_row_in_the_last_file_is_named_with_its_file_and_line_before_any_spend(
+        home: Path, tmp_path: Path) -> None:
+    pattern = _partitions(tmp_path)
+    last = tmp_path / "part-3.csv"
+    lines = last.read_text().splitlines()
+    fields = lines[7].split(",")
+    fields[1] = "not-an-age"
+    lines[7] = ",".join(fields)
+    last.write_text("\n".join(lines) + "\n")
+    expected = r"(?s)in part-3\.csv: .*column .age.*first at file line 8"
+    with pytest.raises(InputValidationError, match=expected):
+        release_flow(ReleaseRequest(input_path=str(pattern), seed=5, task_runner="dask",
+                                    evaluate=False))
+    assert _spends(home) == []
+    assert _release_dirs(home) == []
