@@ -24,13 +24,28 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 CHUNK = 1_000_000
+# "dask-files": the extract as one file per million rows, each read and aggregated on a worker.
+RUNNERS = {"thread": "thread", "dask": "dask", "dask-files": "dask"}
 
 
-def write_extract(rows: int, folder: Path) -> Path:
-    """The NPS-like extract of ``rows`` rows (generated in chunks so memory stays small)."""
+def write_extract(rows: int, folder: Path, parts: bool = False) -> Path:
+    """The NPS-like extract of ``rows`` rows, generated in 1M-row chunks so memory stays small:
+    one CSV file, or (``parts``) one file per chunk in a folder, named by a pattern."""
     from medrelease.nps import generate_nps
 
     folder.mkdir(parents=True, exist_ok=True)
+    if parts:
+        whole = write_extract(rows, folder)
+        target = folder / f"nps_{rows}_parts"
+        if not target.exists():
+            partial = folder / f".{target.name}.partial"
+            partial.mkdir(exist_ok=True)
+            with whole.open(encoding="utf-8") as source:
+                header = source.readline()
+                for number, chunk in enumerate(iter(lambda: source.readlines(CHUNK * 40), [])):
+                    (partial / f"part-{number:03d}.csv").write_text(header + "".join(chunk))
+            partial.replace(target)
+        return target / "part-*.csv"
     target = folder / f"nps_{rows}.csv"
     if target.exists():
         return target
@@ -49,7 +64,7 @@ def child(rows: int, runner: str, extract: str, config_path: str) -> None:
 
     started = time.perf_counter()
     result = release_flow(ReleaseRequest(dataset=config_path, input_path=extract, seed=1,
-                                         task_runner=runner, evaluate=False))
+                                         task_runner=RUNNERS[runner], evaluate=False))
     print("RESULT " + json.dumps({"wall": time.perf_counter() - started,
                                   "released_rows": result["manifest"]["released_rows"],
                                   "input_rows": result["record"]["input_rows"]}), flush=True)
@@ -69,10 +84,11 @@ def measure(rows: int, runner: str, extract: Path, config: Path, env: dict) -> d
     import psutil
 
     started = time.perf_counter()
+    log = ROOT / "var" / "bench" / f"child-{rows}-{runner}.log"
     proc = subprocess.Popen([sys.executable, __file__, "--child", "--rows", str(rows),
                              "--runners", runner, "--extract", str(extract),
                              "--config", str(config)],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+                            stdout=subprocess.PIPE, stderr=log.open("w"), text=True, env=env)
     handle, peak = psutil.Process(proc.pid), 0
     while proc.poll() is None:
         with contextlib.suppress(psutil.Error):
@@ -82,7 +98,9 @@ def measure(rows: int, runner: str, extract: Path, config: Path, env: dict) -> d
     out = proc.stdout.read() if proc.stdout else ""
     line = next((x for x in out.splitlines() if x.startswith("RESULT ")), None)
     if proc.returncode != 0 or line is None:
-        return {"rows": rows, "runner": runner, "error": f"exit {proc.returncode}"}
+        last = log.read_text(errors="replace").strip().splitlines()[-1:] or [""]
+        return {"rows": rows, "runner": runner,
+                "error": f"exit {proc.returncode}: {last[0][:200]} (see {log})"}
     result = json.loads(line[len("RESULT "):])
     return {"rows": rows, "runner": runner, "flow_wall_s": result["wall"],
             "process_wall_s": wall, "peak_rss_gb": peak / 1e9,
@@ -93,7 +111,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, nargs="*", default=[1_400_000, 10_000_000,
                                                                  30_000_000])
-    parser.add_argument("--runners", nargs="*", default=["thread", "dask"])
+    parser.add_argument("--runners", nargs="*", default=list(RUNNERS), choices=list(RUNNERS))
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--extract", help=argparse.SUPPRESS)
     parser.add_argument("--config", help=argparse.SUPPRESS)
@@ -106,18 +124,19 @@ def main() -> None:
 
     env = {**os.environ, "MEDRELEASE_HOME": str(bench / "home"),
            "PREFECT_HOME": str(bench / "prefect"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-           "DO_NOT_TRACK": "1", "PREFECT_LOGGING_TO_API_ENABLED": "false"}
-    print(f"{'rows':>12} {'runner':>7} {'flow wall s':>12} {'process s':>10} {'peak GB':>8}"
+           "DO_NOT_TRACK": "1", "PREFECT_LOGGING_TO_API_ENABLED": "false",
+           "MEDRELEASE_DATASETS": str(bench)}
+    print(f"{'rows':>12} {'runner':>10} {'flow wall s':>12} {'process s':>10} {'peak GB':>8}"
           f" {'rows out':>10}", flush=True)
     for rows in args.rows:
-        extract = write_extract(rows, bench)
-        config = write_config(extract, bench)
         for runner in args.runners:
+            extract = write_extract(rows, bench, parts=runner == "dask-files")
+            config = write_config(extract, bench)
             r = measure(rows, runner, extract, config, env)
             if "error" in r:
-                print(f"{rows:>12,} {runner:>7} failed: {r['error']}", flush=True)
+                print(f"{rows:>12,} {runner:>10} failed: {r['error']}", flush=True)
                 continue
-            print(f"{rows:>12,} {runner:>7} {r['flow_wall_s']:12.1f} {r['process_wall_s']:10.1f}"
+            print(f"{rows:>12,} {runner:>10} {r['flow_wall_s']:12.1f} {r['process_wall_s']:10.1f}"
                   f" {r['peak_rss_gb']:8.2f} {r['released_rows']:>10,}", flush=True)
 
 

@@ -15,14 +15,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import threading
 import warnings
 from pathlib import Path
 
-from prefect import serve
 from prefect.events import DeploymentEventTrigger
+from prefect.runner import Runner
 
 from flows.arrival import arrival_release_flow
 from flows.release import release_flow
@@ -98,12 +99,35 @@ def serve_all(inbox: Path | None = None, dataset: str = "nps-sample",
         os.environ["MEDRELEASE_INBOX"] = os.pathsep.join([*known, str(Path(inbox).resolve())])
         threading.Thread(target=watch_loop, args=(inbox, dataset, interval_s),
                          name="inbox-watcher", daemon=True).start()
-    # Prefect's SIGTERM handler calls Runner.stop() from inside the event loop without awaiting
-    # it, then exits; the runner's own exit does the clean-up. Its warning, and the traceback
-    # asyncio sometimes logs for the runner's control channel cancelled on the way out, would
-    # only alarm whoever stops the service.
+    # The traceback asyncio sometimes logs for the runner's control channel cancelled on the
+    # way out would only alarm whoever stops the service.
     warnings.filterwarnings("ignore", message="coroutine 'Runner.astop' was never awaited")
     logging.getLogger("asyncio").addFilter(_not_a_cancelled_callback)
     # A stop (SIGTERM from systemd, Ctrl-C) must not pause the monthly schedules: Prefect's
     # default would leave every deployment paused until someone resumes it in the UI.
-    serve(*build_deployments(), limit=2, pause_on_shutdown=False)
+    runner = Runner(pause_on_shutdown=False, limit=2)
+    for deployment in build_deployments():
+        runner.add_deployment(deployment)
+    runner.handle_sigterm = _stop_on_sigterm(runner)
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(runner.start())
+
+
+def _stop_on_sigterm(runner: Runner):
+    """SIGTERM stops the runner from inside its event loop.
+
+    Prefect's own handler calls ``sys.exit(0)`` from the signal handler, which raises
+    ``SystemExit`` in whatever coroutine the main thread is in; inside an HTTP call to the API
+    that surfaced as an exception-group traceback on a routine stop (the served fixture's
+    clean-stop check caught it once). Here the handler only schedules ``Runner.astop`` on the
+    loop: the polling loops are cancelled at an await, ``start()`` returns, the process exits 0.
+    """
+    def handle(*_: object) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # not inside the runner's loop (starting up): exit as Prefect does
+            raise SystemExit(0) from None
+        runner._logger.info("SIGTERM received, stopping the runner")
+        loop.call_soon_threadsafe(lambda: loop.create_task(runner.astop()))
+
+    return handle

@@ -43,9 +43,14 @@ def group_sum(keys: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.nda
         return present.astype(np.int64) + low, np.rint(sums[present]).astype(np.int64)
     top_weight = int(weights.max()) + 1
     if span * top_weight < MAX_KEY:
-        packed = (keys - low) * top_weight + weights
+        # In place where numpy allows: at 14M cells each array is 112 MB, and two scoring
+        # threads run this at once (benchmarks/scale_bench.py, 30M rows).
+        packed = keys - low
+        packed *= top_weight
+        packed += weights
         packed.sort(kind="stable")
-        sorted_keys, sorted_weights = np.divmod(packed, top_weight)
+        sorted_keys = packed // top_weight
+        sorted_weights = np.remainder(packed, top_weight, out=packed)
     else:
         order = np.argsort(keys, kind="stable")
         sorted_keys, sorted_weights = keys[order] - low, weights[order]
@@ -53,7 +58,11 @@ def group_sum(keys: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.nda
     is_start[0] = True
     np.not_equal(sorted_keys[1:], sorted_keys[:-1], out=is_start[1:])
     starts = np.flatnonzero(is_start)
-    return sorted_keys[starts] + low, np.add.reduceat(sorted_weights, starts)
+    del is_start
+    distinct = sorted_keys[starts]
+    del sorted_keys
+    distinct += low
+    return distinct, np.add.reduceat(sorted_weights, starts)
 
 
 @dataclass(frozen=True)

@@ -97,20 +97,18 @@ class Lattice:
         keys = self.counts.cell_keys
         new_keys = keys.copy()
         for i, level in enumerate(node):
-            if level == 0:
-                continue
-            digit = (keys // self._radices[i]) % self._sizes[i]
-            new_keys += (self._level_maps[i][level][digit] - digit) * self._radices[i]
+            if level:
+                new_keys += _digit_change(keys, self._radices[i], self._sizes[i],
+                                          self._level_maps[i][level])
         cell_keys, counts = group_sum(new_keys, self.counts.counts)
         return NodeTable(tuple(node), cell_keys, counts, self.counts.n_inf)
 
     def step_up(self, table: NodeTable, attribute: int) -> NodeTable:
         """Generalize one attribute of an already rolled-up node by one level."""
         level = table.node[attribute]
-        digit = (table.cell_keys // self._radices[attribute]) % self._sizes[attribute]
-        new_keys = table.cell_keys + (
-            self._up_maps[attribute][level][digit] - digit
-        ) * self._radices[attribute]
+        new_keys = _digit_change(table.cell_keys, self._radices[attribute],
+                                 self._sizes[attribute], self._up_maps[attribute][level])
+        new_keys += table.cell_keys
         cell_keys, counts = group_sum(new_keys, table.counts)
         node = tuple(lv + (1 if i == attribute else 0) for i, lv in enumerate(table.node))
         return NodeTable(node, cell_keys, counts, table.n_inf)
@@ -184,6 +182,16 @@ class Lattice:
             for done in [n for n in cache if last_use[n] <= position]:
                 del cache[done]
             yield table
+
+
+def _digit_change(keys: np.ndarray, radix: int, size: int, code_map: np.ndarray) -> np.ndarray:
+    """How much each key moves when one dimension's digit d becomes ``code_map[d]``; in place
+    where numpy allows (one key array and one temporary, not four: 112 MB each at 14M cells)."""
+    change = keys // radix
+    change %= size
+    np.subtract(code_map[change], change, out=change)
+    change *= radix
+    return change
 
 
 def _up_map(taxonomy: Taxonomy, level: int) -> np.ndarray:

@@ -73,26 +73,44 @@ def write_data_files(rows: ReleasedRows, parquet: Path, csv: Path,
                      size: int = ROW_GROUP) -> None:
     """Parquet and CSV, one row group at a time: memory follows the cells, not the rows.
 
-    Formula-like text is neutralised once on the distinct rows; each group is then written with
-    the header only before the first, so the CSV equals the whole table written at once.
+    Formula-like text is neutralised once on the distinct rows. Each distinct row is turned
+    into Arrow once and into its CSV line once (by pandas, so the text is what pandas writes
+    for the whole table); a row group is then a ``take`` of those by the group's indices.
     """
-    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    safe = neutralise_formulas(rows.cells if rows.frame is None else rows.frame)
-    writer = None
-    try:
-        with csv.open("w", encoding="utf-8", newline="") as text:
-            for number, indices in enumerate(rows.group_indices(size)):
-                group = rows.take(indices)
-                arrow = pa.Table.from_pandas(group, preserve_index=False)
-                if writer is None:
-                    writer = pq.ParquetWriter(parquet, arrow.schema)
-                writer.write_table(arrow)
+    source = rows.cells if rows.frame is None else rows.frame
+    arrow = _arrow(source)
+    lines = _csv_lines(neutralise_formulas(source)) if rows.frame is None else None
+    safe = neutralise_formulas(source) if lines is None else None
+    body = None if lines is None else lines[1:]
+    with pq.ParquetWriter(parquet, arrow.schema) as writer, \
+            csv.open("w", encoding="utf-8", newline="") as text:
+        for number, indices in enumerate(rows.group_indices(size)):
+            writer.write_table(arrow.take(indices))
+            if lines is None:
                 rows.take(indices, safe).to_csv(text, index=False, header=number == 0)
-    finally:
-        if writer is not None:
-            writer.close()
+                continue
+            if number == 0:
+                text.write(lines[0])
+            if indices.size:
+                text.write("".join(body[indices]))
+
+
+def _arrow(frame: pd.DataFrame):
+    import pyarrow as pa
+
+    return pa.Table.from_pandas(frame.reset_index(drop=True), preserve_index=False)
+
+
+def _csv_lines(cells: pd.DataFrame) -> np.ndarray | None:
+    """Header line, then one CSV line per distinct row, as pandas writes them; None when a
+    value spans lines (quoted line breaks), where lines cannot be told apart by splitting."""
+    text = cells.to_csv(index=False, lineterminator="\n")
+    lines = text.split("\n")
+    if len(lines) != len(cells) + 2 or lines[-1] != "":
+        return None
+    return np.asarray([line + "\n" for line in lines[:-1]], dtype=object)
 
 
 class StoreError(MedreleaseError):

@@ -187,3 +187,17 @@ def test_a_pattern_names_the_files_of_one_extract(tmp_path: Path) -> None:
 
     with pytest.raises(ConfigError, match="only the file name may hold a pattern"):
         config.extract_files(str(whole.parent / "*" / "x.csv"))
+
+
+def test_a_memory_limit_too_small_for_duckdb_is_lifted_not_a_fall_back(nps_config, monkeypatch,
+                                                                        caplog) -> None:
+    """1MB is too little to group the sample: DuckDB runs out, the grouping runs again without
+    the limit and still gives the row-wise count table (not the slow row-wise pass)."""
+    import logging
+
+    monkeypatch.setenv("MEDRELEASE_DUCKDB_MEMORY", "1MB")
+    with caplog.at_level(logging.INFO, logger="medrelease.grouped_input"):
+        grouped = grouped_count_table(nps_config, nps_config.input_path)
+    assert "needed more than 1MB" in caplog.text
+    assert grouped is not None
+    _assert_same(grouped, _row_wise(nps_config, nps_config.input_path, 3_000))

@@ -102,3 +102,24 @@ def test_the_sample_chooses_the_top_scored_node_almost_surely(nps_config, nps_sa
     assert top["selection_probability"] > 0.99
     assert result.node_index == int(top["index"])
     assert candidates["selection_probability"].max() == top["selection_probability"]
+
+
+@pytest.mark.parametrize("tau", [2, 25, 400])
+def test_the_fast_node_summary_equals_the_noise_free_release_summarized(nps_config, nps_sample,
+                                                                       tau: int) -> None:
+    """score_node's summary, computed from the roll-up alone, is the summary of the noise-free
+    release built cell by cell, at every node of the sample's lattice."""
+    from medrelease.mechanisms.base import summarize
+    from medrelease.mechanisms.ipa import _noise_free, noise_free_summary
+
+    context = ReleaseContext.from_counts(aggregate(nps_sample, nps_config))
+    for table in context.lattice.iter_tables(context.lattice.dfs_order()):
+        fast = noise_free_summary(context, table, tau)
+        slow = summarize(context.lattice.index(table.node), table.node,
+                         _noise_free(context, table, tau))
+        assert fast.score == selection_score(context, table, tau)
+        for name in ("index", "node", "height", "classes", "suppressed_classes",
+                     "suppressed_rows", "noise_rows", "released_rows", "feasible"):
+            assert getattr(fast, name) == getattr(slow, name), (table.node, name)
+        for name in ("ncp", "emd", "rate", "il"):
+            assert getattr(fast, name) == pytest.approx(getattr(slow, name), abs=1e-12)

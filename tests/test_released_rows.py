@@ -127,3 +127,14 @@ def test_writing_memory_follows_the_cells_not_the_rows(tmp_path, monkeypatch):
     assert four < 1.5 * one, (one, four)
     monkeypatch.setattr("medrelease.released_rows.SHUFFLE_BLOCK", 200_000)
     assert peak(5_000, 200_000) > 3 * four
+
+
+def test_a_value_with_a_line_break_is_written_as_pandas_writes_it(tmp_path):
+    """Quoted line breaks defeat the one-line-per-distinct-row shortcut: the writer notices and
+    writes the groups with pandas; the file is still the whole table's CSV."""
+    cells = pd.DataFrame({"age": ["*", "[0-39]"], "note": ["two\nlines", 'say "hi", =1']})
+    rows = ReleasedRows(cells, np.array([3, 2]), np.random.SeedSequence(4))
+    write_data_files(rows, tmp_path / "d.parquet", tmp_path / "d.csv", size=2)
+    expected = neutralise_formulas(rows.to_frame()).to_csv(index=False)
+    assert (tmp_path / "d.csv").read_text(encoding="utf-8") == expected
+    assert pd.read_csv(tmp_path / "d.csv")["note"].tolist().count("two\nlines") == 3

@@ -292,12 +292,7 @@ class IPA:
                    params: IPAParams) -> NodeSummary:
         """The node's score and, for the steward, what a noise-free release would look like."""
         tau_cells, _ = self.thresholds(params)
-        expected = _noise_free(context, table, tau_cells)
-        summary = summarize(context.lattice.index(table.node), table.node, expected)
-        node_cells = table.counts.size  # the node's classes come first, the '*' pool last
-        score = _score(table.counts, expected.class_of_cell[:node_cells],
-                       _weights_of(expected.class_ncp), tau_cells) if node_cells else 0
-        return NodeSummary(**{**summary.__dict__, "score": score})
+        return noise_free_summary(context, table, tau_cells)
 
     # -- the release: every random draw of the mechanism happens here ----------------------
 
@@ -323,6 +318,43 @@ class IPA:
         pool = _pooled(rng, context.n_inf, left, params.eps_suppression, tau_sup,
                        every_value=params.pool_every_value)
         return _assemble(context, parts, pool)
+
+
+def noise_free_summary(context: ReleaseContext, table: NodeTable, tau: int) -> NodeSummary:
+    """Score U and the summary of the noise-free release at the node, from its roll-up alone.
+
+    The same figures as ``summarize`` of ``_noise_free`` (tested equal) without building the
+    release: cells with at least tau rows kept exactly, the rest pooled under '*' with their
+    true counts. A class keeping R of its T rows has EMD 1 - R/T (the kept cells' shares grow
+    by T/R, the dropped ones vanish) and no noise; the pool keeps its rows, so its EMD is 0.
+    """
+    index = context.lattice.index(table.node)
+    if table.counts.size == 0:
+        return NodeSummary(**{**summarize(index, table.node,
+                                          _noise_free(context, table, tau)).__dict__,
+                              "score": 0})
+    _, class_of_cell, class_keys = table.classes()
+    ncp = context.lattice_ncp(table.node, class_keys)
+    kept = table.counts >= tau
+    n_classes = class_keys.size
+    true = np.bincount(class_of_cell, weights=table.counts, minlength=n_classes)
+    kept_rows = np.bincount(class_of_cell, weights=np.where(kept, table.counts, 0),
+                            minlength=n_classes)
+    pooled = float(table.counts[~kept].sum())
+    has_pool = bool((~kept).any())
+    released = np.concatenate([kept_rows, [pooled] if has_pool else []])
+    class_ncp = np.concatenate([ncp, [1.0] if has_pool else []])
+    total = released.sum()
+    shown = released > 0
+    emd_class = np.concatenate([1.0 - kept_rows / true, [0.0] if has_pool else []])
+    mean_ncp = min(float(np.dot(released, class_ncp) / total), 1.0)
+    emd = float(np.clip(emd_class[shown], 0.0, 1.0).mean())
+    return NodeSummary(
+        index=index, node=tuple(int(x) for x in table.node), height=int(sum(table.node)),
+        ncp=mean_ncp, emd=emd, rate=0.0, il=mean_ncp + emd,
+        score=_score(table.counts, class_of_cell, _weights_of(ncp), tau),
+        classes=int(shown.sum()), suppressed_classes=int(has_pool),
+        suppressed_rows=int(pooled), noise_rows=0, released_rows=int(total))
 
 
 def _noise_free(context: ReleaseContext, table: NodeTable, tau: int) -> ReleasedCells:
