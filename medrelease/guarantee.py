@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
-from medrelease.errors import BudgetExceededError
+from medrelease.errors import BudgetExceededError, MedreleaseError
 
 ADD_REMOVE_ONE_ROW = "add/remove one row"
 TOLERANCE = 1e-9
@@ -101,3 +101,49 @@ class PrivacyAccountant:
                 f"of {self.delta_limit:g}"
             )
         self.steps.append(step)
+
+
+class StepAccountingError(MedreleaseError):
+    """A mechanism drew noise outside its declared budget steps (nothing is published)."""
+
+
+class StepDraws:
+    """The plan's declared budget steps, handed to the mechanism by name as it draws.
+
+    The privacy map drives the noise: a mechanism asks for a step and draws with that step's
+    epsilon and delta, never with numbers of its own. Each step is handed out at most once, an
+    undeclared one never, and at the end every declared step must have been drawn or passed
+    over with a reason (a passed-over step stays charged: its budget was reserved).
+    """
+
+    def __init__(self, declared: list[BudgetStep], mechanism: str) -> None:
+        self.mechanism = mechanism
+        self.declared = {step.step: step for step in declared}
+        self.outcome: dict[str, str] = {}
+
+    def take(self, name: str) -> BudgetStep:
+        self._claim(name, "drawn")
+        return self.declared[name]
+
+    def pass_over(self, name: str, reason: str) -> None:
+        self._claim(name, f"not drawn: {reason}")
+
+    def close(self) -> dict[str, str]:
+        """Each declared step's outcome; raises if one was never accounted for."""
+        missing = [name for name in self.declared if name not in self.outcome]
+        if missing:
+            raise StepAccountingError(
+                f"{self.mechanism}: declared budget step(s) {', '.join(map(repr, missing))} "
+                "were neither drawn nor passed over; the release is stopped")
+        return dict(self.outcome)
+
+    def _claim(self, name: str, outcome: str) -> None:
+        if name not in self.declared:
+            raise StepAccountingError(
+                f"{self.mechanism} drew noise for {name!r}, a step its plan does not declare "
+                f"(declared: {', '.join(map(repr, self.declared))}); the release is stopped")
+        if name in self.outcome:
+            raise StepAccountingError(
+                f"{self.mechanism} asked for budget step {name!r} a second time; each declared "
+                "step is drawn once; the release is stopped")
+        self.outcome[name] = outcome

@@ -19,7 +19,7 @@ import pandas as pd
 from medrelease.aggregate import CountTable, aggregate, prepare_table
 from medrelease.config import DatasetConfig
 from medrelease.errors import ParameterError, PolicyError
-from medrelease.guarantee import BudgetStep, Guarantee, PrivacyAccountant
+from medrelease.guarantee import BudgetStep, Guarantee, PrivacyAccountant, StepDraws
 from medrelease.lattice import Node
 from medrelease.mechanisms import DEFAULT_MECHANISM, check_fits, get_mechanism, uses_lattice
 from medrelease.mechanisms.base import MechanismParams, NodeSummary, ReleaseContext, summarize
@@ -51,6 +51,11 @@ class ReleasePlan:
 
     @property
     def selection_epsilon(self) -> float:
+        """The node choice's epsilon: its declared budget step's where the mechanism names one
+        (the privacy map drives the noise), else the paper mechanism's eps_candidates."""
+        step = getattr(get_mechanism(self.mechanism), "selection_step", None)
+        if step is not None:
+            return next(s.epsilon for s in self.budget_steps if s.step == step)
         return float(getattr(self.params, "eps_candidates", 0.0) or 0.0)
 
 
@@ -267,12 +272,26 @@ def fixed_index(context: ReleaseContext, plan: ReleasePlan) -> int | None:
 
 def materialize(context: ReleaseContext, plan: ReleasePlan, index: int) -> ReleasedCells:
     """The released cells of the chosen node (replayed or fresh, as the mechanism says)."""
+    return draw_release(context, plan, index)[0]
+
+
+def draw_release(context: ReleaseContext, plan: ReleasePlan, index: int
+                 ) -> tuple[ReleasedCells, dict[str, str]]:
+    """The released cells and, for mechanisms that draw through the plan's steps, what became
+    of each declared step (the selection's was drawn by ``select_node`` with its epsilon)."""
     impl = get_mechanism(plan.mechanism)
     node = context.lattice.nodes[index]
     table = context.lattice.from_finest(node) if sum(node) else context.lattice.bottom()
     replay = impl.capabilities.replays_scored_candidate
     seed = plan.node_seeds[index] if replay else plan.release_seed
-    return impl.materialize(context, table, seed, plan.params)
+    if not impl.capabilities.draws_declared_steps:
+        return impl.materialize(context, table, seed, plan.params), {}
+    draws = StepDraws(plan.budget_steps, impl.name)
+    selection_step = getattr(impl, "selection_step", None)
+    if selection_step is not None:
+        draws.take(selection_step)
+    cells = impl.materialize(context, table, seed, plan.params, draws)
+    return cells, draws.close()
 
 
 def cells_to_rows(
@@ -356,13 +375,15 @@ class MaterializedRelease:
 
 
 def materialize_table(context: ReleaseContext, plan: ReleasePlan, index: int) -> MaterializedRelease:
-    cells = materialize(context, plan, index)
+    cells, steps_drawn = draw_release(context, plan, index)
     node = context.lattice.nodes[index]
     impl = get_mechanism(plan.mechanism)
     rows = cells_to_rows(context, node, cells, plan.shuffle_seed)
     nodes = cells.nodes or (node,)
     details: dict[str, Any] = {}
     dims = context.counts.dimensions
+    if steps_drawn:  # which declared steps were drawn (depends on the chosen nodes only)
+        details["budget_steps_drawn"] = steps_drawn
     if len(nodes) > 1:  # the rungs' nodes are outputs of private choices: public
         details["ladder"] = [dict(zip(dims, map(int, n), strict=True)) for n in nodes[1:]]
     reason = degenerate_reason(rows, dims, plan.guarantee)

@@ -36,7 +36,8 @@ from tasks.budget import Charge
 from tasks.inputs import InputInfo
 
 # Mechanism summaries that are outputs of the mechanism (no raw values, nothing un-noised).
-PUBLIC_DETAILS = ("leaf_partitions", "cut", "set_specializations", "ladder", "degenerate")
+PUBLIC_DETAILS = ("leaf_partitions", "cut", "set_specializations", "ladder", "degenerate",
+                  "budget_steps_drawn")
 
 
 def package_version() -> str:

@@ -349,3 +349,20 @@ def test_a_bad_row_in_the_last_file_is_named_with_its_file_and_line_before_any_s
                                     evaluate=False))
     assert _spends(home) == []
     assert _release_dirs(home) == []
+
+
+def test_a_mechanism_straying_from_its_declared_steps_publishes_nothing(home: Path,
+                                                                        monkeypatch) -> None:
+    """A declared step never drawn stops the run at the draw: no release folder, and the
+    reservation stays counted (noise had been drawn)."""
+    from medrelease.guarantee import BudgetStep, StepAccountingError
+    from medrelease.mechanisms.ipa import IPA
+
+    declared = IPA.budget_steps
+    monkeypatch.setattr(IPA, "budget_steps", lambda self, params: [
+        *declared(self, params), BudgetStep("forgotten", 0.0, 0.0, "ipa")])
+    with pytest.raises(StepAccountingError, match="'forgotten' were neither drawn"):
+        release_flow(ReleaseRequest(seed=2, batch_size=64, evaluate=False))
+    assert [p for p in _release_dirs(home) if p.name != "nps-sample"] == []
+    [spend] = _spends(home)
+    assert spend.status == "failed" and "StepAccountingError" in spend.note

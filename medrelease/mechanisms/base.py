@@ -75,6 +75,9 @@ class Capabilities:
     needs_secret: bool = False  # reads a key (kept out of every log and record)
     audit_designs: tuple[str, ...] = ("unique", "tipping", "common")
     audit_public_domain: bool = False  # the audit gives its informative column a public domain
+    # materialize(..., draws) takes each declared budget step from the plan (StepDraws) and
+    # draws with that step's numbers; the selection's step is named by ``selection_step``.
+    draws_declared_steps: bool = False
 
 
 class LatticeMechanism(Protocol):

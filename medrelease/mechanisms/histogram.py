@@ -20,7 +20,7 @@ from pydantic import Field
 from pydantic.json_schema import SkipJsonSchema
 
 from medrelease.errors import ParameterError
-from medrelease.guarantee import ADD_REMOVE_ONE_ROW, BudgetStep, Guarantee
+from medrelease.guarantee import ADD_REMOVE_ONE_ROW, BudgetStep, Guarantee, StepDraws
 from medrelease.lattice import Node, NodeTable
 from medrelease.mechanisms.base import (
     Capabilities,
@@ -53,6 +53,7 @@ class Histogram(MechanismBase):
     capabilities: ClassVar[Capabilities] = Capabilities(
         summary="eps-DP with a public informative domain (else unproven)",
         audit_public_domain=True,
+        draws_declared_steps=True,
     )
     selection: ClassVar[str] = "fixed"
     Params: ClassVar[type[MechanismParams]] = HistogramParams
@@ -116,11 +117,15 @@ class Histogram(MechanismBase):
         return self._noisy(context, table, np.random.default_rng(seed), params)
 
     def materialize(self, context: ReleaseContext, table: NodeTable,
-                    seed: np.random.SeedSequence, params: HistogramParams) -> ReleasedCells:
-        return self._noisy(context, table, np.random.default_rng(seed), params)
+                    seed: np.random.SeedSequence, params: HistogramParams,
+                    draws: StepDraws | None = None) -> ReleasedCells:
+        """The one draw, with the plan's declared step (``draws``)."""
+        draws = draws or StepDraws(self.budget_steps(params), self.name)
+        step = draws.take("cell counts")
+        return self._noisy(context, table, np.random.default_rng(seed), params, step.epsilon)
 
     def _noisy(self, context: ReleaseContext, table: NodeTable, rng: np.random.Generator,
-               params: HistogramParams) -> ReleasedCells:
+               params: HistogramParams, epsilon: float | None = None) -> ReleasedCells:
         lattice = context.lattice
         node = table.node
         size = self.domain_cells(context, node)
@@ -134,7 +139,8 @@ class Histogram(MechanismBase):
                        else np.zeros(len(codes), dtype=np.int64))
         true = np.bincount(dense_class * n_inf + table.inf_codes, weights=table.counts,
                            minlength=size).astype(np.int64)
-        released = np.maximum(0, true + discrete_laplace(rng, params.epsilon, size))
+        epsilon = params.epsilon if epsilon is None else epsilon
+        released = np.maximum(0, true + discrete_laplace(rng, epsilon, size))
         keep = np.flatnonzero((true > 0) | (released > 0))  # empty both ways: nothing to show
         class_of = keep // n_inf
         used_classes, class_of = np.unique(class_of, return_inverse=True)

@@ -34,7 +34,7 @@ from pydantic import Field, field_validator
 from pydantic.json_schema import SkipJsonSchema
 
 from medrelease.errors import ParameterError
-from medrelease.guarantee import ADD_REMOVE_ONE_ROW, BudgetStep, Guarantee
+from medrelease.guarantee import ADD_REMOVE_ONE_ROW, BudgetStep, Guarantee, StepDraws
 from medrelease.lattice import Node, NodeTable, iter_above
 from medrelease.mechanisms.base import (
     Capabilities,
@@ -187,8 +187,10 @@ class IPA:
     name: ClassVar[str] = "ipa"
     capabilities: ClassVar[Capabilities] = Capabilities(
         summary="(eps, delta)-DP, proven (the default)",
+        draws_declared_steps=True,
     )
     selection: ClassVar[str] = "exponential"
+    selection_step: ClassVar[str] = "node selection"
     Params: ClassVar[type[MechanismParams]] = IPAParams
 
     def parse_params(self, raw: dict[str, Any]) -> IPAParams:
@@ -298,26 +300,45 @@ class IPA:
 
     def materialize(
         self, context: ReleaseContext, table: NodeTable, seed: np.random.SeedSequence,
-        params: IPAParams,
+        params: IPAParams, draws: StepDraws | None = None,
     ) -> ReleasedCells:
+        """Steps 2-4 of the mechanism, each drawn with the plan's declared step (``draws``)."""
         rng = np.random.default_rng(seed)
-        tau_cells, tau_sup = self.thresholds(params)
-        choose, rung_eps = self.rung_epsilons(params)
-        tau_rung = self.rung_threshold(params) if params.ladder_rungs else 0
-        parts = [_noisy_cells(rng, table, params.eps_cells, tau_cells)]
+        draws = draws or _steps_after_selection(self, params)
+        t = params.suppression_threshold
+        cells = draws.take("cells")
+        parts = [_noisy_cells(rng, table, cells.epsilon,
+                              release_threshold(cells.epsilon, cells.delta, t))]
         left = _dropped(table, parts[-1])
-        for _ in range(params.ladder_rungs):
-            above = [t for t in iter_above(context.lattice, left)
-                     if t.node != context.lattice.nodes[-1]]
+        for rung in range(1, params.ladder_rungs + 1):
+            above = [u for u in iter_above(context.lattice, left)
+                     if u.node != context.lattice.nodes[-1]]
             if not above:
+                for name in (f"ladder rung {r}: {part}" for r in range(rung,
+                             params.ladder_rungs + 1) for part in ("node", "cells")):
+                    draws.pass_over(name, "no coarser node below the top is left")
                 break
-            scores = [selection_score(context, t, tau_rung) for t in above]
-            rung = above[choose_by_score(rng, scores, choose)]
-            parts.append(_noisy_cells(rng, rung, rung_eps, tau_rung))
-            left = _dropped(rung, parts[-1])
-        pool = _pooled(rng, context.n_inf, left, params.eps_suppression, tau_sup,
+            choose, rung_cells = (draws.take(f"ladder rung {rung}: node"),
+                                  draws.take(f"ladder rung {rung}: cells"))
+            tau_rung = release_threshold(rung_cells.epsilon, rung_cells.delta, t)
+            scores = [selection_score(context, u, tau_rung) for u in above]
+            chosen = above[choose_by_score(rng, scores, choose.epsilon)]
+            parts.append(_noisy_cells(rng, chosen, rung_cells.epsilon, tau_rung))
+            left = _dropped(chosen, parts[-1])
+        pool_step = draws.take("suppressed cells")
+        _, tau_sup = self.thresholds(params)  # every-value pool: a public floor, not a threshold
+        if not params.pool_every_value:
+            tau_sup = release_threshold(pool_step.epsilon, pool_step.delta, t)
+        pool = _pooled(rng, context.n_inf, left, pool_step.epsilon, tau_sup,
                        every_value=params.pool_every_value)
         return _assemble(context, parts, pool)
+
+
+def _steps_after_selection(mechanism: IPA, params: IPAParams) -> StepDraws:
+    """Called outside the release driver (tests, audits): the node was chosen already."""
+    draws = StepDraws(mechanism.budget_steps(params), mechanism.name)
+    draws.take(mechanism.selection_step)
+    return draws
 
 
 def noise_free_summary(context: ReleaseContext, table: NodeTable, tau: int) -> NodeSummary:
