@@ -545,7 +545,10 @@ def release_without_lattice(
         n_rows = counts.n_rows
     elif impl.capabilities.kind == "classification":
         frame = prepare_table(table, config, include_class=True)
-        released, summary = impl.release_frame(frame, config, plan.params, rng)
+        draws = (StepDraws(plan.budget_steps, impl.name)
+                 if impl.capabilities.draws_declared_steps else None)
+        released, summary = impl.release_frame(frame, config, plan.params, rng,
+                                               **({"draws": draws} if draws else {}))
         return MaterializedRelease(index=-1, node=(), rows=ReleasedRows.from_frame(released),
                                    il=None,
                                    row_bounds=impl.row_bounds(plan.params, len(frame),

@@ -63,3 +63,28 @@ def test_scores_by_hand() -> None:
 def test_diffgen_needs_one_class_column(nps_config, nps_sample) -> None:
     with pytest.raises(ParameterError, match="exactly one column with role 'class'"):
         release(nps_sample.head(100), nps_config, mechanism="diffgen")
+
+
+def test_every_call_draws_with_its_share_of_a_declared_step(adult, monkeypatch) -> None:
+    """The privacy map drives DiffGen's noise: the exponential-mechanism calls and the leaf
+    counts use the declared steps' epsilons (a step spread evenly over its rounds), whatever
+    the parameters would say."""
+    import medrelease.mechanisms.diffgen as diffgen
+
+    config, frame = adult
+    used: list[float] = []
+    real_em, real_laplace = diffgen.exponential_mechanism, diffgen.discrete_laplace
+    monkeypatch.setattr(diffgen, "exponential_mechanism",
+                        lambda rng, scores, eps, *a, **k: used.append(eps) or real_em(
+                            rng, scores, eps, *a, **k))
+    monkeypatch.setattr(diffgen, "discrete_laplace",
+                        lambda rng, eps, size: used.append(("leaves", eps)) or real_laplace(
+                            rng, eps, size))
+    result = release(frame.head(3000), config, mechanism="diffgen",
+                     params={"epsilon": 0.8, "specializations": 4}, seed=2)
+    steps = {s.step: s.epsilon for s in result.budget_steps}
+    assert set(result.details["budget_steps_drawn"].values()) == {"drawn"}
+    calls = [e for e in used if not isinstance(e, tuple)]
+    assert set(calls) <= {steps["initial split points"] / 1, steps["specializations"] / 4,
+                          steps["split points / emptiness tests"] / 4}
+    assert [e for e in used if isinstance(e, tuple)] == [("leaves", steps["leaf counts"])]

@@ -267,7 +267,8 @@ def test_mimic_set_valued_diffgen_through_the_flow(home: Path) -> None:
     manifest = result["manifest"]
     assert manifest["checks"]["passed"] and result["record"]["input_rows"] == 129
     details = manifest["mechanism_details"]
-    assert set(details) == {"leaf_partitions", "cut", "set_specializations"}
+    assert set(details) == {"leaf_partitions", "cut", "set_specializations", "budget_steps_drawn"}
+    assert set(details["budget_steps_drawn"].values()) == {"drawn"}
     assert "icd9_codes" in details["cut"]
     [spend] = _spends(home)
     assert spend.epsilon == manifest["epsilon_spent"] == 1.0

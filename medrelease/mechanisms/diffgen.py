@@ -34,7 +34,7 @@ from pydantic.json_schema import SkipJsonSchema
 
 from medrelease.config import DatasetConfig
 from medrelease.errors import ParameterError
-from medrelease.guarantee import ADD_REMOVE_ONE_ROW, BudgetStep, Guarantee
+from medrelease.guarantee import ADD_REMOVE_ONE_ROW, BudgetStep, Guarantee, StepDraws
 from medrelease.mechanisms.base import Capabilities, MechanismBase, MechanismParams, noise_bound
 from medrelease.mechanisms.setvalued import ChildGroups, SetCut, encode_item_sets
 from medrelease.randomness import discrete_laplace, exponential_mechanism
@@ -114,6 +114,7 @@ class DiffGen(MechanismBase):
     name: ClassVar[str] = "diffgen"
     capabilities: ClassVar[Capabilities] = Capabilities(
         summary="eps-DP, proven (classification release)",
+        draws_declared_steps=True,
         kind="classification",
         set_valued_input=True,
         needs_class_domain=True,
@@ -148,8 +149,14 @@ class DiffGen(MechanismBase):
         return 0, n_rows + n_cells * noise_bound(params.epsilon / 2)
 
     def release_frame(self, frame: pd.DataFrame, config: DatasetConfig, params: DiffGenParams,
-                      rng: np.random.Generator) -> tuple[pd.DataFrame, dict[str, Any]]:
-        """Run DiffGen on a checked frame; returns the microdata and a summary of the cut."""
+                      rng: np.random.Generator, draws: StepDraws | None = None
+                      ) -> tuple[pd.DataFrame, dict[str, Any]]:
+        """Run DiffGen on a checked frame; returns the microdata and a summary of the cut.
+
+        Every draw takes its epsilon from the plan's declared steps (``draws``): a step that
+        covers several calls (one per round) is shared evenly between them."""
+        draws = draws or StepDraws(self.budget_steps(params), self.name)
+        per_call = _per_call_epsilons(draws, params)
         if len(config.class_columns) != 1:
             raise ParameterError("diffgen needs exactly one column with role 'class'")
         class_column = config.class_columns[0]
@@ -186,7 +193,6 @@ class DiffGen(MechanismBase):
         leaf, set_cell, classes = cells[:, :n_rel], cells[:, n_rel:-1], cells[:, -1]
         set_assign = [cut.initial(sets) for cut, sets in zip(set_cuts, itemsets, strict=True)]
         sensitivity = 1.0 if params.score == "max" else math.log2(n_cls)
-        eps_call = params.eps_call
 
         cuts = [_Cut(t, t.kind == "numeric") for t in taxonomies]
         assign = np.zeros_like(leaf)
@@ -195,7 +201,7 @@ class DiffGen(MechanismBase):
                 cut.values.append((0, cut.taxonomy.n_leaves - 1))
                 cut.splits.append(self._split_point(leaf[:, i], classes, counts, 0,
                                                     cut.taxonomy.n_leaves - 1, n_cls, params,
-                                                    sensitivity, eps_call, rng))
+                                                    sensitivity, per_call["initial"], rng))
             else:
                 cut.values.append((cut.taxonomy.height, 0))
                 cut.splits.append(None)
@@ -225,17 +231,17 @@ class DiffGen(MechanismBase):
                     scores.append(_score(table, params.score))
             if not candidates:
                 break
-            chosen = candidates[exponential_mechanism(rng, np.array(scores), eps_call,
-                                                      sensitivity)]
+            chosen = candidates[exponential_mechanism(rng, np.array(scores),
+                                                      per_call["choice"], sensitivity)]
             if chosen[0] == "relational":
                 _, i, v = chosen
                 self._specialize(cuts[i], v, leaf[:, i], assign[:, i], classes, counts, n_cls,
-                                 params, sensitivity, eps_call, rng)
+                                 params, sensitivity, per_call["split"], rng)
                 continue
             _, j, groups, group, mine = chosen
             group_counts = np.bincount(group[mine], weights=counts[mine],
                                        minlength=groups.parent.size).astype(np.int64)
-            step = set_cuts[j].specialize(groups, group_counts, eps_call,
+            step = set_cuts[j].specialize(groups, group_counts, per_call["split"],
                                           params.spurious_per_split, rng, set_assign[j])
             set_steps.append({"column": config.set_valued[j], **step})
 
@@ -246,7 +252,7 @@ class DiffGen(MechanismBase):
         partition = np.ravel_multi_index(tuple(leaf_coords), shape)
         true = np.bincount(partition * n_cls + classes, weights=counts,
                            minlength=n_leaves * n_cls).astype(np.int64)
-        noisy = np.maximum(0, true + discrete_laplace(rng, params.epsilon / 2, true.size))
+        noisy = np.maximum(0, true + discrete_laplace(rng, per_call["leaves"], true.size))
         cell_index = np.repeat(np.arange(true.size), noisy)
         cell_index = cell_index[rng.permutation(cell_index.size)]
         part, cls = np.divmod(cell_index, n_cls)
@@ -263,6 +269,7 @@ class DiffGen(MechanismBase):
             "cells": int(true.size),
             "set_specializations": set_steps,
             "set_cuts": dict(zip(config.set_valued, set_cuts, strict=True)),
+            "budget_steps_drawn": draws.close(),
         }
         return pd.DataFrame(table), summary
 
@@ -351,6 +358,19 @@ class DiffGen(MechanismBase):
         np.add.at(per_leaf, (leaf[inside] - lo, classes[inside]), counts[inside])
         scores = _split_scores(per_leaf, params.score)
         return lo + exponential_mechanism(rng, scores, eps_call, sensitivity)
+
+
+def _per_call_epsilons(draws: StepDraws, params: DiffGenParams) -> dict[str, float]:
+    """Each declared step taken once, shared evenly over the calls it covers."""
+    out = {"initial": 0.0, "choice": 0.0, "split": 0.0}
+    if params.n_numeric:
+        out["initial"] = draws.take("initial split points").epsilon / params.n_numeric
+    if params.specializations:
+        out["choice"] = draws.take("specializations").epsilon / params.specializations
+        out["split"] = (draws.take("split points / emptiness tests").epsilon
+                        / params.specializations)
+    out["leaves"] = draws.take("leaf counts").epsilon
+    return out
 
 
 def _cell_groups(groups: ChildGroups, n_sets: int, set_cell: np.ndarray
