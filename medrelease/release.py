@@ -128,6 +128,7 @@ def plan_release(
     steps = impl.budget_steps(parsed)
     _check_budget_numbers(impl.name, steps)  # before any threshold is computed from them
     guarantee = impl.guarantee(parsed)
+    _check_steps_make_the_guarantee(impl.name, steps, guarantee)
     accountant = PrivacyAccountant(guarantee.epsilon or 0.0, guarantee.delta or 0.0)
     # (syntactic models and pseudonymization spend nothing: no steps, no limit needed)
     for step in steps:
@@ -162,6 +163,22 @@ def _check_budget_numbers(mechanism: str, steps: list[BudgetStep]) -> None:
             raise ParameterError(
                 f"{mechanism}: budget step {step.step!r} gets epsilon {step.epsilon:g}, below "
                 f"{MIN_STEP_EPSILON:g} (2^-20); raise epsilon or give this step a larger share")
+
+
+def _check_steps_make_the_guarantee(mechanism: str, steps: list[BudgetStep],
+                                    guarantee: Guarantee) -> None:
+    """The total is computed in one place: the guarantee's (epsilon, delta) must be the sum of
+    the declared steps (sequential composition), never a number stated beside them."""
+    if not steps:
+        return
+    eps, delta = math.fsum(s.epsilon for s in steps), math.fsum(s.delta for s in steps)
+    stated_eps, stated_delta = guarantee.epsilon or 0.0, guarantee.delta or 0.0
+    if not (math.isclose(eps, stated_eps, rel_tol=1e-9, abs_tol=1e-12)
+            and math.isclose(delta, stated_delta, rel_tol=1e-9, abs_tol=1e-15)):
+        raise ParameterError(
+            f"{mechanism}: its budget steps add up to (epsilon {eps:g}, delta {delta:g}) but its "
+            f"guarantee states (epsilon {stated_eps:g}, delta {stated_delta:g}); a mechanism's "
+            "guarantee must be the composition of its declared steps")
 
 
 def enforce_policy(config: DatasetConfig, plan: ReleasePlan) -> None:

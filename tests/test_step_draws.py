@@ -82,3 +82,13 @@ def test_a_step_drawn_twice_stops_the_release(nps_config, nps_sample, monkeypatc
     monkeypatch.setattr(IPA, "materialize", materialize)
     with pytest.raises(StepAccountingError, match="'cells' a second time"):
         release_from_counts(aggregate(nps_sample, nps_config), "ipa", {"epsilon": 1.0}, seed=3)
+
+
+def test_a_guarantee_that_is_not_the_sum_of_its_steps_is_refused_at_planning(monkeypatch) -> None:
+    from medrelease.errors import ParameterError
+
+    stated = IPA.guarantee
+    monkeypatch.setattr(IPA, "guarantee", lambda self, params: dataclasses.replace(
+        stated(self, params), epsilon=2 * params.epsilon))
+    with pytest.raises(ParameterError, match=r"steps add up to \(epsilon 1.*states \(epsilon 2"):
+        plan_release("ipa", {"epsilon": 1.0}, n_nodes=4, seed=1)
