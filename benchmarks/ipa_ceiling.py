@@ -25,10 +25,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 def rows_of(lattice, counts, node, class_keys, inf_codes, reps) -> pd.DataFrame:
     """Rows of (class, value) cells at ``node``, repeated by ``reps``, labels from taxonomies."""
     codes = lattice.class_codes_from_keys(class_keys)
-    frame = pd.DataFrame({
-        name: np.repeat(np.asarray(tax.level_labels[node[i]], dtype=object)[codes[:, i]], reps)
-        for i, (name, tax) in enumerate(zip(counts.dimensions, counts.taxonomies, strict=True))
-    })
+    labels = [np.asarray(tax.level_labels[node[i]], dtype=object)[codes[:, i]]
+              for i, tax in enumerate(counts.taxonomies)]
+    return labelled_rows(counts, labels, inf_codes, reps)
+
+
+def labelled_rows(counts, labels: list[np.ndarray], inf_codes, reps) -> pd.DataFrame:
+    """Released rows: each cell's dimension labels and raw informative value, ``reps`` times."""
+    frame = pd.DataFrame({name: np.repeat(column, reps)
+                          for name, column in zip(counts.dimensions, labels, strict=True)})
     values = counts.informative.iloc[np.repeat(inf_codes, reps)].reset_index(drop=True)
     for column in values.columns:
         frame[column] = values[column].to_numpy()

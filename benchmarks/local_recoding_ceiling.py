@@ -114,16 +114,11 @@ def keep_cells(data: Data, idx: np.ndarray, levels, codes, placed: list,
 
 
 def released_frame(counts, placed: list) -> pd.DataFrame:
-    reps = np.array([p[3] for p in placed])
-    frame = pd.DataFrame({
-        name: np.repeat(np.array([tax.level_labels[p[0][i]][p[1][i]] for p in placed],
-                                 dtype=object), reps)
-        for i, (name, tax) in enumerate(zip(counts.dimensions, counts.taxonomies, strict=True))
-    })
-    values = counts.informative.iloc[np.repeat([p[2] for p in placed], reps)]
-    for column in values.columns:
-        frame[column] = values[column].to_numpy()
-    return frame
+    from ipa_ceiling import labelled_rows
+
+    labels = [np.array([tax.level_labels[p[0][i]][p[1][i]] for p in placed], dtype=object)
+              for i, tax in enumerate(counts.taxonomies)]
+    return labelled_rows(counts, labels, [p[2] for p in placed], [p[3] for p in placed])
 
 
 def main() -> None:

@@ -19,10 +19,16 @@ import pandas as pd
 from medrelease.aggregate import CountTable, aggregate, prepare_table
 from medrelease.config import DatasetConfig
 from medrelease.errors import ParameterError, PolicyError
-from medrelease.guarantee import BudgetStep, Guarantee, PrivacyAccountant, StepDraws
+from medrelease.guarantee import BudgetStep, Guarantee, PrivacyAccountant
 from medrelease.lattice import Node
 from medrelease.mechanisms import DEFAULT_MECHANISM, check_fits, get_mechanism, uses_lattice
-from medrelease.mechanisms.base import MechanismParams, NodeSummary, ReleaseContext, summarize
+from medrelease.mechanisms.base import (
+    MechanismParams,
+    NodeSummary,
+    ReleaseContext,
+    declared_draws,
+    summarize,
+)
 from medrelease.metrics import ILParts, ReleasedCells, information_loss
 from medrelease.randomness import RandomSource, exponential_mechanism, selection_probabilities
 from medrelease.released_rows import ReleasedRows
@@ -303,10 +309,7 @@ def draw_release(context: ReleaseContext, plan: ReleasePlan, index: int
     seed = plan.node_seeds[index] if replay else plan.release_seed
     if not impl.capabilities.draws_declared_steps:
         return impl.materialize(context, table, seed, plan.params), {}
-    draws = StepDraws(plan.budget_steps, impl.name)
-    selection_step = getattr(impl, "selection_step", None)
-    if selection_step is not None:
-        draws.take(selection_step)
+    draws = declared_draws(impl, plan.budget_steps)
     cells = impl.materialize(context, table, seed, plan.params, draws)
     return cells, draws.close()
 
@@ -562,7 +565,7 @@ def release_without_lattice(
         n_rows = counts.n_rows
     elif impl.capabilities.kind == "classification":
         frame = prepare_table(table, config, include_class=True)
-        draws = (StepDraws(plan.budget_steps, impl.name)
+        draws = (declared_draws(impl, plan.budget_steps)
                  if impl.capabilities.draws_declared_steps else None)
         released, summary = impl.release_frame(frame, config, plan.params, rng,
                                                **({"draws": draws} if draws else {}))

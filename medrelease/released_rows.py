@@ -40,6 +40,7 @@ class ReleasedRows:
     counts: np.ndarray
     shuffle_seed: np.random.SeedSequence | None = None
     frame: pd.DataFrame | None = field(default=None, repr=False)
+    _cells_counted: pd.DataFrame | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def from_frame(cls, frame: pd.DataFrame) -> ReleasedRows:
@@ -54,7 +55,14 @@ class ReleasedRows:
         return list(self.cells.columns)
 
     def cell_table(self) -> pd.DataFrame:
-        """Distinct rows with their counts in ``__rows`` (missing values kept as a row)."""
+        """Distinct rows with their counts in ``__rows`` (missing values kept as a row);
+        computed once (the output checks and the published risk figures both read it), so
+        callers must not modify it."""
+        if self._cells_counted is None:
+            self._cells_counted = self._count_cells()
+        return self._cells_counted
+
+    def _count_cells(self) -> pd.DataFrame:
         if ROWS in self.cells.columns:
             raise ValueError(f"a released column may not be named {ROWS!r}")
         if not len(self.cells):

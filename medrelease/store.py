@@ -81,8 +81,8 @@ def write_data_files(rows: ReleasedRows, parquet: Path, csv: Path,
 
     source = rows.cells if rows.frame is None else rows.frame
     arrow = _arrow(source)
-    lines = _csv_lines(neutralise_formulas(source)) if rows.frame is None else None
-    safe = neutralise_formulas(source) if lines is None else None
+    safe = neutralise_formulas(source)
+    lines = _csv_lines(safe) if rows.frame is None else None
     body = None if lines is None else lines[1:]
     with pq.ParquetWriter(parquet, arrow.schema) as writer, \
             csv.open("w", encoding="utf-8", newline="") as text:

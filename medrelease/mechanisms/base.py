@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from medrelease.aggregate import CountTable
 from medrelease.errors import ParameterError
-from medrelease.guarantee import BudgetStep, Guarantee
+from medrelease.guarantee import BudgetStep, Guarantee, StepDraws
 from medrelease.lattice import Lattice, Node, NodeTable
 from medrelease.metrics import ReleasedCells, class_ncp, information_loss
 
@@ -205,6 +205,16 @@ def split_budget(
 
 
 NOISE_TAIL = 1e-12
+
+
+def declared_draws(mechanism: Any, steps: list[BudgetStep]) -> StepDraws:
+    """The plan's steps as the mechanism's release draw sees them: the node choice's step
+    (``selection_step``, drawn by the driver's selection) already taken."""
+    draws = StepDraws(steps, mechanism.name)
+    selection_step = getattr(mechanism, "selection_step", None)
+    if selection_step is not None:
+        draws.take(selection_step)
+    return draws
 
 
 def noise_bound(epsilon: float) -> int:

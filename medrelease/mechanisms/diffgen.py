@@ -35,7 +35,13 @@ from pydantic.json_schema import SkipJsonSchema
 from medrelease.config import DatasetConfig
 from medrelease.errors import ParameterError
 from medrelease.guarantee import ADD_REMOVE_ONE_ROW, BudgetStep, Guarantee, StepDraws
-from medrelease.mechanisms.base import Capabilities, MechanismBase, MechanismParams, noise_bound
+from medrelease.mechanisms.base import (
+    Capabilities,
+    MechanismBase,
+    MechanismParams,
+    declared_draws,
+    noise_bound,
+)
 from medrelease.mechanisms.setvalued import ChildGroups, SetCut, encode_item_sets
 from medrelease.randomness import discrete_laplace, exponential_mechanism
 from medrelease.taxonomy import Taxonomy
@@ -155,7 +161,7 @@ class DiffGen(MechanismBase):
 
         Every draw takes its epsilon from the plan's declared steps (``draws``): a step that
         covers several calls (one per round) is shared evenly between them."""
-        draws = draws or StepDraws(self.budget_steps(params), self.name)
+        draws = draws or declared_draws(self, self.budget_steps(params))
         per_call = _per_call_epsilons(draws, params)
         if len(config.class_columns) != 1:
             raise ParameterError("diffgen needs exactly one column with role 'class'")

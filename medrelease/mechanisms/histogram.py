@@ -27,6 +27,7 @@ from medrelease.mechanisms.base import (
     MechanismBase,
     MechanismParams,
     ReleaseContext,
+    declared_draws,
     noise_bound,
 )
 from medrelease.metrics import ReleasedCells, class_ncp
@@ -120,7 +121,7 @@ class Histogram(MechanismBase):
                     seed: np.random.SeedSequence, params: HistogramParams,
                     draws: StepDraws | None = None) -> ReleasedCells:
         """The one draw, with the plan's declared step (``draws``)."""
-        draws = draws or StepDraws(self.budget_steps(params), self.name)
+        draws = draws or declared_draws(self, self.budget_steps(params))
         step = draws.take("cell counts")
         return self._noisy(context, table, np.random.default_rng(seed), params, step.epsilon)
 

@@ -41,6 +41,7 @@ from medrelease.mechanisms.base import (
     MechanismParams,
     NodeSummary,
     ReleaseContext,
+    declared_draws,
     noise_bound,
     parse,
     split_budget,
@@ -304,7 +305,7 @@ class IPA:
     ) -> ReleasedCells:
         """Steps 2-4 of the mechanism, each drawn with the plan's declared step (``draws``)."""
         rng = np.random.default_rng(seed)
-        draws = draws or _steps_after_selection(self, params)
+        draws = draws or declared_draws(self, self.budget_steps(params))
         t = params.suppression_threshold
         cells = draws.take("cells")
         parts = [_noisy_cells(rng, table, cells.epsilon,
@@ -326,19 +327,11 @@ class IPA:
             parts.append(_noisy_cells(rng, chosen, rung_cells.epsilon, tau_rung))
             left = _dropped(chosen, parts[-1])
         pool_step = draws.take("suppressed cells")
-        _, tau_sup = self.thresholds(params)  # every-value pool: a public floor, not a threshold
-        if not params.pool_every_value:
-            tau_sup = release_threshold(pool_step.epsilon, pool_step.delta, t)
+        tau_sup = (self.thresholds(params)[1] if params.pool_every_value  # a public floor
+                   else release_threshold(pool_step.epsilon, pool_step.delta, t))
         pool = _pooled(rng, context.n_inf, left, pool_step.epsilon, tau_sup,
                        every_value=params.pool_every_value)
         return _assemble(context, parts, pool)
-
-
-def _steps_after_selection(mechanism: IPA, params: IPAParams) -> StepDraws:
-    """Called outside the release driver (tests, audits): the node was chosen already."""
-    draws = StepDraws(mechanism.budget_steps(params), mechanism.name)
-    draws.take(mechanism.selection_step)
-    return draws
 
 
 def noise_free_summary(context: ReleaseContext, table: NodeTable, tau: int) -> NodeSummary:
