@@ -20,7 +20,7 @@ from medrelease.aggregate import CountTable, aggregate, prepare_table
 from medrelease.config import DatasetConfig
 from medrelease.errors import ParameterError, PolicyError
 from medrelease.guarantee import BudgetStep, Guarantee, PrivacyAccountant
-from medrelease.lattice import Node
+from medrelease.lattice import Lattice, Node
 from medrelease.mechanisms import DEFAULT_MECHANISM, check_fits, get_mechanism, uses_lattice
 from medrelease.mechanisms.base import (
     MechanismParams,
@@ -218,11 +218,53 @@ def candidate_nodes(context: ReleaseContext, plan: ReleasePlan) -> list[Node]:
 
 def node_batches(context: ReleaseContext, batch_size: int,
                  plan: ReleasePlan | None = None) -> list[list[Node]]:
-    """Candidate nodes in depth-first roll-up order, cut into batches (each rolls up cheaply)."""
+    """Candidate nodes cut into batches of at most ``batch_size`` that each roll up cheaply.
+
+    A node whose source (``Lattice.source_of``) is in its batch is one step up from it; any
+    other is rolled up from the finest cells, which costs about 30 step-ups at the lower nodes.
+    So the roll-up tree is cut into few connected pieces (``_roll_up_pieces``), and the pieces
+    are packed into batches in depth-first order: each piece costs one roll-up from the finest.
+    """
     if batch_size < 1:
         raise ValueError(f"batch size must be at least 1, got {batch_size}")
     order = candidate_nodes(context, plan) if plan else context.lattice.dfs_order()
-    return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+    batches: list[list[Node]] = []
+    for piece in _roll_up_pieces(context.lattice, order, batch_size):
+        if batches and len(batches[-1]) + len(piece) <= batch_size:
+            batches[-1].extend(piece)
+        else:
+            batches.append(list(piece))
+    return batches
+
+
+def _roll_up_pieces(lattice: Lattice, order: list[Node], limit: int) -> list[list[Node]]:
+    """Connected pieces of the roll-up tree over ``order`` of at most ``limit`` nodes, each in
+    depth-first order: children are visited before their parent, and while a node's piece
+    would be too large its largest child's piece is cut off and becomes a piece of its own."""
+    members = set(order)
+    children: dict[Node, list[Node]] = {node: [] for node in order}
+    for node in order:
+        source = lattice.source_of(node)
+        if source in members:
+            children[source].append(node)
+    size: dict[Node, int] = {}
+    is_root = {node: lattice.source_of(node) not in members for node in order}
+    for node in reversed(order):
+        kept = list(children[node])
+        total = 1 + sum(size[c] for c in kept)
+        while total > limit:
+            largest = max(kept, key=size.__getitem__)
+            kept.remove(largest)
+            is_root[largest] = True
+            total -= size[largest]
+        size[node] = total
+    piece_of: dict[Node, Node] = {}
+    pieces: dict[Node, list[Node]] = {}
+    for node in order:
+        root = node if is_root[node] else piece_of[lattice.source_of(node)]
+        piece_of[node] = root
+        pieces.setdefault(root, []).append(node)
+    return list(pieces.values())
 
 
 def search_minimum_loss(context: ReleaseContext, plan: ReleasePlan) -> list[NodeSummary]:

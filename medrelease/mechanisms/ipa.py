@@ -27,6 +27,7 @@ again, rows of kept cells never — so adaptive sequential composition gives
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -347,28 +348,64 @@ def noise_free_summary(context: ReleaseContext, table: NodeTable, tau: int) -> N
         return NodeSummary(**{**summarize(index, table.node,
                                           _noise_free(context, table, tau)).__dict__,
                               "score": 0})
-    _, class_of_cell, class_keys = table.classes()
-    ncp = context.lattice_ncp(table.node, class_keys)
-    kept = table.counts >= tau
-    n_classes = class_keys.size
-    true = np.bincount(class_of_cell, weights=table.counts, minlength=n_classes)
-    kept_rows = np.bincount(class_of_cell, weights=np.where(kept, table.counts, 0),
-                            minlength=n_classes)
-    pooled = float(table.counts[~kept].sum())
-    has_pool = bool((~kept).any())
-    released = np.concatenate([kept_rows, [pooled] if has_pool else []])
+    heavy = _heavy_classes(table, tau)
+    total = int(table.counts.sum())
+    pooled = total - int(heavy.kept_rows.sum())
+    has_pool = pooled > 0
+    ncp = context.lattice_ncp(table.node, heavy.class_keys)
+    released = np.concatenate([heavy.kept_rows, [pooled] if has_pool else []])
     class_ncp = np.concatenate([ncp, [1.0] if has_pool else []])
-    total = released.sum()
-    shown = released > 0
-    emd_class = np.concatenate([1.0 - kept_rows / true, [0.0] if has_pool else []])
+    emd_class = np.concatenate([1.0 - heavy.kept_rows / heavy.class_rows,
+                                [0.0] if has_pool else []])
     mean_ncp = min(float(np.dot(released, class_ncp) / total), 1.0)
-    emd = float(np.clip(emd_class[shown], 0.0, 1.0).mean())
+    emd = float(np.clip(emd_class, 0.0, 1.0).mean())
+    score = int(np.dot(_weights_of(ncp), heavy.surplus))
+    if score >= MAX_EXACT_SCORE:
+        raise ParameterError("ipa: the table is too large for an exact selection score")
     return NodeSummary(
         index=index, node=tuple(int(x) for x in table.node), height=int(sum(table.node)),
-        ncp=mean_ncp, emd=emd, rate=0.0, il=mean_ncp + emd,
-        score=_score(table.counts, class_of_cell, _weights_of(ncp), tau),
-        classes=int(shown.sum()), suppressed_classes=int(has_pool),
-        suppressed_rows=int(pooled), noise_rows=0, released_rows=int(total))
+        ncp=mean_ncp, emd=emd, rate=0.0, il=mean_ncp + emd, score=score,
+        classes=int(released.size), suppressed_classes=int(has_pool),
+        suppressed_rows=int(pooled), noise_rows=0, released_rows=total)
+
+
+@dataclass(frozen=True)
+class HeavyClasses:
+    """The classes of a node holding a cell of at least tau rows, and what the summary needs
+    of them: rows in all their cells, rows in their kept cells, and sum of max(0, n - tau + 1).
+    Classes with no such cell release nothing of their own (their rows go to the pool)."""
+
+    class_keys: np.ndarray
+    class_rows: np.ndarray
+    kept_rows: np.ndarray
+    surplus: np.ndarray
+
+
+def _heavy_classes(table: NodeTable, tau: int) -> HeavyClasses:
+    """A few passes over the node's cells, then work on the kept cells only (at the lattice's
+    lower nodes almost every cell is below tau: 1M cells, a few thousand kept)."""
+    counts = table.counts
+    kept = np.flatnonzero(counts >= tau)
+    if kept.size == 0:
+        empty = np.zeros(0, dtype=np.int64)
+        return HeavyClasses(empty, empty, empty, empty)
+    class_keys = table.cell_keys // table.n_inf
+    is_start = np.empty(class_keys.size, dtype=bool)
+    is_start[0] = True
+    np.not_equal(class_keys[1:], class_keys[:-1], out=is_start[1:])
+    starts = np.flatnonzero(is_start)
+    class_of_kept = np.searchsorted(starts, kept, side="right") - 1
+    first = np.flatnonzero(np.diff(class_of_kept, prepend=-1))
+    shown = class_of_kept[first]
+    kept_counts = counts[kept].astype(np.int64)
+    ends = np.append(starts, counts.size)[shown + 1]
+    cumulative = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
+    return HeavyClasses(
+        class_keys=class_keys[starts[shown]],
+        class_rows=cumulative[ends] - cumulative[starts[shown]],
+        kept_rows=np.add.reduceat(kept_counts, first),
+        surplus=np.add.reduceat(kept_counts - (tau - 1), first),
+    )
 
 
 def _noise_free(context: ReleaseContext, table: NodeTable, tau: int) -> ReleasedCells:
