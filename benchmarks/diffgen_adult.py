@@ -22,9 +22,9 @@ def main() -> None:
     parser.add_argument("--h", type=int, nargs="*", default=[10])
     args = parser.parse_args()
 
-    from medrelease.classification import diffgen_heldout, split
-    from medrelease.config import find_config
-    from medrelease.io import read_input
+    from medrelease.data.config import find_config
+    from medrelease.evidence.classification import diffgen_heldout, split
+    from medrelease.storage.io import read_input
     from schemas.input import validate_input
 
     config = find_config("adult")

@@ -26,9 +26,9 @@ def main() -> None:
     parser.add_argument("--source", default=str(ROOT.parent / "shared/data/mimic-iii-demo"))
     args = parser.parse_args()
 
-    from medrelease.classification import diffgen_heldout, split
-    from medrelease.config import find_config
-    from medrelease.mimic import admissions_table
+    from medrelease.data.config import find_config
+    from medrelease.data.mimic import admissions_table
+    from medrelease.evidence.classification import diffgen_heldout, split
     from schemas.input import validate_input
 
     config = find_config("mimic-demo")

@@ -24,10 +24,10 @@ ROOT = Path(__file__).resolve().parent.parent
 def one_run(rows: int, mechanism: str, workers: int, batch_size: int) -> dict:
     import pandas as pd  # noqa: F401  (imported here so the parent stays light)
 
-    from medrelease.aggregate import aggregate
-    from medrelease.config import find_config
+    from medrelease.data.aggregate import aggregate
+    from medrelease.data.config import find_config
+    from medrelease.data.nps import generate_nps
     from medrelease.mechanisms.base import ReleaseContext
-    from medrelease.nps import generate_nps
     from medrelease.release import release_from_counts
 
     config = find_config("nps-sample")

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def make_dataset(rows: int, folder: Path) -> Path:
-    from medrelease.nps import generate_nps
+    from medrelease.data.nps import generate_nps
 
     folder.mkdir(parents=True, exist_ok=True)
     data = folder / f"nps_{rows}.csv"
@@ -67,8 +67,8 @@ def duckdb_floor(data: Path, columns: list[str]) -> tuple[float, int]:
 def input_side(config) -> tuple[float, object]:
     """The flow's input side (as ``tasks.inputs.validate_and_aggregate``), and the row-wise
     pass it replaced, on the same file."""
-    from medrelease.grouped_input import grouped_count_table
-    from medrelease.io import file_sha256
+    from medrelease.data.grouped_input import grouped_count_table
+    from medrelease.storage.io import file_sha256
 
     grouped = float("inf")
     for _ in range(2):
@@ -81,8 +81,8 @@ def input_side(config) -> tuple[float, object]:
 
 
 def row_wise(config) -> float:
-    from medrelease.aggregate import aggregate_chunks
-    from medrelease.io import iter_chunks
+    from medrelease.data.aggregate import aggregate_chunks
+    from medrelease.storage.io import iter_chunks
     from schemas.input import validate_input
 
     started = time.perf_counter()
@@ -139,7 +139,7 @@ def main() -> None:
 
     import pandas as pd
 
-    from medrelease.config import load_config
+    from medrelease.data.config import load_config
     from medrelease.release import release_from_counts
 
     config = load_config(config_path)

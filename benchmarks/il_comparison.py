@@ -19,14 +19,14 @@ sys.path.insert(0, str(ROOT))
 
 def counts_of(dataset: str, rows: int):
     """Count table of the NPS-like generator (``rows``) or of Adult (occupation kept raw)."""
-    from medrelease.aggregate import aggregate
-    from medrelease.config import find_config
+    from medrelease.data.aggregate import aggregate
+    from medrelease.data.config import find_config
 
     if dataset == "nps":
-        from medrelease.nps import generate_nps
+        from medrelease.data.nps import generate_nps
 
         return aggregate(generate_nps(rows, seed=5), find_config("nps-sample"))
-    from medrelease.io import read_input
+    from medrelease.storage.io import read_input
     from schemas.input import validate_input
 
     config = find_config("adult-ipa")

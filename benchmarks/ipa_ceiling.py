@@ -51,8 +51,8 @@ def main() -> None:
 
     from peers import load_table
 
-    from medrelease.lattice import Lattice
-    from medrelease.workload import workload_error
+    from medrelease.data.lattice import Lattice
+    from medrelease.evidence.workload import workload_error
 
     counts = load_table(args.table, args.rows).counts
     lattice = Lattice(counts)

@@ -55,11 +55,11 @@ def main() -> None:
                         help="also the workload error (mean TVD of 2-way and 3-way marginals)")
     args = parser.parse_args()
 
-    from medrelease.aggregate import aggregate
-    from medrelease.config import find_config
-    from medrelease.nps import generate_nps
+    from medrelease.data.aggregate import aggregate
+    from medrelease.data.config import find_config
+    from medrelease.data.nps import generate_nps
+    from medrelease.evidence.workload import rows_kept_share, workload_error
     from medrelease.release import PublicFacts, release_from_counts
-    from medrelease.workload import rows_kept_share, workload_error
 
     config = find_config("nps-sample")
     counts = aggregate(generate_nps(args.rows, seed=2020), config)

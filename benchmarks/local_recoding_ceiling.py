@@ -11,7 +11,7 @@ down along the dimension whose children score highest with ipa's score
 ``sum over cells w(E) * max(0, n - tau + 1)``, ``w = 1 - NCP``, while that beats the region
 kept whole. Rows of a leaf's cells below tau fall back to the parent region's cells, and so on
 up to the root, where every remaining row is kept under '*' (the most generous pool). The
-workload error is EVALUATION.md's (medrelease.workload).
+workload error is EVALUATION.md's (medrelease.evidence.workload).
 
     python benchmarks/local_recoding_ceiling.py nps        # 100,000 rows, tau 25
     python benchmarks/local_recoding_ceiling.py adult
@@ -134,7 +134,7 @@ def main() -> None:
 
     from peers import load_table, shuffled
 
-    from medrelease.workload import rows_kept_share, workload_error
+    from medrelease.evidence.workload import rows_kept_share, workload_error
 
     table = load_table(args.table, args.rows)
     counts = table.counts

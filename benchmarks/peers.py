@@ -104,16 +104,16 @@ def _base_python() -> Path:
 # -- tables -------------------------------------------------------------------------------
 
 def load_table(name: str, rows: int) -> Table:
-    from medrelease.aggregate import aggregate
-    from medrelease.config import find_config
+    from medrelease.data.aggregate import aggregate
+    from medrelease.data.config import find_config
 
     if name == "nps":
-        from medrelease.nps import generate_nps
+        from medrelease.data.nps import generate_nps
 
         config = find_config("nps-sample")
         raw = generate_nps(rows, seed=2020)
     else:
-        from medrelease.io import read_input
+        from medrelease.storage.io import read_input
         from schemas.input import validate_input
 
         config = find_config("adult-ipa")
@@ -130,7 +130,7 @@ def load_table(name: str, rows: int) -> Table:
 # -- the tools ----------------------------------------------------------------------------
 
 def release_ipa(table: Table, epsilon: float, seed: int, every_value: bool) -> pd.DataFrame:
-    from medrelease.aggregate import aggregate
+    from medrelease.data.aggregate import aggregate
     from medrelease.release import PublicFacts, release_from_counts
 
     counts = aggregate(table.raw, table.config)  # timed with the release, as a user would run it
@@ -174,8 +174,8 @@ def all_star(table: Table) -> pd.DataFrame:
 # -- measuring ----------------------------------------------------------------------------
 
 def measure(table: Table, tool: str, released: pd.DataFrame, outcome: Outcome) -> None:
-    from medrelease.utility import AnalysisQuery, compare_queries
-    from medrelease.workload import rows_kept_share, workload_error
+    from medrelease.evidence.utility import AnalysisQuery, compare_queries
+    from medrelease.evidence.workload import rows_kept_share, workload_error
 
     error = workload_error(table.counts, released)
     outcome.tvd2.append(error.mean_two_way)

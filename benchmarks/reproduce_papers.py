@@ -49,9 +49,9 @@ def il_over_eps(dataset: str, rows: int, runs: int) -> list[dict]:
 
 
 def diffgen_grid(runs: int, hs: list[int]) -> list[dict]:
-    from medrelease.classification import diffgen_heldout, split
-    from medrelease.config import find_config
-    from medrelease.io import read_input
+    from medrelease.data.config import find_config
+    from medrelease.evidence.classification import diffgen_heldout, split
+    from medrelease.storage.io import read_input
     from schemas.input import validate_input
 
     config = find_config("adult")
@@ -73,10 +73,10 @@ def diffgen_grid(runs: int, hs: list[int]) -> list[dict]:
 def seed004_classification() -> list[dict]:
     import yaml
 
-    from medrelease.classification import model_scores, split
-    from medrelease.config import config_from_dict, find_config
-    from medrelease.io import read_input
+    from medrelease.data.config import config_from_dict, find_config
+    from medrelease.evidence.classification import model_scores, split
     from medrelease.release import release
+    from medrelease.storage.io import read_input
     from schemas.input import validate_input
 
     config = find_config("adult")

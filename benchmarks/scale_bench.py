@@ -31,7 +31,7 @@ RUNNERS = {"thread": "thread", "dask": "dask", "dask-files": "dask"}
 def write_extract(rows: int, folder: Path, parts: bool = False) -> Path:
     """The NPS-like extract of ``rows`` rows, generated in 1M-row chunks so memory stays small:
     one CSV file, or (``parts``) one file per chunk in a folder, named by a pattern."""
-    from medrelease.nps import generate_nps
+    from medrelease.data.nps import generate_nps
 
     folder.mkdir(parents=True, exist_ok=True)
     if parts:

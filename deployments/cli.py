@@ -21,9 +21,9 @@ from rich.panel import Panel
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from medrelease.config import find_config
+from medrelease.data.config import find_config
 from medrelease.errors import MedreleaseError
-from medrelease.ledger import Ledger
+from medrelease.privacy.ledger import Ledger
 from medrelease.settings import ledger_path, store_root
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -246,7 +246,7 @@ def _ledger_table(spends) -> None:
 def ledger_init() -> None:
     """Create an empty ledger for a new installation (refused where releases are on record)."""
     from medrelease.settings import steward_root
-    from medrelease.store import StewardRecords
+    from medrelease.storage.store import StewardRecords
 
     path = ledger_path()
     records = StewardRecords(steward_root()).records()
@@ -263,9 +263,9 @@ def ledger_init() -> None:
 @ledger_app.command("restore")
 def ledger_restore() -> None:
     """Rebuild a lost or emptied ledger from the steward records of the releases made."""
-    from medrelease.ledger import restore_from_records
+    from medrelease.privacy.ledger import restore_from_records
     from medrelease.settings import steward_root
-    from medrelease.store import StewardRecords
+    from medrelease.storage.store import StewardRecords
 
     records = StewardRecords(steward_root()).records()
     try:
@@ -435,7 +435,7 @@ def prepare_mimic(
                                                   "dataset's input path)"),
 ) -> None:
     """Join the MIMIC-III demo per admission (the DiffGen experiment's table) into a CSV."""
-    from medrelease.mimic import write_admissions
+    from medrelease.data.mimic import write_admissions
 
     target = output or find_config("mimic-demo").input_path
     try:
@@ -449,7 +449,7 @@ def prepare_mimic(
 def show(release: Path = typer.Argument(..., help="a release folder or its manifest.json")) -> None:
     """Print a release's public facts, and the steward record's when this machine has it."""
     from medrelease.settings import steward_root
-    from medrelease.store import StewardRecords, StoreError
+    from medrelease.storage.store import StewardRecords, StoreError
 
     folder = release.parent if release.name == "manifest.json" else release
     data = json.loads((folder / "manifest.json").read_text())

@@ -28,7 +28,7 @@ from prefect.runner import Runner
 from flows.arrival import arrival_release_flow
 from flows.release import release_flow
 from flows.watch import ARRIVED, watch_inbox_flow, watch_loop
-from medrelease.config import load_config, project_root
+from medrelease.data.config import load_config, project_root
 
 ARRIVAL_PARAMETERS = {
     "dataset": "{{ event.payload.dataset }}",

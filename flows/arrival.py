@@ -15,12 +15,12 @@ from prefect import flow, get_run_logger
 
 from flows.release import ReleaseRequest, release_flow
 from flows.states import refused, skipped
-from medrelease.config import find_config
+from medrelease.data.config import find_config
 from medrelease.errors import ConfigError, InputValidationError, MedreleaseError, PolicyError
-from medrelease.inbox import move_to
-from medrelease.io import file_sha256
 from medrelease.settings import steward_root
-from medrelease.store import StewardRecords
+from medrelease.storage.inbox import move_to
+from medrelease.storage.io import file_sha256
+from medrelease.storage.store import StewardRecords
 
 
 class DuplicateExtractError(MedreleaseError):

@@ -2,11 +2,11 @@
 
 ``audit_flow``: each task runs the mechanism on one neighbouring table for a batch of seeds and
 returns only the per-run statistics; the bound is computed once all batches are in (see
-``medrelease.audit``), with the ceiling these runs can detect.
+``medrelease.evidence.audit``), with the ceiling these runs can detect.
 
 ``publication_audit_flow``: the *whole release flow*, on neighbouring inputs with the same seed,
 each in its own isolated home (ledger and stores), then every published byte inspected
-(``medrelease.audit_publication``), followed by the statistical audit.
+(``medrelease.evidence.audit_publication``), followed by the statistical audit.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.futures import as_completed
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from medrelease.audit import (
+from medrelease.evidence.audit import (
     DESIGNS,
     AuditResult,
     bound_from_statistics,
@@ -37,7 +37,7 @@ from medrelease.audit import (
     run_batch,
     seeds_for,
 )
-from medrelease.audit_publication import (
+from medrelease.evidence.audit_publication import (
     Finding,
     compare_neighbours,
     publication_designs,

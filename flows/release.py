@@ -30,9 +30,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from flows.evaluate import evaluate_flow
 from flows.states import REFUSALS, refused, skipped
 from medrelease.errors import ParameterError
-from medrelease.ledger import Ledger
 from medrelease.mechanisms import MECHANISMS, get_mechanism, labels, name_from_label, uses_lattice
 from medrelease.mechanisms.base import ReleaseContext, parse
+from medrelease.privacy.ledger import Ledger
 from medrelease.release import (
     PUBLIC_FACTS,
     candidates_frame,
@@ -41,7 +41,7 @@ from medrelease.release import (
     resolve_mechanism,
 )
 from medrelease.settings import ledger_path
-from medrelease.store import StoreError, safe_relative
+from medrelease.storage.store import StoreError, safe_relative
 from tasks.budget import (
     Charge,
     artifact_key,

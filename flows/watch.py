@@ -14,7 +14,7 @@ from pathlib import Path
 from prefect import flow, get_run_logger
 from prefect.events import emit_event
 
-from medrelease.inbox import Arrival, InboxWatcher, original_name
+from medrelease.storage.inbox import Arrival, InboxWatcher, original_name
 
 ARRIVED = "medrelease.extract.arrived"
 

@@ -16,11 +16,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from medrelease.aggregate import CountTable, aggregate, prepare_table
-from medrelease.config import DatasetConfig
+from medrelease.data.aggregate import CountTable, aggregate, prepare_table
+from medrelease.data.config import DatasetConfig
+from medrelease.data.lattice import Lattice, Node
+from medrelease.data.taxonomy import SUPPRESSED
 from medrelease.errors import ParameterError, PolicyError
-from medrelease.guarantee import BudgetStep, Guarantee, PrivacyAccountant
-from medrelease.lattice import Lattice, Node
+from medrelease.evidence.metrics import ILParts, ReleasedCells, information_loss
 from medrelease.mechanisms import DEFAULT_MECHANISM, check_fits, get_mechanism, uses_lattice
 from medrelease.mechanisms.base import (
     MechanismParams,
@@ -29,10 +30,9 @@ from medrelease.mechanisms.base import (
     declared_draws,
     summarize,
 )
-from medrelease.metrics import ILParts, ReleasedCells, information_loss
-from medrelease.randomness import RandomSource, exponential_mechanism, selection_probabilities
-from medrelease.released_rows import ReleasedRows
-from medrelease.taxonomy import SUPPRESSED
+from medrelease.privacy.guarantee import BudgetStep, Guarantee, PrivacyAccountant
+from medrelease.privacy.randomness import RandomSource, exponential_mechanism, selection_probabilities
+from medrelease.storage.released_rows import ReleasedRows
 
 SELECTION_SENSITIVITY = 3.0
 Progress = Callable[[int, int], None]
@@ -286,7 +286,12 @@ def score_nodes(
             out.append(deterministic(context, table, plan.params))
             continue
         index = lattice.index(table.node)
-        cells = impl.perturb_node(context, table, plan.node_seeds[index], plan.params)
+        if impl.capabilities.draws_declared_steps:  # each candidate through the plan's steps
+            draws = declared_draws(impl, plan.budget_steps)
+            cells = impl.perturb_node(context, table, plan.node_seeds[index], plan.params, draws)
+            draws.close()
+        else:
+            cells = impl.perturb_node(context, table, plan.node_seeds[index], plan.params)
         out.append(summarize(index, table.node, cells))
     return out
 
@@ -363,7 +368,7 @@ def cells_to_rows(
 
     Classes may belong to different nodes (``cells.class_node``: ipa's ladder); each column's
     categories are the labels of every level used, then ``*``. Rows come out in a uniformly
-    shuffled order (``medrelease.released_rows``), so that their order says nothing about which
+    shuffled order (``medrelease.storage.released_rows``), so that their order says nothing about which
     rows are noise or which rung placed them; nothing here grows with the number of rows.
     """
     counts = cells.released_counts

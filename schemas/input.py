@@ -1,6 +1,6 @@
 """The input schema, built from a dataset config with pandera.
 
-Columns arrive as text (``medrelease.io``); the schema checks, per declared column, that values
+Columns arrive as text (``medrelease.storage.io``); the schema checks, per declared column, that values
 hold no control characters, are present when the missing-value policy says so, that integer
 columns hold whole numbers written as such (``34``, not ``1e1`` or ``41.99999999999999999``),
 decimal columns plain decimals, and that every dimension value is covered by its taxonomy.
@@ -16,10 +16,10 @@ import pandas as pd
 import pandera.pandas as pa
 from pandera.errors import SchemaErrors
 
-from medrelease.binning import DECIMAL, WHOLE
-from medrelease.config import DatasetConfig
+from medrelease.data.binning import DECIMAL, WHOLE
+from medrelease.data.config import DatasetConfig
+from medrelease.data.taxonomy import NOT_WHOLE, Taxonomy
 from medrelease.errors import InputValidationError, format_rows, position_numbers
-from medrelease.taxonomy import NOT_WHOLE, Taxonomy
 
 CONTROL = r"[\x00-\x1f\x7f]"
 NOT_DECIMAL = "are not plain decimal numbers (e.g. 0.8; no exponents)"

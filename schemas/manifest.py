@@ -1,6 +1,6 @@
 """The public manifest and the steward record, validated before they are written.
 
-``PublicManifest`` has exactly the fields of ``medrelease.publication.PUBLISHED`` (a test checks
+``PublicManifest`` has exactly the fields of ``medrelease.privacy.publication.PUBLISHED`` (a test checks
 that the two never drift); ``manifest.schema.json`` beside this file is its JSON Schema
 (regenerate with ``python -m schemas.manifest``). ``StewardRecord`` is what stays internal.
 """

@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from medrelease.released_rows import ROWS, ReleasedRows
-from medrelease.taxonomy import SUPPRESSED
+from medrelease.data.taxonomy import SUPPRESSED
+from medrelease.storage.released_rows import ROWS, ReleasedRows
 
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 

@@ -12,7 +12,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from medrelease.icd9 import taxonomy_lines  # noqa: E402
+from medrelease.data.icd9 import taxonomy_lines  # noqa: E402
 
 
 def main() -> None:

@@ -11,12 +11,12 @@ from prefect import get_run_logger, task
 from prefect.artifacts import create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
-from medrelease.config import DatasetConfig
-from medrelease.ledger import BudgetState, Ledger, SpendRequest, reconcile
+from medrelease.data.config import DatasetConfig
 from medrelease.mechanisms import check_fits
+from medrelease.privacy.ledger import BudgetState, Ledger, SpendRequest, reconcile
 from medrelease.release import PublicFacts, ReleasePlan, enforce_policy, plan_release
 from medrelease.settings import steward_root, store_root, test_store_root
-from medrelease.store import ReleaseStore, StewardRecords, StoreError
+from medrelease.storage.store import ReleaseStore, StewardRecords, StoreError
 
 
 def artifact_key(dataset: str, what: str) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from medrelease.config import DatasetConfig
+from medrelease.data.config import DatasetConfig
 from medrelease.errors import MedreleaseError
 from medrelease.mechanisms import output_columns
 from medrelease.mechanisms.base import ReleaseContext

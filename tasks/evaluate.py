@@ -11,13 +11,13 @@ from prefect import get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
-from medrelease.config import DatasetConfig
+from medrelease.data.config import DatasetConfig
 from medrelease.errors import InputValidationError
-from medrelease.evaluation import Evaluation, evaluate_release
-from medrelease.io import file_sha256, read_validated_input
-from medrelease.report_html import INTERNAL, write_report
+from medrelease.evidence.evaluation import Evaluation, evaluate_release
+from medrelease.evidence.report_html import INTERNAL, write_report
 from medrelease.settings import steward_root
-from medrelease.store import StewardRecords
+from medrelease.storage.io import file_sha256, read_validated_input
+from medrelease.storage.store import StewardRecords
 from tasks.budget import artifact_key
 
 

@@ -17,18 +17,18 @@ from prefect import get_run_logger, task
 from prefect.artifacts import create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
-from medrelease.aggregate import (
+from medrelease.data.aggregate import (
     CountTable,
     aggregate_chunks,
     check_drop_limit,
     merge_count_tables,
 )
-from medrelease.config import DatasetConfig, find_config
+from medrelease.data.config import DatasetConfig, find_config
+from medrelease.data.grouped_input import grouped_count_table
 from medrelease.errors import InputValidationError, write_steward_log
-from medrelease.grouped_input import grouped_count_table
-from medrelease.io import counting_positions, file_sha256, iter_chunks, read_input
 from medrelease.settings import steward_log_dir, steward_root
-from medrelease.store import StewardRecords
+from medrelease.storage.io import counting_positions, file_sha256, iter_chunks, read_input
+from medrelease.storage.store import StewardRecords
 from schemas.input import missing_rows, validate_input
 from tasks.budget import artifact_key
 

@@ -7,8 +7,8 @@ import pandas as pd
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from medrelease.config import DatasetConfig
-from medrelease.lattice import Node
+from medrelease.data.config import DatasetConfig
+from medrelease.data.lattice import Node
 from medrelease.mechanisms import capabilities
 from medrelease.mechanisms.base import NodeSummary, ReleaseContext
 from medrelease.release import (

@@ -1,6 +1,6 @@
 """Publish atomically: the public release (data + manifest + report) and the steward record.
 
-Everything the run knows is gathered as one dict of facts; ``medrelease.publication`` splits it
+Everything the run knows is gathered as one dict of facts; ``medrelease.privacy.publication`` splits it
 by its allow-list into the public manifest and the steward record. The steward record is written
 first, then the release folder is renamed into its store (the test store for TEST releases);
 the record then says where the release went (or why it failed).
@@ -18,9 +18,9 @@ import pandas as pd
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from medrelease.config import DatasetConfig
+from medrelease.data.config import DatasetConfig
 from medrelease.mechanisms.base import ReleaseContext
-from medrelease.publication import (
+from medrelease.privacy.publication import (
     public_columns,
     published_file_names,
     released_figures,
@@ -29,7 +29,7 @@ from medrelease.publication import (
 )
 from medrelease.release import MaterializedRelease, ReleasePlan
 from medrelease.settings import steward_root, store_root, test_store_root
-from medrelease.store import CSV_TEXT_SAFETY, ReleaseStore, StewardRecords
+from medrelease.storage.store import CSV_TEXT_SAFETY, ReleaseStore, StewardRecords
 from schemas.manifest import PublicManifest, StewardRecord
 from schemas.output import CheckReport
 from tasks.budget import Charge

@@ -8,7 +8,7 @@ from prefect import task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
-from medrelease.publication import render_public_report
+from medrelease.privacy.publication import render_public_report
 from tasks.budget import artifact_key
 
 
@@ -97,9 +97,9 @@ def publish_budget_artifacts(dataset: str) -> None:
     A run refused before its dataset could be read (unknown name, broken config) or whose
     ledger is missing or cannot be read shows nothing here: its refusal message says why.
     """
-    from medrelease.config import find_config
+    from medrelease.data.config import find_config
     from medrelease.errors import MedreleaseError
-    from medrelease.ledger import Ledger
+    from medrelease.privacy.ledger import Ledger
     from medrelease.settings import ledger_path
 
     if not ledger_path().is_file():  # opening it would create one: a lost ledger stays lost
@@ -144,7 +144,7 @@ def release_catalogue(dataset: str, spends) -> list[dict]:
     import json
 
     from medrelease.settings import store_root, test_store_root
-    from medrelease.store import ReleaseStore
+    from medrelease.storage.store import ReleaseStore
 
     folders = {p.name: p for test, root in ((False, store_root()), (True, test_store_root()))
                for p in ReleaseStore(root, test=test).releases(dataset)}

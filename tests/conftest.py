@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from deployments.prefect_defaults import apply_prefect_defaults
-from medrelease.config import DatasetConfig, find_config, load_config
+from medrelease.data.config import DatasetConfig, find_config, load_config
 
 # Before Prefect is imported (none of the modules above imports it): no telemetry, a start-up
 # wait that fits a cold machine, and no log shipping to test servers that are gone by the time

@@ -15,9 +15,9 @@ import pytest
 
 from flows.arrival import arrival_release_flow
 from medrelease.errors import InputValidationError
-from medrelease.inbox import InboxWatcher
-from medrelease.io import file_sha256
-from medrelease.ledger import Ledger
+from medrelease.privacy.ledger import Ledger
+from medrelease.storage.inbox import InboxWatcher
+from medrelease.storage.io import file_sha256
 
 from .conftest import PAPER_TABLE_5, write_paper_dataset
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from medrelease.audit import clopper_pearson, run_audit
+from medrelease.evidence.audit import clopper_pearson, run_audit
 
 
 def test_clopper_pearson_bounds() -> None:
@@ -31,7 +31,7 @@ def test_sound_mechanisms_stay_within_their_claim(mechanism: str, design: str) -
 
 
 def test_tipping_pair_sits_at_the_threshold() -> None:
-    from medrelease.audit import TIPPING_VALUE, tipping_copies, tipping_tables
+    from medrelease.evidence.audit import TIPPING_VALUE, tipping_copies, tipping_tables
 
     without, with_target = tipping_tables("ipa", 1.0)
     copies = tipping_copies("ipa", 1.0)

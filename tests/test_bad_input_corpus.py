@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from flows.release import ReleaseRequest, release_flow
-from medrelease.ledger import Ledger
+from medrelease.privacy.ledger import Ledger
 
 from .conftest import ROOT
 

@@ -8,12 +8,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from medrelease.aggregate import aggregate, aggregate_frame
+from medrelease.data.aggregate import aggregate, aggregate_frame
+from medrelease.data.taxonomy import SUPPRESSED, from_leaf_paths, numeric_levels
 from medrelease.errors import ParameterError
 from medrelease.mechanisms import get_mechanism
 from medrelease.mechanisms.base import ReleaseContext
 from medrelease.release import release, release_from_counts
-from medrelease.taxonomy import SUPPRESSED, from_leaf_paths, numeric_levels
 
 
 def _context(seed: int, n_rows: int) -> ReleaseContext:
@@ -116,7 +116,7 @@ def test_mondrian_known_answer(tmp_path) -> None:
         "name: tiny\ninput: {path: x.csv}\ncolumns:\n"
         "  age: {role: dimension, type: integer, taxonomy: age.yaml}\n"
         "  dx: {role: informative}\nprivacy: {lifetime_epsilon: 1}\n")
-    from medrelease.config import load_config
+    from medrelease.data.config import load_config
 
     table = pd.DataFrame({"age": [1, 2, 3, 4, 5, 6, 7, 8], "dx": list("abcdefgh")})
     result = release(table, load_config(tmp_path / "d.yaml"), mechanism="mondrian",

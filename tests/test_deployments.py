@@ -13,8 +13,8 @@ import pytest
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId
 
-from medrelease.ledger import Ledger
 from medrelease.mechanisms import label
+from medrelease.privacy.ledger import Ledger
 
 pytestmark = pytest.mark.server
 WAIT_S = 180

@@ -7,12 +7,12 @@ import math
 import numpy as np
 import pytest
 
-from medrelease.config import find_config
+from medrelease.data.config import find_config
 from medrelease.errors import ParameterError
-from medrelease.io import read_input
 from medrelease.mechanisms import get_mechanism
 from medrelease.mechanisms.diffgen import _score, _split_scores
 from medrelease.release import release
+from medrelease.storage.io import read_input
 from schemas.input import validate_input
 
 

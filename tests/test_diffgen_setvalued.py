@@ -9,19 +9,19 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from medrelease.classification import accuracies, split
-from medrelease.config import config_from_dict, find_config
+from medrelease.data.config import config_from_dict, find_config
+from medrelease.data.mimic import admissions_table
+from medrelease.data.taxonomy import load_taxonomy
 from medrelease.errors import InputValidationError, ParameterError
+from medrelease.evidence.classification import accuracies, split
 from medrelease.mechanisms import get_mechanism
 from medrelease.mechanisms.setvalued import (
     SetCut,
     emptiness_threshold,
     encode_item_sets,
 )
-from medrelease.mimic import admissions_table
-from medrelease.randomness import discrete_laplace_tail, tail_binomial
+from medrelease.privacy.randomness import discrete_laplace_tail, tail_binomial
 from medrelease.release import release
-from medrelease.taxonomy import load_taxonomy
 from schemas.input import validate_input
 
 MIMIC = Path(__file__).resolve().parents[2] / "shared" / "data" / "mimic-iii-demo"

@@ -11,9 +11,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from medrelease.classification import information_gain
-from medrelease.risk import frequency_attack
-from medrelease.utility import compare_queries
+from medrelease.evidence.classification import information_gain
+from medrelease.evidence.risk import frequency_attack
+from medrelease.evidence.utility import compare_queries
 
 
 def _label(config, column: str, value, level: int) -> str:
@@ -93,9 +93,9 @@ def check_report(report: Path) -> _Images:
 
 
 def test_report_for_a_real_release(tmp_path, nps_config, nps_sample) -> None:
-    from medrelease.evaluation import evaluate_release
+    from medrelease.evidence.evaluation import evaluate_release
+    from medrelease.evidence.report_html import write_report
     from medrelease.release import release
-    from medrelease.report_html import write_report
 
     # A release folder as the flow publishes it (manifest, data, candidates), built directly.
     result = release(nps_sample.head(4000), nps_config, seed=3)
@@ -146,11 +146,11 @@ def _release_folder(folder: Path, result, dataset: str, mechanism: str, details=
 
 
 def test_classification_evidence_for_a_diffgen_release(tmp_path) -> None:
-    from medrelease.config import find_config
-    from medrelease.evaluation import evaluate_release
-    from medrelease.io import read_input
+    from medrelease.data.config import find_config
+    from medrelease.evidence.evaluation import evaluate_release
+    from medrelease.evidence.report_html import write_report
     from medrelease.release import release
-    from medrelease.report_html import write_report
+    from medrelease.storage.io import read_input
     from schemas.input import validate_input
 
     config = find_config("adult")

@@ -17,8 +17,8 @@ import pytest
 from pydantic import ValidationError
 
 from flows.release import ReleaseRequest
-from medrelease.ledger import Ledger
-from medrelease.store import ReleaseStore
+from medrelease.privacy.ledger import Ledger
+from medrelease.storage.store import ReleaseStore
 
 from .conftest import ROOT
 
@@ -34,7 +34,7 @@ KILLERS = {
                 die()
             return real(*a, **k)
         m.score_nodes = half"""),
-    "during publish": "import medrelease.store as m; m._fsync_dir = lambda p: die()",
+    "during publish": "import medrelease.storage.store as m; m._fsync_dir = lambda p: die()",
 }
 
 

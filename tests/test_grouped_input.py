@@ -11,11 +11,11 @@ import pandas as pd
 import pytest
 import yaml
 
-from medrelease.aggregate import aggregate_chunks
-from medrelease.config import load_config
+from medrelease.data.aggregate import aggregate_chunks
+from medrelease.data.config import load_config
+from medrelease.data.grouped_input import grouped_count_table
 from medrelease.errors import InputValidationError
-from medrelease.grouped_input import grouped_count_table
-from medrelease.io import counting_positions, iter_chunks
+from medrelease.storage.io import counting_positions, iter_chunks
 from schemas.input import validate_input
 
 from .conftest import ROOT
@@ -154,7 +154,7 @@ def test_files_aggregated_apart_merge_to_the_table_of_all_rows(tmp_path: Path,
     """An extract in four files (each with values the others lack), aggregated file by file
     and merged, equals the one-file count table key for key, with or without a declared
     informative domain (without one, informative codes are re-derived from the union)."""
-    from medrelease.aggregate import merge_count_tables
+    from medrelease.data.aggregate import merge_count_tables
 
     sample = pd.read_csv(ROOT / "datasets/nps-sample/nps_sample.csv", dtype=str).drop(
         columns="patient_id").sort_values("diagnosis")  # files see different diagnoses
@@ -196,7 +196,7 @@ def test_a_memory_limit_too_small_for_duckdb_is_lifted_not_a_fall_back(nps_confi
     import logging
 
     monkeypatch.setenv("MEDRELEASE_DUCKDB_MEMORY", "1MB")
-    with caplog.at_level(logging.INFO, logger="medrelease.grouped_input"):
+    with caplog.at_level(logging.INFO, logger="medrelease.data.grouped_input"):
         grouped = grouped_count_table(nps_config, nps_config.input_path)
     assert "needed more than 1MB" in caplog.text
     assert grouped is not None

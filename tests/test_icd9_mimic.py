@@ -5,9 +5,9 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from medrelease.icd9 import category, chapter, taxonomy_lines
-from medrelease.mimic import admissions_table
-from medrelease.taxonomy import load_taxonomy
+from medrelease.data.icd9 import category, chapter, taxonomy_lines
+from medrelease.data.mimic import admissions_table
+from medrelease.data.taxonomy import load_taxonomy
 
 from .conftest import ROOT, SHARED
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from medrelease.inbox import InboxWatcher, move_to, original_name
+from medrelease.storage.inbox import InboxWatcher, move_to, original_name
 
 
 def test_a_file_is_announced_once_it_stops_changing(tmp_path: Path) -> None:

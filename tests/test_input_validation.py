@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from medrelease.config import DatasetConfig
+from medrelease.data.config import DatasetConfig
 from medrelease.errors import InputValidationError
-from medrelease.io import counting_positions, read_input
+from medrelease.storage.io import counting_positions, read_input
 from schemas.input import validate_input
 
 HEADER = "patient_id,age,sex,length_of_stay,surgery,region,diagnosis\n"

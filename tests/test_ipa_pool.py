@@ -11,9 +11,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from medrelease.aggregate import aggregate
+from medrelease.data.aggregate import aggregate
+from medrelease.data.lattice import NodeTable
 from medrelease.errors import ParameterError
-from medrelease.lattice import NodeTable
 from medrelease.mechanisms.ipa import IPA, _pooled
 from medrelease.release import PublicFacts, plan_release, release_from_counts
 

@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from medrelease.aggregate import aggregate
-from medrelease.config import DatasetConfig
+from medrelease.data.aggregate import aggregate
+from medrelease.data.config import DatasetConfig
 from medrelease.mechanisms.base import ReleaseContext
 from medrelease.mechanisms.ipa import IPA, WEIGHT_SCALE, class_weights, selection_score
 from medrelease.release import PublicFacts, plan_release, release_from_counts

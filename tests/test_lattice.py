@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from medrelease.aggregate import aggregate, group_sum
+from medrelease.data.aggregate import aggregate, group_sum
 from medrelease.errors import InputValidationError
 from medrelease.mechanisms.base import ReleaseContext
 from medrelease.release import node_batches

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from medrelease.errors import BudgetExceededError, MedreleaseError
-from medrelease.ledger import Ledger, LedgerSourceError, SpendRequest
+from medrelease.privacy.ledger import Ledger, LedgerSourceError, SpendRequest
 
 
 def _request(source: str, epsilon: float, delta: float = 0.0, mechanism: str = "ipa",
@@ -171,7 +171,7 @@ def test_a_lost_ledger_is_refused_then_restored_from_the_records(tmp_path: Path,
 
     from deployments.cli import app
     from flows.release import ReleaseRequest, release_flow
-    from medrelease.ledger import LedgerIntegrityError
+    from medrelease.privacy.ledger import LedgerIntegrityError
 
     from .conftest import write_paper_dataset
 

@@ -7,12 +7,12 @@ import math
 import numpy as np
 import pytest
 
-from medrelease.aggregate import aggregate
+from medrelease.data.aggregate import aggregate
 from medrelease.errors import ParameterError
 from medrelease.mechanisms import MECHANISMS, get_mechanism
 from medrelease.mechanisms.base import ReleaseContext
 from medrelease.mechanisms.ipa import release_threshold
-from medrelease.randomness import discrete_laplace_tail
+from medrelease.privacy.randomness import discrete_laplace_tail
 from medrelease.release import release
 
 

@@ -6,10 +6,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from medrelease.aggregate import aggregate
+from medrelease.data.aggregate import aggregate
+from medrelease.evidence.metrics import information_loss
 from medrelease.mechanisms import get_mechanism
 from medrelease.mechanisms.base import ReleaseContext
-from medrelease.metrics import information_loss
 from medrelease.release import cells_to_table, release
 
 from .conftest import PAPER_TABLE_5

@@ -9,10 +9,10 @@ import pandas as pd
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from medrelease.aggregate import aggregate_frame
+from medrelease.data.aggregate import aggregate_frame
+from medrelease.data.taxonomy import SUPPRESSED, from_leaf_paths, numeric_levels
 from medrelease.mechanisms import MECHANISMS, get_mechanism, uses_lattice
 from medrelease.release import release_from_counts
-from medrelease.taxonomy import SUPPRESSED, from_leaf_paths, numeric_levels
 
 
 @st.composite

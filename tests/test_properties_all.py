@@ -12,7 +12,7 @@ import pandas as pd
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from medrelease.config import config_from_dict
+from medrelease.data.config import config_from_dict
 from medrelease.release import release
 
 

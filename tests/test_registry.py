@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from deployments.cli import app
 from flows.release import ReleaseRequest, release_flow
-from medrelease.config import find_config
+from medrelease.data.config import find_config
 from medrelease.errors import ParameterError
 from medrelease.mechanisms import Capabilities, label, register, unregister
 from medrelease.mechanisms.histogram import Histogram
@@ -86,8 +86,8 @@ def test_resolution_request_then_yaml_then_defaults() -> None:
 def test_a_mimic_arrival_is_released_with_the_yaml_diffgen_parameters(tmp_path: Path,
                                                                        monkeypatch) -> None:
     from flows.arrival import arrival_release_flow
-    from medrelease.inbox import InboxWatcher
-    from medrelease.mimic import write_admissions
+    from medrelease.data.mimic import write_admissions
+    from medrelease.storage.inbox import InboxWatcher
 
     monkeypatch.setenv("MEDRELEASE_HOME", str(tmp_path / "home"))
     inbox = tmp_path / "inbox"
@@ -106,7 +106,7 @@ def test_a_mimic_arrival_is_released_with_the_yaml_diffgen_parameters(tmp_path: 
 @pytest.mark.usefixtures("prefect_harness")
 def test_an_unchanged_extract_is_not_released_again_when_asked_to_skip(tmp_path: Path,
                                                                        monkeypatch) -> None:
-    from medrelease.ledger import Ledger
+    from medrelease.privacy.ledger import Ledger
 
     monkeypatch.setenv("MEDRELEASE_HOME", str(tmp_path / "home"))
     config = str(write_paper_dataset(tmp_path))

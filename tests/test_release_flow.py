@@ -9,8 +9,8 @@ import pytest
 
 from flows.release import ReleaseRequest, release_flow
 from medrelease.errors import BudgetExceededError, InputValidationError
-from medrelease.ledger import Ledger
-from medrelease.store import StoreError
+from medrelease.privacy.ledger import Ledger
+from medrelease.storage.store import StoreError
 from schemas.manifest import PublicManifest, StewardRecord
 from tests.test_evaluation import check_report
 
@@ -99,7 +99,7 @@ def test_bad_input_fails_before_any_spend(home: Path, case: str) -> None:
 
 
 def test_over_budget_is_refused_before_noise(home: Path) -> None:
-    from medrelease.ledger import SpendRequest
+    from medrelease.privacy.ledger import SpendRequest
 
     ledger = Ledger(home / "ledger.sqlite")
     ledger.reserve(SpendRequest("nps-sample", "nps-sample", "ipa", 9.5, 0.0, 10.0, 1e-4))
@@ -114,7 +114,7 @@ def test_budget_and_catalogue_artifacts_after_a_release_and_after_a_refusal(home
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
 
-    from medrelease.ledger import SpendRequest
+    from medrelease.privacy.ledger import SpendRequest
 
     released = release_flow(ReleaseRequest(seed=4, evaluate=False))
     Ledger(home / "ledger.sqlite").reserve(
@@ -153,12 +153,12 @@ def test_failure_after_charge_keeps_reservation_and_publishes_nothing(
         monkeypatch.setattr(tasks.lattice, "score_nodes", broken)
         expected: type[Exception] = RuntimeError
     else:
-        import medrelease.store
+        import medrelease.storage.store
 
         def disk_full(path, data):
             raise OSError(28, "No space left on device")
 
-        monkeypatch.setattr(medrelease.store, "_write_json", disk_full)
+        monkeypatch.setattr(medrelease.storage.store, "_write_json", disk_full)
         expected = StoreError
     with pytest.raises(expected):
         release_flow(ReleaseRequest(seed=5))
@@ -253,7 +253,7 @@ MIMIC = Path(__file__).resolve().parents[2] / "shared" / "data" / "mimic-iii-dem
 
 @pytest.mark.skipif(not MIMIC.is_dir(), reason="MIMIC-III demo not beside the checkout")
 def test_mimic_set_valued_diffgen_through_the_flow(home: Path) -> None:
-    from medrelease.mimic import write_admissions
+    from medrelease.data.mimic import write_admissions
 
     extract = home / "admissions.csv"
     write_admissions(MIMIC, extract)
@@ -356,8 +356,8 @@ def test_a_mechanism_straying_from_its_declared_steps_publishes_nothing(home: Pa
                                                                         monkeypatch) -> None:
     """A declared step never drawn stops the run at the draw: no release folder, and the
     reservation stays counted (noise had been drawn)."""
-    from medrelease.guarantee import BudgetStep, StepAccountingError
     from medrelease.mechanisms.ipa import IPA
+    from medrelease.privacy.guarantee import BudgetStep, StepAccountingError
 
     declared = IPA.budget_steps
     monkeypatch.setattr(IPA, "budget_steps", lambda self, params: [

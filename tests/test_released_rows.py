@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from medrelease.released_rows import ReleasedRows, shuffled_cell_groups
-from medrelease.store import neutralise_formulas, write_data_files
+from medrelease.storage.released_rows import ReleasedRows, shuffled_cell_groups
+from medrelease.storage.store import neutralise_formulas, write_data_files
 
 
 def _cells(n_cells: int, seed: int = 0) -> tuple[pd.DataFrame, np.ndarray]:
@@ -122,10 +122,10 @@ def test_writing_memory_follows_the_cells_not_the_rows(tmp_path, monkeypatch):
         assert len(pd.read_parquet(name.with_suffix(".parquet"))) == 40 * rows_per_cell
         return top
 
-    monkeypatch.setattr("medrelease.released_rows.SHUFFLE_BLOCK", 20_000)
+    monkeypatch.setattr("medrelease.storage.released_rows.SHUFFLE_BLOCK", 20_000)
     one, four = peak(1_250, 20_000), peak(5_000, 20_000)
     assert four < 1.5 * one, (one, four)
-    monkeypatch.setattr("medrelease.released_rows.SHUFFLE_BLOCK", 200_000)
+    monkeypatch.setattr("medrelease.storage.released_rows.SHUFFLE_BLOCK", 200_000)
     assert peak(5_000, 200_000) > 3 * four
 
 

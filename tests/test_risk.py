@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from medrelease.risk import risk_report
+from medrelease.evidence.risk import risk_report
 
 
 def test_risk_by_hand() -> None:

@@ -7,9 +7,9 @@ import dataclasses
 
 import pytest
 
-from medrelease.aggregate import aggregate
-from medrelease.guarantee import BudgetStep, StepAccountingError, StepDraws
+from medrelease.data.aggregate import aggregate
 from medrelease.mechanisms.ipa import IPA
+from medrelease.privacy.guarantee import BudgetStep, StepAccountingError, StepDraws
 from medrelease.release import plan_release, release_from_counts
 
 STEPS = [BudgetStep("choice", 0.1, 0.0, "toy"), BudgetStep("cells", 0.9, 1e-6, "toy")]
@@ -92,3 +92,47 @@ def test_a_guarantee_that_is_not_the_sum_of_its_steps_is_refused_at_planning(mon
         stated(self, params), epsilon=2 * params.epsilon))
     with pytest.raises(ParameterError, match=r"steps add up to \(epsilon 1.*states \(epsilon 2"):
         plan_release("ipa", {"epsilon": 1.0}, n_nodes=4, seed=1)
+
+
+def test_the_paper_mechanism_draws_every_candidate_through_the_declared_steps(
+        nps_config, nps_sample, monkeypatch) -> None:
+    """ipa-paper perturbs each of the 256 candidates with the plan's three perturbation steps
+    (one set per candidate, as the paper does) and replays the chosen one with them; the noise
+    follows the step handed out, not the parameters."""
+    from collections import Counter
+
+    import numpy as np
+
+    from medrelease.mechanisms import get_mechanism
+    from medrelease.mechanisms.base import ReleaseContext, declared_draws
+
+    taken: list[tuple[str, float]] = []
+    real_take = StepDraws.take
+
+    def spy(self, name):
+        step = real_take(self, name)
+        taken.append((name, step.epsilon))
+        return step
+
+    monkeypatch.setattr(StepDraws, "take", spy)
+    counts = aggregate(nps_sample.head(3000), nps_config)
+    result = release_from_counts(counts, "ipa-paper", {"epsilon": 1.0}, seed=3)
+    declared = {s.step: s.epsilon for s in result.budget_steps}
+    assert Counter(name for name, _ in taken) == {name: 257 for name in declared}
+    assert all(epsilon == declared[name] for name, epsilon in taken)
+    assert set(result.details["budget_steps_drawn"].values()) == {"drawn"}
+
+    mechanism = get_mechanism("ipa-paper")
+    params = mechanism.parse_params({"epsilon": 1.0})
+    context = ReleaseContext.from_counts(counts)
+    table = context.lattice.bottom()
+
+    def counterfeit_rows(counts_epsilon: float) -> float:
+        steps = [dataclasses.replace(s, epsilon=counts_epsilon)
+                 if s.step == "counterfeit counts" else s
+                 for s in mechanism.budget_steps(params)]
+        cells = mechanism.perturb_node(context, table, np.random.SeedSequence(5), params,
+                                       declared_draws(mechanism, steps))
+        return float(cells.class_noise.sum())
+
+    assert counterfeit_rows(0.003) > 20 * counterfeit_rows(0.3)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from medrelease.store import ReleaseStore, StoreError
+from medrelease.storage.store import ReleaseStore, StoreError
 
 
 def _table() -> pd.DataFrame:

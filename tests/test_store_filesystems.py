@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from flows.release import ReleaseRequest, release_flow
-from medrelease.ledger import Ledger
-from medrelease.store import StoreError
+from medrelease.privacy.ledger import Ledger
+from medrelease.storage.store import StoreError
 
 
 def _mount(target: Path, options: str) -> bool:

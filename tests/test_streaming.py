@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from medrelease.aggregate import aggregate, aggregate_chunks
-from medrelease.io import counting_positions, iter_chunks, read_input
+from medrelease.data.aggregate import aggregate, aggregate_chunks
+from medrelease.storage.io import counting_positions, iter_chunks, read_input
 
 from .conftest import PAPER_TABLE_5
 
@@ -60,7 +60,7 @@ def test_parquet_row_groups_stream_with_file_row_numbers(nps_config, tmp_path) -
 def test_value_counts_by_equals_pandas_value_counts_on_text() -> None:
     import pandas as pd
 
-    from medrelease.aggregate import value_counts_by
+    from medrelease.data.aggregate import value_counts_by
 
     rng = np.random.default_rng(3)
     n = 5_000

@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from medrelease.data.taxonomy import load_taxonomy, numeric_levels
 from medrelease.errors import InputValidationError, TaxonomyError
-from medrelease.taxonomy import load_taxonomy, numeric_levels
 
 from .conftest import ROOT, SHARED
 

@@ -15,11 +15,11 @@ from typing import Any, ClassVar, Protocol
 import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from medrelease.aggregate import CountTable
+from medrelease.data.aggregate import CountTable
+from medrelease.data.lattice import Lattice, Node, NodeTable
 from medrelease.errors import ParameterError
-from medrelease.guarantee import BudgetStep, Guarantee, StepDraws
-from medrelease.lattice import Lattice, Node, NodeTable
-from medrelease.metrics import ReleasedCells, class_ncp, information_loss
+from medrelease.evidence.metrics import ReleasedCells, class_ncp, information_loss
+from medrelease.privacy.guarantee import BudgetStep, Guarantee, StepDraws
 
 SHARE_TOLERANCE = 1e-9
 

@@ -32,9 +32,9 @@ import pandas as pd
 from pydantic import Field
 from pydantic.json_schema import SkipJsonSchema
 
-from medrelease.config import DatasetConfig
+from medrelease.data.config import DatasetConfig
+from medrelease.data.taxonomy import Taxonomy
 from medrelease.errors import ParameterError
-from medrelease.guarantee import ADD_REMOVE_ONE_ROW, BudgetStep, Guarantee, StepDraws
 from medrelease.mechanisms.base import (
     Capabilities,
     MechanismBase,
@@ -43,8 +43,8 @@ from medrelease.mechanisms.base import (
     noise_bound,
 )
 from medrelease.mechanisms.setvalued import ChildGroups, SetCut, encode_item_sets
-from medrelease.randomness import discrete_laplace, exponential_mechanism
-from medrelease.taxonomy import Taxonomy
+from medrelease.privacy.guarantee import ADD_REMOVE_ONE_ROW, BudgetStep, Guarantee, StepDraws
+from medrelease.privacy.randomness import discrete_laplace, exponential_mechanism
 
 LABEL = "DiffGen, epsilon-DP (exponential mechanism + discrete Laplace counts)"
 

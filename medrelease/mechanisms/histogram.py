@@ -19,9 +19,9 @@ import numpy as np
 from pydantic import Field
 from pydantic.json_schema import SkipJsonSchema
 
+from medrelease.data.lattice import Node, NodeTable
 from medrelease.errors import ParameterError
-from medrelease.guarantee import ADD_REMOVE_ONE_ROW, BudgetStep, Guarantee, StepDraws
-from medrelease.lattice import Node, NodeTable
+from medrelease.evidence.metrics import ReleasedCells, class_ncp
 from medrelease.mechanisms.base import (
     Capabilities,
     MechanismBase,
@@ -30,8 +30,8 @@ from medrelease.mechanisms.base import (
     declared_draws,
     noise_bound,
 )
-from medrelease.metrics import ReleasedCells, class_ncp
-from medrelease.randomness import discrete_laplace
+from medrelease.privacy.guarantee import ADD_REMOVE_ONE_ROW, BudgetStep, Guarantee, StepDraws
+from medrelease.privacy.randomness import discrete_laplace
 
 DEFAULT_CELL_LIMIT = 5_000_000
 

@@ -34,9 +34,9 @@ import numpy as np
 from pydantic import Field, field_validator
 from pydantic.json_schema import SkipJsonSchema
 
+from medrelease.data.lattice import Node, NodeTable, iter_above
 from medrelease.errors import ParameterError
-from medrelease.guarantee import ADD_REMOVE_ONE_ROW, BudgetStep, Guarantee, StepDraws
-from medrelease.lattice import Node, NodeTable, iter_above
+from medrelease.evidence.metrics import ReleasedCells
 from medrelease.mechanisms.base import (
     Capabilities,
     MechanismParams,
@@ -48,8 +48,8 @@ from medrelease.mechanisms.base import (
     split_budget,
     summarize,
 )
-from medrelease.metrics import ReleasedCells
-from medrelease.randomness import (
+from medrelease.privacy.guarantee import ADD_REMOVE_ONE_ROW, BudgetStep, Guarantee, StepDraws
+from medrelease.privacy.randomness import (
     discrete_laplace,
     exponential_mechanism,
     noise_epsilon,

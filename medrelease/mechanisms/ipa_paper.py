@@ -12,21 +12,22 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from pydantic import Field, field_validator
 
-from medrelease.aggregate import group_sum
+from medrelease.data.aggregate import group_sum
+from medrelease.data.lattice import NodeTable
 from medrelease.errors import ParameterError
-from medrelease.guarantee import ADD_REMOVE_ONE_ROW, BudgetStep, Guarantee
-from medrelease.lattice import NodeTable
+from medrelease.evidence.metrics import ReleasedCells
 from medrelease.mechanisms.base import (
     Capabilities,
     MechanismParams,
     ReleaseContext,
+    declared_draws,
     in_class_draws,
     noise_bound,
     parse,
     split_budget,
 )
-from medrelease.metrics import ReleasedCells
-from medrelease.randomness import discrete_laplace
+from medrelease.privacy.guarantee import ADD_REMOVE_ONE_ROW, BudgetStep, Guarantee, StepDraws
+from medrelease.privacy.randomness import discrete_laplace
 
 PAPER_SHARES = {
     "eps_suppression": 0.1,
@@ -75,8 +76,10 @@ class IPAPaper:
     capabilities: ClassVar[Capabilities] = Capabilities(
         summary="paper mechanism, formal guarantee NOT upheld",
         replays_scored_candidate=True,
+        draws_declared_steps=True,
     )
     selection: ClassVar[str] = "exponential"
+    selection_step: ClassVar[str] = "node selection"
     Params: ClassVar[type[MechanismParams]] = IPAPaperParams
 
     def parse_params(self, raw: dict[str, Any]) -> IPAPaperParams:
@@ -119,14 +122,17 @@ class IPAPaper:
 
     def perturb_node(
         self, context: ReleaseContext, table: NodeTable, seed: np.random.SeedSequence,
-        params: IPAPaperParams,
+        params: IPAPaperParams, draws: StepDraws | None = None,
     ) -> ReleasedCells:
-        cells, _ = self._perturb(context, table, np.random.default_rng(seed), params)
+        """One candidate, drawn with the plan's declared steps (``draws``: one set per
+        candidate — the paper perturbs every node with the same steps and counts them once)."""
+        draws = draws or declared_draws(self, self.budget_steps(params))
+        cells, _ = self._perturb(context, table, np.random.default_rng(seed), params, draws)
         return cells
 
     def materialize(
         self, context: ReleaseContext, table: NodeTable, seed: np.random.SeedSequence,
-        params: IPAPaperParams,
+        params: IPAPaperParams, draws: StepDraws | None = None,
     ) -> ReleasedCells:
         """The scored candidate itself: replay the node's stream, then draw absent values.
 
@@ -135,24 +141,28 @@ class IPAPaper:
         counted but not yet given a value; that value is uniform over the absent ones, drawn now.
         """
         rng = np.random.default_rng(seed)
-        cells, absent_draws = self._perturb(context, table, rng, params)
+        draws = draws or declared_draws(self, self.budget_steps(params))
+        cells, absent_draws = self._perturb(context, table, rng, params, draws)
         return _add_absent_values(cells, absent_draws, context.n_inf, rng)
 
     def _perturb(
         self, context: ReleaseContext, table: NodeTable, rng: np.random.Generator,
-        params: IPAPaperParams,
+        params: IPAPaperParams, draws: StepDraws,
     ) -> tuple[ReleasedCells, np.ndarray]:
         if params.eps_suppression is None or params.eps_insertion is None or params.eps_value is None:
             raise ParameterError("ipa-paper: parameters were not resolved (call parse_params)")
+        eps_threshold = draws.take("suppression threshold").epsilon
+        eps_insertion = draws.take("counterfeit counts").epsilon
+        eps_value = draws.take("counterfeit values").epsilon
         n_inf = context.n_inf
         starts, class_of_cell, class_keys = table.classes()
         counts, inf = table.counts, table.inf_codes
         sizes = np.add.reduceat(counts, starts) if starts.size else counts[:0]
         t = params.suppression_threshold
         if params.threshold_noise == "paper":
-            theta = t + rng.laplace(0.0, (t - 1) / params.eps_suppression, starts.size)
+            theta = t + rng.laplace(0.0, (t - 1) / eps_threshold, starts.size)
         else:
-            theta = np.maximum(t, t + rng.laplace(0.0, 1.0 / params.eps_suppression, starts.size))
+            theta = np.maximum(t, t + rng.laplace(0.0, 1.0 / eps_threshold, starts.size))
         suppressed = sizes <= theta
 
         # Suppressed classes pool into one class (*, ..., *) keeping their informative values.
@@ -175,13 +185,13 @@ class IPAPaper:
         sup_flag[kept.size:] = True
 
         # Insertion: n' = n + Lap(1/eps_ins) (discrete), only positive differences are inserted.
-        counterfeit = np.maximum(0, discrete_laplace(rng, params.eps_insertion, n_classes))
+        counterfeit = np.maximum(0, discrete_laplace(rng, eps_insertion, n_classes))
 
         # Counterfeit values: exponential mechanism over Inf with score S(E, v) (Eq. 3-4).
         class_size = np.bincount(class_of, weights=true_counts, minlength=n_classes)
         distinct = np.bincount(class_of, minlength=n_classes)
         absent = n_inf - distinct
-        half_eps = params.eps_value / (2.0 * VALUE_SENSITIVITY)
+        half_eps = eps_value / (2.0 * VALUE_SENSITIVITY)
         in_logit = half_eps * true_counts / (class_size[class_of] + 1.0)
         out_logit = half_eps / ((class_size + 1.0) * np.maximum(absent, 1))
         class_starts = np.searchsorted(class_of, np.arange(n_classes))

@@ -17,9 +17,9 @@ from typing import ClassVar
 import numpy as np
 from pydantic import Field
 
+from medrelease.data.lattice import Node, NodeTable
 from medrelease.errors import ParameterError
-from medrelease.guarantee import Guarantee
-from medrelease.lattice import Node, NodeTable
+from medrelease.evidence.metrics import ReleasedCells
 from medrelease.mechanisms.base import (
     Capabilities,
     MechanismBase,
@@ -28,7 +28,7 @@ from medrelease.mechanisms.base import (
     ReleaseContext,
     summarize,
 )
-from medrelease.metrics import ReleasedCells
+from medrelease.privacy.guarantee import Guarantee
 
 LABEL = "syntactic model — no differential privacy"
 

@@ -21,12 +21,12 @@ import numpy as np
 import pandas as pd
 from pydantic import Field
 
-from medrelease.aggregate import CountTable
+from medrelease.data.aggregate import CountTable
+from medrelease.data.taxonomy import Taxonomy
 from medrelease.errors import ParameterError
-from medrelease.guarantee import Guarantee
+from medrelease.evidence.metrics import ILParts
 from medrelease.mechanisms.base import Capabilities, MechanismBase, MechanismParams
-from medrelease.metrics import ILParts
-from medrelease.taxonomy import Taxonomy
+from medrelease.privacy.guarantee import Guarantee
 
 LABEL = "syntactic model — no differential privacy"
 

@@ -20,8 +20,8 @@ import pandas as pd
 from pydantic import Field
 
 from medrelease.errors import ParameterError
-from medrelease.guarantee import Guarantee
 from medrelease.mechanisms.base import Capabilities, MechanismBase, MechanismParams
+from medrelease.privacy.guarantee import Guarantee
 
 LABEL = "pseudonymization — no formal privacy guarantee"
 BLOCK = 16

@@ -30,14 +30,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from medrelease.data.taxonomy import Taxonomy
 from medrelease.errors import ParameterError
-from medrelease.randomness import (
+from medrelease.privacy.randomness import (
     discrete_laplace,
     discrete_laplace_tail,
     noise_epsilon,
     tail_binomial,
 )
-from medrelease.taxonomy import Taxonomy
 
 Node = tuple[int, int]  # (level, code) in the item taxonomy
 MAX_SPURIOUS_DRAWS = 100_000

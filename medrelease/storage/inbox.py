@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from medrelease.io import file_sha256
+from medrelease.storage.io import file_sha256
 
 DONE_SUFFIX = ".done"
 STATE_DIR = ".medrelease"

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from medrelease.aggregate import value_counts_by
+from medrelease.data.aggregate import value_counts_by
 
 ROW_GROUP = 1_000_000   # rows per group written to Parquet / CSV
 SHUFFLE_BLOCK = 1_000_000  # rows whose arrangement is drawn at once (fixed: order = f(seed))

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from medrelease.evaluation import Evaluation
+from medrelease.evidence.evaluation import Evaluation
 
 INTERNAL = ("INTERNAL — this page compares the release with the raw input. It is evidence for "
             "the data steward and must not be published with the release.")

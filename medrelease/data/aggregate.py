@@ -13,9 +13,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
-from medrelease.config import DatasetConfig
+from medrelease.data.config import DatasetConfig
+from medrelease.data.taxonomy import Taxonomy
 from medrelease.errors import InputValidationError, format_rows, position_numbers
-from medrelease.taxonomy import Taxonomy
 
 MAX_KEY = 2**62
 SORT_KIND = "stable"

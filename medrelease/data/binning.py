@@ -105,7 +105,7 @@ def _number_text(value: Fraction) -> str:
 
 def binned_levels(attribute: str, spec: dict, source: str = ""):
     """Compile a numeric YAML spec with resolution / top / bottom / missing into a taxonomy."""
-    from medrelease.taxonomy import from_leaf_paths
+    from medrelease.data.taxonomy import from_leaf_paths
 
     where = f" for {attribute!r} in {source}" if source else f" for {attribute!r}"
     domain = spec["domain"]

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from medrelease.errors import MedreleaseError
-from medrelease.released_rows import ROW_GROUP, ReleasedRows
+from medrelease.storage.released_rows import ROW_GROUP, ReleasedRows
 
 SAFE_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 PARTIAL_PREFIX = ".partial-"

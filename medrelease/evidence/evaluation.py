@@ -15,12 +15,12 @@ from typing import Any
 
 import pandas as pd
 
-from medrelease.classification import information_gain, model_scores, split
-from medrelease.config import DatasetConfig
+from medrelease.data.config import DatasetConfig
+from medrelease.evidence.classification import information_gain, model_scores, split
+from medrelease.evidence.risk import frequency_attack, risk_report
+from medrelease.evidence.utility import AnalysisQuery, compare_queries
 from medrelease.mechanisms import capabilities, get_mechanism
-from medrelease.risk import frequency_attack, risk_report
-from medrelease.store import find_data_file
-from medrelease.utility import AnalysisQuery, compare_queries
+from medrelease.storage.store import find_data_file
 
 
 @dataclass

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from medrelease.binning import WHOLE, Binning, binned_levels
+from medrelease.data.binning import WHOLE, Binning, binned_levels
 from medrelease.errors import InputValidationError, TaxonomyError, format_rows, position_numbers
 
 SUPPRESSED = "*"

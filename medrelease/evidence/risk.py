@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from medrelease.aggregate import value_counts_by
+from medrelease.data.aggregate import value_counts_by
 
 
 def risk_report(table: pd.DataFrame, dimensions: list[str]) -> dict[str, float | int]:

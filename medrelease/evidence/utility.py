@@ -18,9 +18,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from medrelease.aggregate import value_counts_by
-from medrelease.config import DatasetConfig
-from medrelease.taxonomy import SUPPRESSED, Taxonomy
+from medrelease.data.aggregate import value_counts_by
+from medrelease.data.config import DatasetConfig
+from medrelease.data.taxonomy import SUPPRESSED, Taxonomy
 
 
 @dataclass(frozen=True)

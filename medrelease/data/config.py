@@ -16,9 +16,9 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from medrelease.data.taxonomy import Taxonomy, load_taxonomy
 from medrelease.errors import ConfigError, InputValidationError
 from medrelease.settings import dataset_roots, extra_input_roots, project_root
-from medrelease.taxonomy import Taxonomy, load_taxonomy
 
 DATASET_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 Role = Literal["dimension", "informative", "class", "set_valued", "drop"]

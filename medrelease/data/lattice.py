@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from medrelease.aggregate import CountTable, group_sum
-from medrelease.taxonomy import Taxonomy
+from medrelease.data.aggregate import CountTable, group_sum
+from medrelease.data.taxonomy import Taxonomy
 
 Node = tuple[int, ...]
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from medrelease.config import DatasetConfig
+from medrelease.data.config import DatasetConfig
 from medrelease.errors import InputValidationError, positions_counted_as
 
 CANDIDATE_DELIMITERS = [",", ";", "\t", "|"]

@@ -28,8 +28,8 @@ from typing import Any
 import pandas as pd
 
 from medrelease.errors import MedreleaseError
-from medrelease.released_rows import ROWS, ReleasedRows
-from medrelease.risk import risk_of_cells
+from medrelease.evidence.risk import risk_of_cells
+from medrelease.storage.released_rows import ROWS, ReleasedRows
 
 
 class Basis(StrEnum):
@@ -111,7 +111,7 @@ def split_facts(facts: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
         raise BoundaryError(
             f"release fact(s) {', '.join(unplaced)} are on neither side of the publication "
             "boundary: add each to PUBLISHED (with its basis) or STEWARD_ONLY in "
-            "medrelease/publication.py")
+            "medrelease/privacy/publication.py")
     missing = sorted(set(PUBLISHED) - set(facts))
     if missing:
         raise BoundaryError(f"published field(s) {', '.join(missing)} were not computed")

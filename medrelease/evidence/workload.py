@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from medrelease.aggregate import CountTable
-from medrelease.taxonomy import SUPPRESSED
+from medrelease.data.aggregate import CountTable
+from medrelease.data.taxonomy import SUPPRESSED
 
 
 @dataclass(frozen=True)

@@ -28,11 +28,11 @@ import numpy as np
 import pandas as pd
 from scipy.stats import beta
 
-from medrelease.aggregate import aggregate_frame
-from medrelease.config import DatasetConfig, config_from_dict
+from medrelease.data.aggregate import aggregate_frame
+from medrelease.data.config import DatasetConfig, config_from_dict
+from medrelease.data.taxonomy import SUPPRESSED, from_leaf_paths, numeric_levels
 from medrelease.mechanisms import capabilities, get_mechanism
 from medrelease.release import release, release_from_counts
-from medrelease.taxonomy import SUPPRESSED, from_leaf_paths, numeric_levels
 
 UNIQUE_VALUE = "UNIQUE-DX"
 TIPPING_VALUE = "TIPPING-DX"

@@ -5,7 +5,7 @@ Every input check is a check of one value (its form, taxonomy coverage, declared
 control characters, presence), so a column passes on its distinct values exactly when it passes
 on its rows. This path only ever *accepts*: a file DuckDB will not parse strictly, an encoding
 other than UTF-8, a header problem, or a value that fails a check makes it return ``None``, and
-the caller runs the row-wise path (``medrelease.io`` + ``schemas.input``), whose messages
+the caller runs the row-wise path (``medrelease.storage.io`` + ``schemas.input``), whose messages
 (column, problem, count, file lines) stay the single source of truth. DuckDB's own messages
 quote file lines, so they are never shown or logged.
 
@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from medrelease.aggregate import (
+from medrelease.data.aggregate import (
     MAX_KEY,
     CountTable,
     canonical_informative,
@@ -32,7 +32,7 @@ from medrelease.aggregate import (
     key_space,
     place_values,
 )
-from medrelease.config import DatasetConfig
+from medrelease.data.config import DatasetConfig
 
 LOG = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ def _scan(config: DatasetConfig, source: Path, columns: list[str]) -> str | None
         return f"read_parquet({_literal(str(source))})"
     if config.input.encoding.lower() not in UTF8:
         return None
-    from medrelease.io import _raw_header
+    from medrelease.storage.io import _raw_header
 
     try:
         header = _raw_header(source, "utf-8-sig", config.input.delimiter)

@@ -25,16 +25,16 @@ from typing import Any
 import pandas as pd
 from pydantic import ValidationError
 
-from medrelease.audit import TIPPING_VALUE, UNIQUE_VALUE
+from medrelease.evidence.audit import TIPPING_VALUE, UNIQUE_VALUE
 from medrelease.mechanisms import capabilities
-from medrelease.publication import (
+from medrelease.privacy.publication import (
     PUBLISHED,
     Basis,
     published_file_names,
     released_figures,
     render_public_report,
 )
-from medrelease.store import find_data_file, neutralise_formulas
+from medrelease.storage.store import find_data_file, neutralise_formulas
 
 
 @dataclass(frozen=True)
@@ -179,7 +179,7 @@ def publication_designs(mechanism: str) -> tuple[str, ...]:
 def publication_neighbours(design: str, mechanism: str, epsilon: float
                            ) -> tuple[pd.DataFrame, pd.DataFrame, str | None]:
     """(D, D', the value only the added row has, if any) for one publication-audit design."""
-    from medrelease.audit import (
+    from medrelease.evidence.audit import (
         classification_tables,
         common_tables,
         neighbouring_tables,
