@@ -109,3 +109,54 @@ def test_inbox_drop_releases_exactly_that_file_once(served, nps_sample) -> None:
             time.sleep(0.5)
         time.sleep(5)
         assert len(_runs(client, arrival.id)) == 2
+
+
+def _retry_from_the_ui(client, run, log: Path):
+    """What the UI's Retry button sends (set_state to Scheduled 'AwaitingRetry', not forced),
+    then the run's next final state."""
+    from prefect.client.schemas.objects import State, StateType
+
+    previous = run.state.timestamp
+    client.set_flow_run_state(run.id, State(type=StateType.SCHEDULED, name="AwaitingRetry",
+                                            message="Retry from the UI"), force=False)
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        run = client.read_flow_run(run.id)
+        if run.state.is_final() and run.state.timestamp > previous:
+            return run
+        assert time.monotonic() < deadline, f"retry not run in time:\n{log.read_text()[-3000:]}"
+        time.sleep(1)
+
+
+def test_a_retry_from_the_ui_never_spends_twice(served) -> None:
+    """Prefect's UI offers Retry on every finished run of a deployment. On a finished release
+    it is refused (it would spend again under the same run) and on a refused run it checks the
+    request again; neither spends."""
+    with get_client(sync_client=True) as client:
+        deployment = client.read_deployment_by_name("medrelease-release/on-demand")
+        run = client.create_flow_run_from_deployment(deployment.id, parameters={
+            "request": {"dataset": "nps-sample", "seed": 5, "mechanism": label("histogram"),
+                        "epsilon": 0.1}})
+        deadline = time.monotonic() + WAIT_S
+        while not (run := client.read_flow_run(run.id)).state.is_final():
+            assert time.monotonic() < deadline, served.log.read_text()[-3000:]
+            time.sleep(1)
+        assert run.state.is_completed(), run.state.message
+        ledger = Ledger(served.home / "ledger.sqlite")
+        spends = len(ledger.spends())
+        retried = _retry_from_the_ui(client, run, served.log)
+        assert retried.state.name == "Refused", retried.state
+        assert "already published release" in retried.state.message
+        assert "start a new run" in retried.state.message
+        assert len(ledger.spends()) == spends
+
+        refused = client.create_flow_run_from_deployment(deployment.id, parameters={
+            "request": {"dataset": "nps-sample", "seed": 5, "mechanism": label("histogram"),
+                        "epsilon": 1000.0}})
+        while not (refused := client.read_flow_run(refused.id)).state.is_final():
+            assert time.monotonic() < deadline, served.log.read_text()[-3000:]
+            time.sleep(1)
+        assert refused.state.name == "Refused" and "per-release cap" in refused.state.message
+        again = _retry_from_the_ui(client, refused, served.log)
+        assert again.state.name == "Refused" and again.state.message == refused.state.message
+        assert len(ledger.spends()) == spends

@@ -206,3 +206,19 @@ def test_ledger_init_makes_a_new_ledger_only_where_nothing_is_on_record(tmp_path
     monkeypatch.setenv("MEDRELEASE_HOME", str(tmp_path / "home"))
     made = CliRunner().invoke(app, ["ledger", "init"])
     assert made.exit_code == 0 and (tmp_path / "home" / "ledger.sqlite").is_file()
+
+
+def test_a_run_that_published_cannot_spend_again(tmp_path: Path) -> None:
+    """Prefect's Retry on a finished release re-runs it under the same run id: refused before
+    any row is written; a run whose attempt failed may try again (the failed spend counts)."""
+    from medrelease.errors import PolicyError
+
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    failed = ledger.reserve(_request("ds", 1.0, flow_run_id="run-7"))
+    ledger.mark(failed, "failed", note="crashed")
+    retried = ledger.reserve(_request("ds", 1.0, flow_run_id="run-7"))
+    ledger.mark(retried, "released", release_id="r7")
+    with pytest.raises(PolicyError, match="already published release r7.*Nothing was spent"):
+        ledger.reserve(_request("ds", 1.0, flow_run_id="run-7"))
+    assert ledger.state("ds", 10.0, 1e-5).epsilon_spent == pytest.approx(2.0)
+    ledger.reserve(_request("ds", 1.0, flow_run_id="run-8"))  # a new run releases again

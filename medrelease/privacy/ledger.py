@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from medrelease.errors import BudgetExceededError, MedreleaseError
+from medrelease.errors import BudgetExceededError, MedreleaseError, PolicyError
 
 STATUSES = ("reserved", "released", "failed")
 TOLERANCE = 1e-9
@@ -245,6 +245,7 @@ class Ledger:
                 raise BudgetExceededError(f"{name} to reserve must be a finite number >= 0")
         spend_id = uuid.uuid4().hex
         with self._transaction() as conn:
+            _refuse_a_second_release_of_one_run(conn, request)
             _claim_input(conn, request)
             cap_eps, cap_delta = _source_cap(conn, request)
             eps_spent, delta_spent = _spent(conn, request.source)
@@ -367,6 +368,21 @@ def _migrate(conn: sqlite3.Connection) -> None:
         "SELECT source, lifetime_epsilon, lifetime_delta, MIN(created_at) FROM spends "
         "GROUP BY source")
     conn.execute("CREATE INDEX IF NOT EXISTS spends_source ON spends (source)")
+
+
+def _refuse_a_second_release_of_one_run(conn: sqlite3.Connection,
+                                        request: SpendRequest) -> None:
+    """A flow run releases once. Prefect's UI offers Retry on every finished run; on a run that
+    already published, a retry would spend the budget again under the same run id."""
+    if request.flow_run_id is None:
+        return
+    row = conn.execute("SELECT release_id FROM spends WHERE flow_run_id = ? AND status = "
+                       "'released'", (request.flow_run_id,)).fetchone()
+    if row is not None:
+        raise PolicyError(
+            f"this run already published release {row[0]}; retrying it would spend the budget "
+            "a second time. To release again, start a new run (Run > Quick run or Custom run "
+            "on the deployment). Nothing was spent.")
 
 
 def _claim_input(conn: sqlite3.Connection, request: SpendRequest) -> None:
