@@ -218,7 +218,7 @@ def test_a_run_that_published_cannot_spend_again(tmp_path: Path) -> None:
     ledger.mark(failed, "failed", note="crashed")
     retried = ledger.reserve(_request("ds", 1.0, flow_run_id="run-7"))
     ledger.mark(retried, "released", release_id="r7")
-    with pytest.raises(PolicyError, match="already published release r7.*Nothing was spent"):
+    with pytest.raises(PolicyError, match=r"already published release r7.*Nothing was spent"):
         ledger.reserve(_request("ds", 1.0, flow_run_id="run-7"))
     assert ledger.state("ds", 10.0, 1e-5).epsilon_spent == pytest.approx(2.0)
     ledger.reserve(_request("ds", 1.0, flow_run_id="run-8"))  # a new run releases again
