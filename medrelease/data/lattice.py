@@ -100,7 +100,7 @@ class Lattice:
             if level:
                 new_keys += _digit_change(keys, self._radices[i], self._sizes[i],
                                           self._level_maps[i][level])
-        cell_keys, counts = group_sum(new_keys, self.counts.counts)
+        cell_keys, counts = group_sum(new_keys, self.counts.counts, scratch=True)
         return NodeTable(tuple(node), cell_keys, counts, self.counts.n_inf)
 
     def step_up(self, table: NodeTable, attribute: int) -> NodeTable:
@@ -109,7 +109,7 @@ class Lattice:
         new_keys = _digit_change(table.cell_keys, self._radices[attribute],
                                  self._sizes[attribute], self._up_maps[attribute][level])
         new_keys += table.cell_keys
-        cell_keys, counts = group_sum(new_keys, table.counts)
+        cell_keys, counts = group_sum(new_keys, table.counts, scratch=True)
         node = tuple(lv + (1 if i == attribute else 0) for i, lv in enumerate(table.node))
         return NodeTable(node, cell_keys, counts, table.n_inf)
 

@@ -398,11 +398,13 @@ def _heavy_classes(table: NodeTable, tau: int) -> HeavyClasses:
     first = np.flatnonzero(np.diff(class_of_kept, prepend=-1))
     shown = class_of_kept[first]
     kept_counts = counts[kept].astype(np.int64)
-    ends = np.append(starts, counts.size)[shown + 1]
-    cumulative = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
+    first_cell = starts[shown]
+    last_cell = np.append(starts, counts.size)[shown + 1] - 1
+    running = np.cumsum(counts, dtype=np.int64)
+    before = np.where(first_cell > 0, running[np.maximum(first_cell - 1, 0)], 0)
     return HeavyClasses(
-        class_keys=class_keys[starts[shown]],
-        class_rows=cumulative[ends] - cumulative[starts[shown]],
+        class_keys=class_keys[first_cell],
+        class_rows=running[last_cell] - before,
         kept_rows=np.add.reduceat(kept_counts, first),
         surplus=np.add.reduceat(kept_counts - (tau - 1), first),
     )
