@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import statistics
 import time
 from pathlib import Path
 
@@ -128,6 +129,8 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--no-evaluate", dest="evaluate", action="store_false")
     parser.add_argument("--row-wise", action="store_true", help="also time the row-wise pass")
+    parser.add_argument("--rounds", type=int, default=5,
+                        help="interleaved rounds of floor / input side, and engine runs")
     args = parser.parse_args()
     bench = ROOT / "var" / "bench"
     os.environ.setdefault("MEDRELEASE_HOME", str(bench / "home"))
@@ -144,12 +147,21 @@ def main() -> None:
 
     config = load_config(config_path)
     columns = config.dimensions + config.informative
-    floor, groups = duckdb_floor(config.input_path, columns)
-    grouped, counts = input_side(config)
-    started = time.perf_counter()
-    release_from_counts(counts, args.mechanism, {"epsilon": 1.0}, seed=1,
-                        batch_size=args.batch_size, workers=2)
-    engine = time.perf_counter() - started
+    floors, sides, ratios = [], [], []
+    for _ in range(args.rounds):  # interleaved, so a busy moment hits both sides alike
+        floor, groups = duckdb_floor(config.input_path, columns)
+        grouped, counts = input_side(config)
+        floors.append(floor)
+        sides.append(grouped)
+        ratios.append(grouped / floor)
+    floor, grouped = statistics.median(floors), statistics.median(sides)
+    engines = []
+    for _ in range(args.rounds):
+        started = time.perf_counter()
+        release_from_counts(counts, args.mechanism, {"epsilon": 1.0}, seed=1,
+                            batch_size=args.batch_size, workers=2)
+        engines.append(time.perf_counter() - started)
+    engine = statistics.median(engines)
     del counts
     cold, _, _ = run_flow(config_path, args)  # includes the ephemeral API's start
     wall, result, per_task = run_flow(config_path, args)
@@ -158,14 +170,17 @@ def main() -> None:
 
     print(f"rows {args.rows:,} ({groups:,} distinct rows), mechanism {args.mechanism}, "
           f"batch size {args.batch_size}, {os.cpu_count()} cores")
+    print(f"medians of {args.rounds} interleaved rounds (each the best of two runs)")
     print(f"DuckDB floor (read + group by {len(columns)} columns): {floor:5.2f} s")
     print(f"input side (DuckDB group + distinct-value checks + encode + sha256): {grouped:5.2f} s"
-          f"  = {grouped / floor:.1f}x the floor")
+          f"  = {statistics.median(ratios):.2f}x the floor (rounds: "
+          f"{', '.join(f'{r:.2f}' for r in ratios)})")
     if args.row_wise:
         old = row_wise(config)
         print(f"row-wise pass it replaced (pandas chunks + pandera):  {old:5.2f} s"
               f"  = {old / floor:.1f}x the floor")
-    print(f"engine (lattice + selection + release from counts):   {engine:5.2f} s")
+    print(f"engine (lattice + selection + release from counts):   {engine:5.2f} s (rounds: "
+          f"{', '.join(f'{e:.2f}' for e in engines)})")
     print(f"whole flow, warm (evaluation {'on' if args.evaluate else 'off'}):          "
           f"{wall:5.2f} s  = {wall / floor:.1f}x the floor   (cold, with API start: {cold:.1f} s)")
     print(f"  release tasks {in_tasks:.2f} s (scoring by its wall span), evaluation "

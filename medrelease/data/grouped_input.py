@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -144,10 +145,11 @@ def _group_within(scan: str, columns: list[str], threads: int | None, memory: st
             reader = connection.execute(
                 f"SELECT {names}, count(*)::BIGINT AS {ROWS} FROM {scan} GROUP BY ALL"
             ).fetch_record_batch(GROUP_BATCH)
-            for batch in reader:
-                for name in columns:
-                    encoders[name].add(batch.column(name))
-                weights.append(batch.column(ROWS).to_numpy(zero_copy_only=False))
+            with ThreadPoolExecutor(max_workers=2) as pool:  # Arrow and numpy free the GIL
+                for batch in reader:
+                    list(pool.map(lambda name, b=batch: encoders[name].add(b.column(name)),
+                                  columns))
+                    weights.append(batch.column(ROWS).to_numpy(zero_copy_only=False))
         except duckdb.OutOfMemoryException:
             raise
         except Exception as exc:  # DuckDB's message quotes the file; only its kind is kept
@@ -178,10 +180,10 @@ class _ColumnEncoder:
             encoded = encoded.combine_chunks()
         local = encoded.dictionary.to_pylist()
         lookup = np.array([self.codes.setdefault(v, len(self.codes)) for v in local] + [-1],
-                          dtype=np.int64)
+                          dtype=np.int32)
         self.has_null |= encoded.null_count > 0
         index = pc.fill_null(encoded.indices, len(local)).to_numpy(zero_copy_only=False)
-        self.parts.append(lookup[index].astype(np.int32))
+        self.parts.append(lookup[index])
 
     def column(self) -> GroupedColumn:
         values = pd.Series(list(self.codes), dtype=object)
@@ -207,14 +209,16 @@ def _count_table(config: DatasetConfig, grouped: dict[str, GroupedColumn],
     filled = {c: _filled(config, c, grouped[c]) for c in needed}
     incomplete = np.zeros(weights.size, dtype=bool)
     for name in needed:
-        incomplete |= filled[name].isna().to_numpy()[grouped[name].index]
+        missing = filled[name].isna().to_numpy()
+        if missing.any():  # checked on the distinct values first: usually none
+            incomplete |= missing[grouped[name].index]
     dropped, total = int(weights[incomplete].sum()), int(weights.sum())
     if dropped and config.missing != "drop_rows":
         return None
     check_drop_limit(dropped, total, config)
-    keep = ~incomplete
+    keep = ~incomplete if dropped else slice(None)
     kept = weights[keep]
-    inf_codes, informative = _informative_codes(config, grouped, filled, keep)
+    inf_codes, informative = _informative_codes(config, grouped, filled, keep, kept.size)
     taxonomies = tuple(config.taxonomies[c] for c in config.dimensions)
     n_inf = max(len(informative), 1)
     if key_space(taxonomies, n_inf) >= MAX_KEY:
@@ -225,7 +229,8 @@ def _count_table(config: DatasetConfig, grouped: dict[str, GroupedColumn],
         present = filled[name].notna().to_numpy()
         leaf = np.full(len(filled[name]), -1, dtype=np.int64)
         leaf[present] = taxonomy.encode(filled[name][present].reset_index(drop=True))
-        keys += leaf[grouped[name].index[keep]] * radix
+        leaf *= radix  # on the distinct values: one gather per group, no product
+        keys += leaf[grouped[name].index[keep]]
     cell_keys, counts = group_sum(keys, kept)
     return CountTable(
         dimensions=tuple(config.dimensions), taxonomies=taxonomies, cell_keys=cell_keys,
@@ -241,12 +246,13 @@ def _filled(config: DatasetConfig, name: str, column: GroupedColumn) -> pd.Serie
 
 
 def _informative_codes(config: DatasetConfig, grouped: dict[str, GroupedColumn],
-                       filled: dict[str, pd.Series], keep: np.ndarray
+                       filled: dict[str, pd.Series], keep: np.ndarray | slice, n_kept: int
                        ) -> tuple[np.ndarray, pd.DataFrame]:
-    """Per kept group, its informative code; codes follow ``canonical_informative``."""
+    """Per kept group (``keep``: a mask, or every group), its informative code; codes follow
+    ``canonical_informative``."""
     names = config.informative
     if not names:
-        return np.zeros(int(keep.sum()), dtype=np.int64), pd.DataFrame(index=pd.RangeIndex(1))
+        return np.zeros(n_kept, dtype=np.int64), pd.DataFrame(index=pd.RangeIndex(1))
     if config.informative_domain is not None:
         domain = pd.Index(config.informative_domain, dtype="string")
         per_value = pd.Categorical(filled[names[0]].astype("string"), categories=domain).codes
