@@ -16,6 +16,7 @@ import re
 import shutil
 import uuid
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -75,7 +76,9 @@ def write_data_files(rows: ReleasedRows, parquet: Path, csv: Path,
 
     Formula-like text is neutralised once on the distinct rows. Each distinct row is turned
     into Arrow once and into its CSV line once (by pandas, so the text is what pandas writes
-    for the whole table); a row group is then a ``take`` of those by the group's indices.
+    for the whole table, encoded once); a row group is then a ``take`` of those by the group's
+    indices. The Parquet group is written on a second thread while the CSV group is joined
+    (Arrow's writer frees the GIL): one group in flight, so memory stays one group.
     """
     import pyarrow.parquet as pq
 
@@ -83,18 +86,34 @@ def write_data_files(rows: ReleasedRows, parquet: Path, csv: Path,
     arrow = _arrow(source)
     safe = neutralise_formulas(source)
     lines = _csv_lines(safe) if rows.frame is None else None
-    body = None if lines is None else lines[1:]
     with pq.ParquetWriter(parquet, arrow.schema) as writer, \
-            csv.open("w", encoding="utf-8", newline="") as text:
-        for number, indices in enumerate(rows.group_indices(size)):
-            writer.write_table(arrow.take(indices))
-            if lines is None:
-                rows.take(indices, safe).to_csv(text, index=False, header=number == 0)
-                continue
-            if number == 0:
-                text.write(lines[0])
-            if indices.size:
-                text.write("".join(body[indices]))
+            ThreadPoolExecutor(max_workers=1) as parquet_thread:
+        pending = None
+        groups = rows.group_indices(size)
+        if lines is None:
+            with csv.open("w", encoding="utf-8", newline="") as text:
+                for number, indices in enumerate(groups):
+                    pending = _next_parquet(parquet_thread, pending, writer, arrow, indices)
+                    rows.take(indices, safe).to_csv(text, index=False, header=number == 0)
+        else:
+            encoded = np.asarray([line.encode("utf-8") for line in lines], dtype=object)
+            body = encoded[1:]
+            with csv.open("wb") as binary:
+                binary.write(encoded[0])
+                for indices in groups:
+                    pending = _next_parquet(parquet_thread, pending, writer, arrow, indices)
+                    if indices.size:
+                        binary.write(b"".join(body[indices]))
+        if pending is not None:
+            pending.result()
+
+
+def _next_parquet(thread: ThreadPoolExecutor, pending: Future | None, writer, arrow,
+                  indices: np.ndarray) -> Future:
+    """Wait for the previous Parquet group (its errors surface here), then start this one."""
+    if pending is not None:
+        pending.result()
+    return thread.submit(lambda: writer.write_table(arrow.take(indices)))
 
 
 def _arrow(frame: pd.DataFrame):
@@ -103,14 +122,14 @@ def _arrow(frame: pd.DataFrame):
     return pa.Table.from_pandas(frame.reset_index(drop=True), preserve_index=False)
 
 
-def _csv_lines(cells: pd.DataFrame) -> np.ndarray | None:
+def _csv_lines(cells: pd.DataFrame) -> list[str] | None:
     """Header line, then one CSV line per distinct row, as pandas writes them; None when a
     value spans lines (quoted line breaks), where lines cannot be told apart by splitting."""
     text = cells.to_csv(index=False, lineterminator="\n")
     lines = text.split("\n")
     if len(lines) != len(cells) + 2 or lines[-1] != "":
         return None
-    return np.asarray([line + "\n" for line in lines[:-1]], dtype=object)
+    return [line + "\n" for line in lines[:-1]]
 
 
 class StoreError(MedreleaseError):
