@@ -70,14 +70,17 @@ def child(rows: int, runner: str, extract: str, config_path: str) -> None:
                                   "input_rows": result["record"]["input_rows"]}), flush=True)
 
 
-def tree_rss(process) -> int:
+def tree_rss(process) -> tuple[int, int]:
+    """(resident memory of the process and all its descendants, of the process alone)."""
     import psutil
 
-    total = 0
+    total, own = 0, 0
     for p in [process, *process.children(recursive=True)]:
         with contextlib.suppress(psutil.Error):
-            total += p.memory_info().rss
-    return total
+            rss = p.memory_info().rss
+            total += rss
+            own = rss if p is process else own
+    return total, own
 
 
 def measure(rows: int, runner: str, extract: Path, config: Path, env: dict) -> dict:
@@ -89,10 +92,12 @@ def measure(rows: int, runner: str, extract: Path, config: Path, env: dict) -> d
                              "--runners", runner, "--extract", str(extract),
                              "--config", str(config)],
                             stdout=subprocess.PIPE, stderr=log.open("w"), text=True, env=env)
-    handle, peak = psutil.Process(proc.pid), 0
+    handle, peak, peak_own, peak_at = psutil.Process(proc.pid), 0, 0, ""
     while proc.poll() is None:
         with contextlib.suppress(psutil.Error):
-            peak = max(peak, tree_rss(handle))
+            total, own = tree_rss(handle)
+            if total > peak:  # when, to read against the task times in the child's log
+                peak, peak_own, peak_at = total, own, time.strftime("%H:%M:%S")
         time.sleep(0.2)
     wall = time.perf_counter() - started
     out = proc.stdout.read() if proc.stdout else ""
@@ -104,6 +109,7 @@ def measure(rows: int, runner: str, extract: Path, config: Path, env: dict) -> d
     result = json.loads(line[len("RESULT "):])
     return {"rows": rows, "runner": runner, "flow_wall_s": result["wall"],
             "process_wall_s": wall, "peak_rss_gb": peak / 1e9,
+            "peak_flow_process_gb": peak_own / 1e9, "peak_at": peak_at,
             "released_rows": result["released_rows"]}
 
 
@@ -127,7 +133,7 @@ def main() -> None:
            "DO_NOT_TRACK": "1", "PREFECT_LOGGING_TO_API_ENABLED": "false",
            "MEDRELEASE_DATASETS": str(bench)}
     print(f"{'rows':>12} {'runner':>10} {'flow wall s':>12} {'process s':>10} {'peak GB':>8}"
-          f" {'rows out':>10}", flush=True)
+          f" {'rows out':>10}  {'flow process GB at peak':>23} {'peak at':>8}", flush=True)
     for rows in args.rows:
         for runner in args.runners:
             extract = write_extract(rows, bench, parts=runner == "dask-files")
@@ -137,7 +143,8 @@ def main() -> None:
                 print(f"{rows:>12,} {runner:>10} failed: {r['error']}", flush=True)
                 continue
             print(f"{rows:>12,} {runner:>10} {r['flow_wall_s']:12.1f} {r['process_wall_s']:10.1f}"
-                  f" {r['peak_rss_gb']:8.2f} {r['released_rows']:>10,}", flush=True)
+                  f" {r['peak_rss_gb']:8.2f} {r['released_rows']:>10,}"
+                  f"  {r['peak_flow_process_gb']:23.2f} {r['peak_at']:>8}", flush=True)
 
 
 if __name__ == "__main__":

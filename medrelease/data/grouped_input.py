@@ -183,7 +183,9 @@ class _ColumnEncoder:
                           dtype=np.int32)
         self.has_null |= encoded.null_count > 0
         index = pc.fill_null(encoded.indices, len(local)).to_numpy(zero_copy_only=False)
-        self.parts.append(lookup[index])
+        # The smallest signed type for the codes so far (and a null code after them): at 14M
+        # groups a column of 100 ages is 14 MB, not 56 (the codes are the grouping's peak).
+        self.parts.append(lookup[index].astype(np.min_scalar_type(-(len(self.codes) + 1))))
 
     def column(self) -> GroupedColumn:
         values = pd.Series(list(self.codes), dtype=object)
