@@ -80,6 +80,7 @@ def write_data_files(rows: ReleasedRows, parquet: Path, csv: Path,
     indices. The Parquet group is written on a second thread while the CSV group is joined
     (Arrow's writer frees the GIL): one group in flight, so memory stays one group.
     """
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     source = rows.cells if rows.frame is None else rows.frame
@@ -96,16 +97,24 @@ def write_data_files(rows: ReleasedRows, parquet: Path, csv: Path,
                     pending = _next_parquet(parquet_thread, pending, writer, arrow, indices)
                     rows.take(indices, safe).to_csv(text, index=False, header=number == 0)
         else:
-            encoded = np.asarray([line.encode("utf-8") for line in lines], dtype=object)
-            body = encoded[1:]
+            body = pa.array([line.encode("utf-8") for line in lines[1:]], type=pa.large_binary())
             with csv.open("wb") as binary:
-                binary.write(encoded[0])
+                binary.write(lines[0].encode("utf-8"))
                 for indices in groups:
                     pending = _next_parquet(parquet_thread, pending, writer, arrow, indices)
                     if indices.size:
-                        binary.write(b"".join(body[indices]))
+                        binary.write(_joined(body.take(indices)))
         if pending is not None:
             pending.result()
+
+
+def _joined(lines) -> memoryview:
+    """The bytes of a taken Arrow binary array, one after the other: its data buffer between
+    its first and last offsets (a ``take`` lays the values out in order), with no Python
+    object per line."""
+    offsets = np.frombuffer(lines.buffers()[1], dtype=np.int64)[
+        lines.offset:lines.offset + len(lines) + 1]
+    return memoryview(lines.buffers()[2])[int(offsets[0]):int(offsets[-1])]
 
 
 def _next_parquet(thread: ThreadPoolExecutor, pending: Future | None, writer, arrow,
