@@ -241,22 +241,26 @@ class DatasetConfig(_Strict):
         """The config's own extract, canonical: the ledger ties it to one source id."""
         return str(self.input_path.resolve())
 
+    def with_role(self, role: str) -> list[str]:
+        """The columns of one role, in the config's order."""
+        return [c for c, s in self.columns.items() if s.role == role]
+
     @property
     def dimensions(self) -> list[str]:
-        return [c for c, s in self.columns.items() if s.role == "dimension"]
+        return self.with_role("dimension")
 
     @property
     def set_valued(self) -> list[str]:
         """Columns holding a set of items (e.g. an admission's ICD-9 codes) in one cell."""
-        return [c for c, s in self.columns.items() if s.role == "set_valued"]
+        return self.with_role("set_valued")
 
     @property
     def informative(self) -> list[str]:
-        return [c for c, s in self.columns.items() if s.role == "informative"]
+        return self.with_role("informative")
 
     @property
     def class_columns(self) -> list[str]:
-        return [c for c, s in self.columns.items() if s.role == "class"]
+        return self.with_role("class")
 
     @property
     def class_domain(self) -> list[str] | None:

@@ -43,14 +43,24 @@ class NodeTable:
 
     def classes(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(first cell of each class, class id per cell, class key per class)."""
+        is_start, class_keys = self._class_starts()
+        starts = np.flatnonzero(is_start)
+        class_of_cell = np.cumsum(is_start) - 1
+        return starts, class_of_cell, class_keys[starts]
+
+    def class_bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        """(first cell of each class, class key per class), without a class id per cell."""
+        is_start, class_keys = self._class_starts()
+        starts = np.flatnonzero(is_start)
+        return starts, class_keys[starts]
+
+    def _class_starts(self) -> tuple[np.ndarray, np.ndarray]:
         class_keys = self.class_keys
         is_start = np.empty(class_keys.size, dtype=bool)
         if class_keys.size:
             is_start[0] = True
             np.not_equal(class_keys[1:], class_keys[:-1], out=is_start[1:])
-        starts = np.flatnonzero(is_start)
-        class_of_cell = np.cumsum(is_start) - 1
-        return starts, class_of_cell, class_keys[starts]
+        return is_start, class_keys
 
 
 class Lattice:

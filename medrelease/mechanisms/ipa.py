@@ -389,11 +389,7 @@ def _heavy_classes(table: NodeTable, tau: int) -> HeavyClasses:
     if kept.size == 0:
         empty = np.zeros(0, dtype=np.int64)
         return HeavyClasses(empty, empty, empty, empty)
-    class_keys = table.cell_keys // table.n_inf
-    is_start = np.empty(class_keys.size, dtype=bool)
-    is_start[0] = True
-    np.not_equal(class_keys[1:], class_keys[:-1], out=is_start[1:])
-    starts = np.flatnonzero(is_start)
+    starts, class_keys = table.class_bounds()
     class_of_kept = np.searchsorted(starts, kept, side="right") - 1
     first = np.flatnonzero(np.diff(class_of_kept, prepend=-1))
     shown = class_of_kept[first]
@@ -403,7 +399,7 @@ def _heavy_classes(table: NodeTable, tau: int) -> HeavyClasses:
     running = np.cumsum(counts, dtype=np.int64)
     before = np.where(first_cell > 0, running[np.maximum(first_cell - 1, 0)], 0)
     return HeavyClasses(
-        class_keys=class_keys[first_cell],
+        class_keys=class_keys[shown],
         class_rows=running[last_cell] - before,
         kept_rows=np.add.reduceat(kept_counts, first),
         surplus=np.add.reduceat(kept_counts - (tau - 1), first),
