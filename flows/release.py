@@ -30,7 +30,14 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from flows.evaluate import evaluate_flow
 from flows.states import REFUSALS, refused, skipped
 from medrelease.errors import ParameterError
-from medrelease.mechanisms import MECHANISMS, get_mechanism, labels, name_from_label, uses_lattice
+from medrelease.mechanisms import (
+    MECHANISMS,
+    capabilities,
+    get_mechanism,
+    labels,
+    name_from_label,
+    uses_counts,
+)
 from medrelease.mechanisms.base import ReleaseContext, parse
 from medrelease.privacy.ledger import Ledger
 from medrelease.release import (
@@ -69,6 +76,7 @@ from tasks.lattice import (
 from tasks.publish import PublishResult, RunFacts, publish_release
 from tasks.report import publish_artifacts, publish_budget_artifacts
 from tasks.runners import RunnerKind, connect, fan_out_runner
+from tasks.synthetic import sample_rows, score_batch, select_and_measure, start_rounds
 
 DATASET_DEFAULT = "dataset default — the mechanism and parameters in its dataset.yaml"
 
@@ -257,7 +265,7 @@ def _release(request: ReleaseRequest) -> Any:
     resolved = resolve_mechanism(config, request.mechanism, request.epsilon, request.parameters)
     mechanism = resolved.name
     release_plan = plan(quote(config), mechanism, resolved.params, request.seed)
-    if not uses_lattice(mechanism):
+    if not uses_counts(mechanism):
         frame, input_info = load_and_validate_input(quote(config), request.input_path)
         check_before_charge(quote(config), release_plan, ledger, request.destination)
         charge = charge_budget(quote(config), release_plan, ledger, run_id)
@@ -279,8 +287,11 @@ def _release(request: ReleaseRequest) -> Any:
         raise
     try:
         with fan_out:  # the runner started before the charge; closed after the fan-out
-            chosen, candidates = _choose_and_materialize(request, config, context, release_plan,
-                                                         runner, fixed)
+            if capabilities(mechanism).kind == "synthetic":
+                chosen, candidates = _synthesize(config, counts, release_plan, runner)
+            else:
+                chosen, candidates = _choose_and_materialize(request, config, context,
+                                                             release_plan, runner, fixed)
         checks = check_output(quote(config), quote(context), quote(chosen))
         published = publish_release(quote(RunFacts(config, input_info, release_plan, context, chosen,
                                                    charge, checks, candidates, run_id)),
@@ -311,6 +322,44 @@ def _choose_and_materialize(request: ReleaseRequest, config, context: ReleaseCon
     index, probabilities = select_candidate(release_plan, quote(summaries))
     chosen = materialize_release(quote(context), release_plan, index)
     return chosen, candidates_frame(context, summaries, probabilities)
+
+
+def _synthesize(config, counts, release_plan, runner) -> tuple[Any, pd.DataFrame]:
+    """``aim``'s rounds: each round's candidates scored as tasks fanned out over batches, one
+    selected and measured, the model re-fitted; rounds logged and shown as an artifact."""
+    logger = get_run_logger()
+    run = start_rounds(quote(counts), quote(config), release_plan)
+    progress_id = create_progress_artifact(
+        progress=0.0, key=artifact_key(config.name, "aim-budget-used"),
+        description="aim: share of the release's rho spent by the rounds so far")
+    while not run.state.done:
+        round_plan = run.plan_round()
+        batches = run.batches(round_plan, 2 * int(os.environ.get("MEDRELEASE_WORKERS", "2")))
+        futures = runner.map(score_batch, {"indices": batches, "run": unmapped(quote(run)),
+                                           "round_plan": unmapped(round_plan)})
+        scores = np.concatenate([f.result() for f in futures])
+        indices = [i for batch in batches for i in batch]
+        record = select_and_measure(quote(run), round_plan, indices, quote(scores))
+        update_progress_artifact(progress_id, progress=min(100.0, 100.0 * record.rho_used
+                                                           / run.settings.rho))
+    chosen = sample_rows(quote(run), quote(counts), release_plan)
+    _rounds_artifact(config.name, run)
+    logger.info("aim: %d rounds, %s synthetic rows sampled from the model", len(run.state.records),
+                f"{len(chosen.rows):,}")
+    return chosen, pd.DataFrame()
+
+
+def _rounds_artifact(dataset: str, run) -> None:
+    """Every round as a table (public: columns, levels, sigma, selection epsilon, rho)."""
+    from prefect.artifacts import create_table_artifact
+
+    rows = [{"round": r.round, "marginal": " x ".join(r.columns),
+             "levels": ", ".join(str(x) for x in r.levels), "cells": r.cells,
+             "sigma": round(r.sigma, 2), "selection eps": round(r.selection_epsilon, 4),
+             "rho used": f"{r.rho_used / run.settings.rho:.0%}",
+             "annealed": "yes" if r.annealed else ""} for r in run.state.records]
+    create_table_artifact(key=artifact_key(dataset, "aim-rounds"), table=rows,
+                          description="aim: the marginals measured, round by round (DP outputs)")
 
 
 def _validate_and_aggregate(request: ReleaseRequest, config, runner) -> tuple[Any, Any]:

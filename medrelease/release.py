@@ -652,6 +652,19 @@ def release(
     check_fits(config, name)
     facts = PublicFacts.of(config)
     plan_release(name, merged, 0, seed, facts)
+    if get_mechanism(name).capabilities.kind == "synthetic":
+        from medrelease.synthetic.release import release_synthetic
+
+        plan = plan_release(name, merged, 0, seed, facts)
+        counts = aggregate(table, config)
+        chosen = release_synthetic(counts, config, plan)
+        return Release(
+            table=chosen.table, mechanism=plan.mechanism, params=plan.params.model_dump(),
+            node={}, node_index=-1, candidates=pd.DataFrame(), guarantee=plan.guarantee,
+            budget_steps=plan.budget_steps, seed_policy=plan.random.seed_policy,
+            for_publication=plan.random.for_publication, input_rows=counts.n_rows,
+            released_il=ILParts(float("nan"), float("nan"), float("nan")),
+            details=chosen.details)
     if not uses_lattice(name):
         plan = plan_release(name, merged, 0, seed, facts)
         chosen = release_without_lattice(table, config, plan, key)

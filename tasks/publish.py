@@ -37,7 +37,10 @@ from tasks.inputs import InputInfo
 
 # Mechanism summaries that are outputs of the mechanism (no raw values, nothing un-noised).
 PUBLIC_DETAILS = ("leaf_partitions", "cut", "set_specializations", "ladder", "degenerate",
-                  "budget_steps_drawn")
+                  "budget_steps_drawn",
+                  # aim: the notice, its rho, and every measured marginal with its sigma and
+                  # selection epsilon (outputs of the private rounds; no score, no true count)
+                  "synthetic", "rho", "rho_used", "measurements", "one_way_sigma")
 
 
 def package_version() -> str:

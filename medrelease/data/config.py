@@ -112,12 +112,19 @@ class PrivacySpec(_Strict):
         return value
 
 
+class WorkloadSet(_Strict):
+    """One marginal a researcher needs (``aim`` aims its measurements at these)."""
+
+    columns: list[str] = Field(min_length=1, max_length=6)
+    weight: float = Field(default=1.0, gt=0, le=1000, allow_inf_nan=False)
+
+
 class MechanismSpec(_Strict):
     name: str = "ipa"
     params: dict[str, Any] = Field(default_factory=dict)
 
 
-DP_MECHANISMS = ("ipa", "histogram", "diffgen")
+DP_MECHANISMS = ("ipa", "histogram", "diffgen", "aim")
 
 
 class ReleasePolicy(_Strict):
@@ -152,6 +159,9 @@ class DatasetConfig(_Strict):
     mechanism: MechanismSpec = Field(default_factory=MechanismSpec)
     policy: ReleasePolicy = Field(default_factory=ReleasePolicy)
     schedule: str | None = None
+    workload: list[WorkloadSet] | None = Field(
+        default=None, max_length=500,
+        description="the marginals researchers need (aim); default: every 2- and 3-way")
     base_dir: str = "."
 
     @field_validator("name")
@@ -170,6 +180,17 @@ class DatasetConfig(_Strict):
             raise ValueError("'columns' is empty")
         if not self.dimensions:
             raise ValueError("at least one column needs role 'dimension'")
+        return self
+
+    @model_validator(mode="after")
+    def _workload_names_released_columns(self) -> DatasetConfig:
+        released = set(self.dimensions + self.informative)
+        for entry in self.workload or []:
+            unknown = sorted(set(entry.columns) - released)
+            if unknown or len(set(entry.columns)) != len(entry.columns):
+                raise ValueError(
+                    f"workload entry {entry.columns}: every column must be a distinct "
+                    f"dimension or informative column (not: {', '.join(unknown) or 'repeated'})")
         return self
 
     @model_validator(mode="after")
@@ -301,6 +322,15 @@ class DatasetConfig(_Strict):
         if len(set(values)) != len(values) or not values:
             raise ConfigError(f"domain file {path} must list distinct, non-empty values")
         return values
+
+    @cached_property
+    def informative_taxonomy(self) -> Taxonomy | None:
+        """A taxonomy over the informative column's values, when declared (``aim`` measures
+        generalized marginals of it, e.g. diagnosis chapter -> block -> code)."""
+        columns = self.informative
+        if len(columns) != 1 or not self.columns[columns[0]].taxonomy:
+            return None
+        return load_taxonomy(self.resolve(self.columns[columns[0]].taxonomy or ""), columns[0])
 
     @cached_property
     def taxonomies(self) -> dict[str, Taxonomy]:

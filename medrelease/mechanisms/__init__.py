@@ -9,6 +9,7 @@ driver, the evaluation and the audits. Adding a mechanism is its file plus ``reg
 from __future__ import annotations
 
 from medrelease.errors import ParameterError
+from medrelease.mechanisms.aim import AIM
 from medrelease.mechanisms.base import Capabilities, LatticeMechanism, NodeSummary, ReleaseContext
 from medrelease.mechanisms.diffgen import DiffGen
 from medrelease.mechanisms.histogram import Histogram
@@ -39,7 +40,7 @@ def unregister(name: str) -> None:
 
 
 for _mechanism in (IPA(), IPAPaper(), Histogram(), KAnonymity(), Mondrian(), Pseudonymize(),
-                   DiffGen()):
+                   DiffGen(), AIM()):
     register(_mechanism)
 
 
@@ -59,6 +60,11 @@ def capabilities(name: str) -> Capabilities:
 def uses_lattice(name: str) -> bool:
     """Lattice mechanisms score nodes; the others release from the rows or counts directly."""
     return capabilities(name).kind == "lattice"
+
+
+def uses_counts(name: str) -> bool:
+    """Mechanisms that read the aggregated count table (lattice ones and ``aim``)."""
+    return capabilities(name).kind in ("lattice", "synthetic")
 
 
 def label(name: str) -> str:
@@ -87,6 +93,11 @@ def check_fits(config, name: str) -> None:
             f"{name} needs exactly one column with role 'class', with its public values "
             "declared ('values: [...]'); the dataset config has "
             f"{len(config.class_columns)} class column(s)")
+    if caps.kind == "synthetic" and config.informative and config.informative_domain is None:
+        raise ParameterError(
+            f"{name} releases values from public domains only: declare 'domain:' (a file of "
+            f"every possible value) for the informative column {config.informative[0]!r} of "
+            f"dataset {config.name!r}")
     if config.set_valued and not caps.set_valued_input:
         able = sorted(n for n, m in MECHANISMS.items() if m.capabilities.set_valued_input)
         raise ParameterError(
@@ -105,4 +116,4 @@ def output_columns(config, name: str) -> list[str]:
 
 __all__ = ["DEFAULT_MECHANISM", "MECHANISMS", "NodeSummary", "ReleaseContext", "capabilities",
            "check_fits", "get_mechanism", "label", "labels", "name_from_label", "output_columns",
-           "register", "unregister", "uses_lattice"]
+           "register", "unregister", "uses_counts", "uses_lattice"]

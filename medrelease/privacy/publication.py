@@ -144,7 +144,9 @@ def public_columns(config, columns: list[str]) -> dict[str, dict[str, Any]]:
         entry: dict[str, Any] = {"role": spec.role, "type": spec.type}
         if spec.taxonomy:
             entry["taxonomy"] = Path(spec.taxonomy).name
-            entry["taxonomy_levels"] = config.taxonomies[name].height + 1
+            taxonomy = (config.informative_taxonomy if spec.role == "informative"
+                        else config.taxonomies[name])
+            entry["taxonomy_levels"] = taxonomy.height + 1
         if spec.domain:
             entry["domain"] = Path(spec.domain).name
         if spec.values:

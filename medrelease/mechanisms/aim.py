@@ -1,0 +1,108 @@
+"""``aim``: DP synthetic rows on the dataset's taxonomies (ALGORITHMS.md §6).
+
+AIM (McKenna, Mullins, Sheldon, Miklau, VLDB 2022) on Private-PGM (``mbi``), with candidates
+that are attribute sets *and taxonomy levels*: a coarse marginal is measured where the fine one
+would drown in noise, and the estimator takes it as a linear measurement of the fine clique.
+The rounds are in ``medrelease.synthetic.aim_rounds``; this file declares the parameters, the
+guarantee and the budget, as every mechanism does.
+
+Released: synthetic rows at the taxonomies' leaves (and the informative column's declared
+domain), as many as a noisy total; no row describes a real patient. Guarantee: rho-zCDP with rho
+the largest that implies the release's (eps, delta), for add/remove one row.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import ClassVar
+
+from pydantic import Field
+from pydantic.json_schema import SkipJsonSchema
+
+from medrelease.errors import ParameterError
+from medrelease.mechanisms.base import Capabilities, MechanismBase, MechanismParams
+from medrelease.privacy.guarantee import ADD_REMOVE_ONE_ROW, BudgetStep, Guarantee
+from medrelease.privacy.zcdp import rho_for
+
+DEFAULT_DELTA = 1e-6
+
+
+class AIMParams(MechanismParams):
+    epsilon: float = Field(default=1.0, gt=0, allow_inf_nan=False, description="privacy budget")
+    delta: float = Field(default=DEFAULT_DELTA, gt=0, le=1e-3, allow_inf_nan=False,
+                         description="delta of the (eps, delta) guarantee (rho from both)")
+    rounds_per_column: int = Field(
+        default=4, ge=1, le=64,
+        description="nominal rounds per released column (AIM's T / d; fewer = more budget a "
+                    "round); annealing and the last round decide how many run")
+    max_model_size: float = Field(default=80.0, gt=0, le=2000,
+                                  description="largest model (MB of its junction tree), as AIM")
+    max_cells: int = Field(default=1_000_000, ge=1, le=50_000_000,
+                           description="largest marginal a round may measure (cells)")
+    iters: int = Field(default=250, ge=10, le=10_000,
+                       description="mirror-descent steps per round (warm-started)")
+    final_iters: int = Field(default=1000, ge=10, le=20_000,
+                             description="mirror-descent steps of the final estimate")
+    workload_degree: int = Field(default=3, ge=1, le=4,
+                                 description="without a declared workload: every marginal of "
+                                             "2 up to this many columns")
+    # Set by the release driver from the dataset config, never by users (hidden from forms).
+    public_domain: SkipJsonSchema[bool] = True
+
+
+class AIM(MechanismBase):
+    name: ClassVar[str] = "aim"
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        summary="(eps, delta)-DP synthetic rows (zCDP; no row is a real patient)",
+        kind="synthetic",
+        audit_designs=("unique", "common"),
+        audit_public_domain=True,
+    )
+    selection: ClassVar[str] = "rounds"
+    Params: ClassVar[type[MechanismParams]] = AIMParams
+
+    def rho(self, params: AIMParams) -> float:
+        return rho_for(params.epsilon, params.delta)
+
+    def guarantee(self, params: AIMParams) -> Guarantee:
+        rho = self.rho(params)
+        notes = (f"rho = {rho:.6g}-zCDP (the largest rho that implies ({params.epsilon:g}, "
+                 f"{params.delta:g})-DP); synthetic rows sampled from a Private-PGM model fitted "
+                 "to noisy marginals — no released row describes a real patient")
+        if not params.public_domain:
+            return Guarantee(self.name, params.epsilon, params.delta, ADD_REMOVE_ONE_ROW, False,
+                             "synthetic rows — informative domain taken from the data, not DP",
+                             notes)
+        return Guarantee(self.name, params.epsilon, params.delta, ADD_REMOVE_ONE_ROW, True,
+                         "synthetic rows, (eps, delta)-DP via rho-zCDP (AIM on the taxonomies)",
+                         notes)
+
+    def budget_steps(self, params: AIMParams) -> list[BudgetStep]:
+        rho = self.rho(params)
+        return [BudgetStep(
+            "rounds (zCDP)", params.epsilon, params.delta, self.name,
+            f"rho = {rho:.6g} over AIM's rounds: leaf 1-way marginals, then per round an "
+            "exponential-mechanism selection (eps_t^2/8) and a discrete Gaussian measurement "
+            "(1/(2 sigma_t^2)); rho's add up, the last round spends what is left")]
+
+    def row_bounds(self, params: AIMParams, n_rows: int, total_sigma: float) -> tuple[int, int]:
+        """Plausible released rows (steward check): the noisy total within 12 of its sigmas."""
+        spread = int(12 * total_sigma) + 1
+        return max(1, n_rows - spread), n_rows + spread
+
+
+def default_workload(columns: list[str], degree: int) -> list[tuple[tuple[str, ...], float]]:
+    """Every marginal of 2 up to ``degree`` released columns, weight 1 (AIM's default shape)."""
+    return [(combo, 1.0) for k in range(2, max(2, degree) + 1)
+            for combo in itertools.combinations(columns, k)]
+
+
+def check_workload(workload: list[tuple[tuple[str, ...], float]], columns: list[str]) -> None:
+    known = set(columns)
+    for sets, weight in workload:
+        unknown = sorted(set(sets) - known)
+        if unknown:
+            raise ParameterError(f"aim: the workload names column(s) {', '.join(unknown)} that "
+                                 f"are not released; released: {', '.join(columns)}")
+        if not weight > 0:
+            raise ParameterError(f"aim: workload weight of {list(sets)} must be positive")

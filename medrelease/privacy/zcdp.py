@@ -1,0 +1,151 @@
+"""Zero-concentrated DP (zCDP): the conversion to (eps, delta) and an exact discrete Gaussian.
+
+``aim`` is accounted in zCDP (Bun & Steinke 2016): a measurement with discrete Gaussian noise of
+variance sigma^2 on a query of L2 sensitivity Delta is Delta^2 / (2 sigma^2)-zCDP (Canonne,
+Kamath & Steinke, NeurIPS 2020, Thm 14 — the discrete Gaussian is as private as the continuous
+one), an eps_t-DP exponential mechanism is eps_t^2 / 8-zCDP (Cesar & Rogers 2021, bounded
+range), and rho's add up. The release's (eps, delta) is turned into rho once, by the exact
+conversion (CKS Prop. 12 / Cor. 13): the largest rho whose zCDP guarantee implies (eps, delta).
+
+The sampler is CKS Algorithm 3 on integers only: Y ~ discrete Laplace of scale t = floor(sigma)
++ 1, accepted with Bernoulli(exp(-(|Y| - sigma^2/t)^2 / (2 sigma^2))). sigma^2 is put on a grid
+of 1/16 (rounded up: more noise, less rho — the accounting reads the rounded value), so that
+gamma is a rational with one common denominator and the Bernoulli draws are exact integer
+comparisons, vectorised (docs/PRIVACY.md, "aim").
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import numpy as np
+
+from medrelease.privacy.randomness import (
+    INT64_SAFE,
+    _bernoulli_exp_unit,
+    _count_exp1_successes,
+    _scalar_bernoulli_exp_unit,
+)
+
+SIGMA_SQ_GRID = 16  # sigma^2 is a multiple of 1/16 (rounded up)
+
+
+def cdp_delta(rho: float, epsilon: float) -> float:
+    """The smallest delta such that rho-zCDP implies (epsilon, delta)-DP (CKS Cor. 13).
+
+    delta = inf over alpha > 1 of exp((alpha - 1)(alpha rho - eps)) / (alpha - 1)
+    * (1 - 1/alpha)^alpha; the infimum is found by bisection on the derivative's sign (the
+    expression is convex in alpha there), and any alpha gives a valid upper bound.
+    """
+    if rho < 0 or epsilon < 0:
+        raise ValueError("rho and epsilon must be non-negative")
+    if rho == 0:
+        return 0.0
+    low, high = 1.01, (epsilon + 1) / (2 * rho) + 2
+    for _ in range(1000):
+        alpha = (low + high) / 2
+        derivative = (2 * alpha - 1) * rho - epsilon + math.log1p(-1.0 / alpha)
+        if derivative < 0:
+            low = alpha
+        else:
+            high = alpha
+    log_delta = ((alpha - 1) * (alpha * rho - epsilon) + alpha * math.log1p(-1 / alpha)
+                 - math.log(alpha - 1.0))
+    return min(math.exp(log_delta), 1.0)
+
+
+def rho_for(epsilon: float, delta: float) -> float:
+    """The largest rho (to 1e-12 relative) whose zCDP guarantee implies (epsilon, delta)-DP.
+
+    Bisection on the monotone ``cdp_delta(rho, epsilon)``; the lower end is returned, so the
+    rho used never gives a delta above the one charged.
+    """
+    if not (epsilon > 0 and 0 < delta < 1):
+        raise ValueError("zCDP accounting needs epsilon > 0 and 0 < delta < 1")
+    low, high = 0.0, epsilon + 1.0
+    while cdp_delta(high, epsilon) <= delta:
+        high *= 2
+    for _ in range(200):
+        mid = (low + high) / 2
+        if cdp_delta(mid, epsilon) <= delta:
+            low = mid
+        else:
+            high = mid
+        if high - low <= 1e-12 * high:
+            break
+    return low
+
+
+def gaussian_rho(sigma_sq: float, sensitivity: float = 1.0) -> float:
+    """rho of discrete Gaussian noise of variance parameter sigma^2 at L2 sensitivity Delta."""
+    return sensitivity ** 2 / (2.0 * sigma_sq)
+
+
+def exponential_rho(epsilon: float) -> float:
+    """rho of an epsilon-DP exponential mechanism (bounded range: eps^2 / 8)."""
+    return epsilon ** 2 / 8.0
+
+
+def grid_sigma_sq(sigma: float) -> Fraction:
+    """sigma^2 on the sampler's grid, rounded up (never less noise than asked for)."""
+    if not (math.isfinite(sigma) and sigma > 0):
+        raise ValueError(f"sigma must be positive and finite, got {sigma!r}")
+    return Fraction(math.ceil(Fraction(sigma) ** 2 * SIGMA_SQ_GRID), SIGMA_SQ_GRID)
+
+
+def _discrete_laplace_scale(rng: np.random.Generator, t: int, n: int) -> np.ndarray:
+    """n draws with P(Y = y) ∝ exp(-|y| / t), t a positive integer (CKS Algorithm 2, s = 1)."""
+    out = np.zeros(n, dtype=np.int64)
+    todo = np.arange(n)
+    while todo.size:
+        u = rng.integers(0, t, todo.size)
+        accepted = _bernoulli_exp_unit(rng, u, t)
+        idx, u = todo[accepted], u[accepted]
+        y = u + t * _count_exp1_successes(rng, idx.size)
+        negative = rng.integers(0, 2, idx.size).astype(bool)
+        keep = ~(negative & (y == 0))
+        out[idx[keep]] = np.where(negative[keep], -y[keep], y[keep])
+        todo = np.concatenate([todo[~accepted], idx[~keep]])
+    return out
+
+
+def _accept(rng: np.random.Generator, whole: np.ndarray, rest: np.ndarray, den: int) -> np.ndarray:
+    """Bernoulli(exp(-(whole + rest/den))) per entry: ``whole`` Bernoulli(exp(-1)) successes
+    in a row, then Bernoulli(exp(-rest/den)) (CKS: exp(-a-b) = exp(-a) exp(-b))."""
+    ok = np.ones(whole.size, dtype=bool)
+    remaining = whole.copy()
+    while True:
+        running = np.flatnonzero(ok & (remaining > 0))
+        if not running.size:
+            break
+        ok[running] &= _bernoulli_exp_unit(rng, np.ones(running.size, dtype=np.int64), 1)
+        remaining[running] -= 1
+    todo = np.flatnonzero(ok)
+    if den < INT64_SAFE // 64:
+        ok[todo] = _bernoulli_exp_unit(rng, rest[todo].astype(np.int64), den)
+    else:  # an enormous sigma: exact, one entry at a time
+        ok[todo] = [_scalar_bernoulli_exp_unit(rng, int(r), den) for r in rest[todo]]
+    return ok
+
+
+def discrete_gaussian(rng: np.random.Generator, sigma_sq: Fraction, size: int) -> np.ndarray:
+    """``size`` draws of the discrete Gaussian N_Z(0, sigma^2): P(Y = y) ∝ exp(-y^2 / (2 sigma^2)).
+
+    CKS Algorithm 3 with sigma^2 = p / q: t = floor(sigma) + 1; Y ~ DLap(t); gamma =
+    (|Y| t q - p)^2 / (2 p q t^2), one common denominator; accept with Bernoulli(exp(-gamma)).
+    """
+    p, q = sigma_sq.numerator, sigma_sq.denominator
+    t = math.isqrt(p // q) + 1  # floor(sigma) + 1
+    den = 2 * p * q * t * t
+    out = np.zeros(size, dtype=np.int64)
+    todo = np.arange(size)
+    while todo.size:
+        y = _discrete_laplace_scale(rng, t, todo.size)
+        a = np.abs(y).astype(object) * (t * q) - p  # exact integers (Python ints)
+        square = a * a
+        whole, rest = square // den, square % den
+        accepted = _accept(rng, whole.astype(np.int64), rest, den)
+        out[todo[accepted]] = y[accepted]
+        todo = todo[~accepted]
+    return out

@@ -1,0 +1,287 @@
+"""AIM's rounds on the taxonomies: candidates, private selection, measurement, estimation.
+
+McKenna et al., VLDB 2022, Algorithm 2, with one change of substance: a candidate is a set of
+attributes *and a taxonomy level for each*, so a coarse marginal (a 10-year age band, a
+diagnosis chapter) competes with the fine one and is measured where the fine one would drown
+in noise. Every marginal is a roll-up of the aggregated count table; the estimator (Private-PGM)
+takes a coarse marginal as a linear measurement of the fine clique.
+
+Accounting (docs/PRIVACY.md, "aim"), for neighbours that differ in one row:
+* round 0: every attribute's leaf-level 1-way marginal, discrete Gaussian sigma_0;
+* round t: exponential mechanism with eps_t over score
+  ``w_r (||M_r(p_hat) - M_r(D)||_1 - sqrt(2/pi) sigma_t n_r)`` (sensitivity max w_r), then the
+  chosen marginal + N_Z(0, sigma_t^2) (L2 sensitivity 1): rho_t = eps_t^2/8 + 1/(2 sigma_t^2);
+* annealing (sigma halves, eps doubles) when the estimate moved less than the expected noise;
+  the last round spends exactly what is left. sigma^2 is rounded up to the sampler's grid and
+  the rounded value is what is charged, so the rho used never exceeds the rho planned.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from medrelease.privacy.randomness import exponential_mechanism
+from medrelease.privacy.zcdp import (
+    discrete_gaussian,
+    exponential_rho,
+    gaussian_rho,
+    grid_sigma_sq,
+)
+from medrelease.synthetic import pgm
+from medrelease.synthetic.space import Columns, Levels, MarginalSpace
+
+EXPECTED_ABS = math.sqrt(2.0 / math.pi)  # E|N(0, 1)|
+MEASURE_SHARE = 0.9  # of a round's rho: the measurement (the rest: selection), as in AIM
+
+
+@dataclass(frozen=True)
+class Candidate:
+    columns: Columns
+    levels: Levels
+    weight: float
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Public parameters of the rounds (validated by the mechanism's ``Params``)."""
+
+    rho: float
+    rounds: int
+    max_model_size: float  # MB of the junction tree, as in AIM
+    max_cells: int         # a candidate's own cells
+    iters: int             # mirror descent steps per round
+    final_iters: int
+
+
+@dataclass(frozen=True)
+class RoundRecord:
+    """What a round published (all DP outputs or public): never scores or true counts."""
+
+    round: int
+    columns: tuple[str, ...]
+    levels: tuple[int, ...]
+    cells: int
+    sigma: float
+    selection_epsilon: float
+    rho: float
+    rho_used: float
+    annealed: bool = False
+
+    def as_dict(self) -> dict:
+        return {"round": self.round, "columns": list(self.columns), "levels": list(self.levels),
+                "cells": self.cells, "sigma": self.sigma,
+                "selection_epsilon": self.selection_epsilon, "rho": self.rho,
+                "rho_used": self.rho_used, "annealed": self.annealed}
+
+
+def workload_closure(workload: list[tuple[Columns, float]]) -> dict[Columns, float]:
+    """AIM's candidate sets and weights: every non-empty subset r of a workload set, weighted
+    ``w_r = sum_s w_s |r ∩ s|``."""
+    subsets = {sub for cols, _ in workload for k in range(1, len(cols) + 1)
+               for sub in itertools.combinations(sorted(cols), k)}
+    return {r: sum(w * len(set(r) & set(s)) for s, w in workload) for r in sorted(subsets)}
+
+
+def build_candidates(space: MarginalSpace, workload: list[tuple[Columns, float]],
+                     settings: Settings) -> list[Candidate]:
+    """Each closure set at every combination of its attributes' levels below '*', kept when
+    its fine clique fits the model-size limit and its own cells ``max_cells`` (public sizes)."""
+    out = []
+    for columns, weight in workload_closure(workload).items():
+        if space.cells(columns) * 8 / 2**20 > settings.max_model_size:
+            continue
+        ranges = [range(space.attributes[c].levels) for c in columns]
+        for levels in itertools.product(*ranges):
+            if space.cells(columns, levels) <= settings.max_cells:
+                out.append(Candidate(columns, tuple(levels), float(weight)))
+    return out
+
+
+def true_answers(space: MarginalSpace, candidates: list[Candidate]) -> list[np.ndarray]:
+    """Every candidate's marginal of the data, from one fine marginal per attribute set."""
+    fine: dict[Columns, np.ndarray] = {}
+    out = []
+    for cand in candidates:
+        if cand.columns not in fine:
+            fine[cand.columns] = space.fine_marginal(cand.columns)
+        out.append(space.roll_up(fine[cand.columns], cand.columns, cand.levels))
+    return out
+
+
+@dataclass
+class RoundPlan:
+    sigma: float
+    epsilon: float
+    last: bool
+    eligible: list[int]
+
+
+@dataclass
+class AIMState:
+    """The rounds so far: measurements (noisy, public), the model, the budget used."""
+
+    sigma: float
+    epsilon: float
+    rho_used: float = 0.0
+    measurements: list = field(default_factory=list)
+    cliques: list[tuple[str, ...]] = field(default_factory=list)
+    records: list[RoundRecord] = field(default_factory=list)
+    model: object = None
+    done: bool = False
+
+
+class AIMRounds:
+    """One run of the rounds over a marginal space; the flow drives ``plan_round``, fans out
+    ``score`` over batches of candidates, and hands the scores to ``finish_round``."""
+
+    def __init__(self, space: MarginalSpace, candidates: list[Candidate],
+                 settings: Settings, rng: np.random.Generator,
+                 log: Callable[[str], None] | None = None) -> None:
+        self.space, self.candidates, self.settings, self.rng = space, candidates, settings, rng
+        self.answers = true_answers(space, candidates)
+        self.log = log or (lambda _message: None)
+        self.domain = pgm.domain(space.names, tuple(a.size for a in space.attributes))
+        rounds = settings.rounds
+        self.state = AIMState(sigma=math.sqrt(rounds / (2 * MEASURE_SHARE * settings.rho)),
+                              epsilon=math.sqrt(8 * (1 - MEASURE_SHARE) * settings.rho / rounds))
+
+    # -- round 0 ------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Every attribute's leaf-level 1-way marginal (these also give the noisy total)."""
+        state = self.state
+        for c in range(len(self.space.attributes)):
+            fine = self.space.fine_marginal((c,))
+            self._measure((c,), (0,), fine, state.sigma)
+        state.model = pgm.estimate(self.domain, state.measurements, self.settings.iters)
+        self.log(f"round 0: {len(self.space.attributes)} one-way marginals, sigma "
+                 f"{state.sigma:.1f}, rho used {state.rho_used:.4g} of {self.settings.rho:.4g}")
+
+    def _measure(self, columns: Columns, levels: Levels, answer: np.ndarray,
+                 sigma: float) -> float:
+        """Add N_Z(0, sigma^2) to the integer counts; returns the rho charged (grid sigma)."""
+        sigma_sq = grid_sigma_sq(sigma)
+        counts = np.rint(answer).astype(np.int64).reshape(-1)
+        noisy = counts + discrete_gaussian(self.rng, sigma_sq, counts.size)
+        clique = tuple(self.space.names[c] for c in columns)
+        query = None
+        if any(levels):
+            attrs = [self.space.attributes[c] for c in columns]
+            query = pgm.LevelQuery(
+                tuple(tuple(int(x) for x in a.level_maps[lv]) if lv else None
+                      for a, lv in zip(attrs, levels, strict=True)),
+                tuple(a.cardinality(lv) for a, lv in zip(attrs, levels, strict=True)))
+        used_sigma = math.sqrt(float(sigma_sq))
+        self.state.measurements.append(pgm.measurement(noisy, clique, used_sigma, query))
+        if clique not in self.state.cliques:
+            self.state.cliques.append(clique)
+        rho = gaussian_rho(float(sigma_sq))
+        self.state.rho_used += rho
+        return rho
+
+    # -- later rounds -------------------------------------------------------------------------
+    def plan_round(self) -> RoundPlan:
+        """This round's sigma and eps (the last spends what is left) and the candidates whose
+        fine clique keeps the model within its size limit at the budget used so far."""
+        state, rho = self.state, self.settings.rho
+        sigma, eps = state.sigma, state.epsilon
+        left = rho - state.rho_used
+        last = left < 2 * (gaussian_rho(sigma ** 2) + exponential_rho(eps))
+        if last:
+            sigma = math.sqrt(1 / (2 * MEASURE_SHARE * left))
+            eps = math.sqrt(8 * (1 - MEASURE_SHARE) * left)
+        limit = self.settings.max_model_size * (state.rho_used + exponential_rho(eps)
+                                                + gaussian_rho(sigma ** 2)) / rho
+        return RoundPlan(sigma, eps, last, self._eligible(limit))
+
+    def _eligible(self, size_limit: float) -> list[int]:
+        cliques = list(self.state.cliques)
+        fits: dict[Columns, bool] = {}
+        for columns in {c.columns for c in self.candidates}:
+            clique = tuple(self.space.names[c] for c in columns)
+            inside = any(set(clique) <= set(cl) for cl in cliques)
+            fits[columns] = inside or pgm.model_size_mb(self.domain, [*cliques, clique]) <= size_limit
+        return [i for i, c in enumerate(self.candidates) if fits[c.columns]]
+
+    def batches(self, plan: RoundPlan, n_batches: int) -> list[list[int]]:
+        """Eligible candidates cut into batches that never split an attribute set (the model's
+        marginal of a set is computed once per batch)."""
+        by_set: dict[Columns, list[int]] = {}
+        for i in plan.eligible:
+            by_set.setdefault(self.candidates[i].columns, []).append(i)
+        groups = sorted(by_set.values(), key=len, reverse=True)
+        out: list[list[int]] = [[] for _ in range(max(1, min(n_batches, len(groups))))]
+        for group in groups:
+            min(out, key=len).extend(group)
+        return [b for b in out if b]
+
+    def score(self, plan: RoundPlan, indices: list[int]) -> np.ndarray:
+        """AIM's quality of each candidate: weight x (L1 error of the model - expected noise)."""
+        model_fine: dict[Columns, np.ndarray] = {}
+        out = np.empty(len(indices))
+        for k, i in enumerate(indices):
+            cand = self.candidates[i]
+            if cand.columns not in model_fine:
+                clique = tuple(self.space.names[c] for c in cand.columns)
+                model_fine[cand.columns] = pgm.model_marginal(self.state.model, clique)
+            estimate = self.space.roll_up(model_fine[cand.columns], cand.columns, cand.levels)
+            error = float(np.abs(self.answers[i] - estimate).sum())
+            out[k] = cand.weight * (error - EXPECTED_ABS * plan.sigma * estimate.size)
+        return out
+
+    def finish_round(self, plan: RoundPlan, indices: list[int], scores: np.ndarray) -> RoundRecord:
+        """Select by the exponential mechanism, measure, re-estimate, anneal."""
+        state = self.state
+        sensitivity = max(self.candidates[i].weight for i in indices)
+        chosen = indices[exponential_mechanism(self.rng, scores, plan.epsilon, sensitivity)]
+        state.rho_used += exponential_rho(plan.epsilon)
+        cand = self.candidates[chosen]
+        before = self._model_answer(cand)
+        rho = exponential_rho(plan.epsilon) + self._measure(cand.columns, cand.levels,
+                                                           self.answers[chosen], plan.sigma)
+        state.model = pgm.estimate(self.domain, state.measurements, self.settings.iters,
+                                   warm_start=state.model)
+        moved = float(np.abs(self._model_answer(cand) - before).sum())
+        annealed = (not plan.last) and moved <= EXPECTED_ABS * plan.sigma * before.size
+        state.sigma, state.epsilon = plan.sigma, plan.epsilon
+        if annealed:
+            state.sigma, state.epsilon = plan.sigma / 2, plan.epsilon * 2
+        state.done = plan.last
+        record = RoundRecord(len(state.records) + 1,
+                             tuple(self.space.names[c] for c in cand.columns), cand.levels,
+                             int(before.size), math.sqrt(float(grid_sigma_sq(plan.sigma))),
+                             plan.epsilon, rho, state.rho_used, annealed)
+        state.records.append(record)
+        self.log(f"round {record.round}: measured {'x'.join(record.columns)} at levels "
+                 f"{list(record.levels)} ({record.cells:,} cells), sigma {record.sigma:.1f}; "
+                 f"rho used {state.rho_used:.4g} of {self.settings.rho:.4g}"
+                 + (" (annealed)" if annealed else ""))
+        return record
+
+    def _model_answer(self, cand: Candidate) -> np.ndarray:
+        clique = tuple(self.space.names[c] for c in cand.columns)
+        fine = pgm.model_marginal(self.state.model, clique)
+        return self.space.roll_up(fine, cand.columns, cand.levels)
+
+    def run(self, progress: Callable[[RoundRecord], None] | None = None) -> None:
+        """Every round in this process (tests, benchmarks; the flow fans scoring out)."""
+        if self.state.model is None:
+            self.start()
+        while not self.state.done:
+            plan = self.plan_round()
+            scores = self.score(plan, plan.eligible)
+            record = self.finish_round(plan, plan.eligible, scores)
+            if progress:
+                progress(record)
+
+    def synthesize(self, seed: int) -> tuple[dict[str, np.ndarray], int]:
+        """The final estimate (more iterations) and its synthetic rows, as many as the noisy
+        total of the leaf-level 1-way measurements (mbi's minimum-variance estimate)."""
+        model = pgm.estimate(self.domain, self.state.measurements, self.settings.final_iters,
+                             warm_start=self.state.model)
+        rows = max(1, round(float(model.total)))
+        return pgm.sample(model, rows, seed), rows

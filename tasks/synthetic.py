@@ -1,0 +1,45 @@
+"""``aim``'s rounds as tasks: set up, score a batch of candidates, select + measure, sample."""
+
+from __future__ import annotations
+
+import numpy as np
+from prefect import get_run_logger, task
+from prefect.cache_policies import NO_CACHE
+
+from medrelease.data.aggregate import CountTable
+from medrelease.data.config import DatasetConfig
+from medrelease.release import MaterializedRelease, ReleasePlan
+from medrelease.synthetic.aim_rounds import AIMRounds, RoundPlan, RoundRecord
+from medrelease.synthetic.release import aim_rounds, synthetic_release
+
+
+@task(name="aim-start", cache_policy=NO_CACHE)
+def start_rounds(counts: CountTable, config: DatasetConfig, release_plan: ReleasePlan
+                 ) -> AIMRounds:
+    """Candidates and true marginals from the count table; round 0 (leaf 1-way marginals)."""
+    logger = get_run_logger()
+    run = aim_rounds(counts, config, release_plan, logger.info)
+    logger.info("aim: %d candidate marginals (attribute sets x taxonomy levels) from the "
+                "workload", len(run.candidates))
+    run.start()
+    return run
+
+
+@task(name="aim-score-batch", cache_policy=NO_CACHE)
+def score_batch(run: AIMRounds, round_plan: RoundPlan, indices: list[int]) -> np.ndarray:
+    """AIM's quality of a batch of candidates against the current model (never published)."""
+    return run.score(round_plan, indices)
+
+
+@task(name="aim-select-measure", cache_policy=NO_CACHE)
+def select_and_measure(run: AIMRounds, round_plan: RoundPlan, indices: list[int],
+                       scores: np.ndarray) -> RoundRecord:
+    """The exponential mechanism picks a candidate; it is measured; the model re-fitted."""
+    return run.finish_round(round_plan, indices, scores)
+
+
+@task(name="aim-sample", cache_policy=NO_CACHE)
+def sample_rows(run: AIMRounds, counts: CountTable, release_plan: ReleasePlan
+                ) -> MaterializedRelease:
+    """Final estimate and the synthetic rows (as many as the noisy total)."""
+    return synthetic_release(run, counts, release_plan)

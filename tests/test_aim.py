@@ -1,0 +1,246 @@
+"""``aim``: zCDP accounting against OpenDP, the exact discrete Gaussian, the sensitivities the
+proof rests on (on random neighbouring tables), coarse measurements, and a small release."""
+
+from __future__ import annotations
+
+import math
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from medrelease.data.aggregate import aggregate
+from medrelease.data.config import load_config
+from medrelease.mechanisms import get_mechanism
+from medrelease.privacy.zcdp import cdp_delta, discrete_gaussian, grid_sigma_sq, rho_for
+from medrelease.release import plan_release
+from medrelease.synthetic import pgm
+from medrelease.synthetic.aim_rounds import Settings, build_candidates, true_answers
+from medrelease.synthetic.release import aim_rounds, release_synthetic, workload_of
+from medrelease.synthetic.space import MarginalSpace
+
+DIAGNOSES = [f"{c}{i}" for c in "AB" for i in range(4)]
+
+
+def write_small_dataset(folder: Path, rows: int = 400, seed: int = 0) -> Path:
+    """Age (3 levels), sex, and a diagnosis with a declared domain and a two-level taxonomy."""
+    rng = np.random.default_rng(seed)
+    age = rng.integers(1, 41, rows)
+    sex = np.where(rng.random(rows) < 0.5, "F", "M")
+    diagnosis = np.where(age > 20, "A", "B").astype(object) + rng.integers(0, 4, rows).astype(str)
+    pd.DataFrame({"age": age, "sex": sex, "diagnosis": diagnosis}).to_csv(folder / "t.csv",
+                                                                          index=False)
+    (folder / "age.yaml").write_text("domain: {min: 1, max: 40}\nlevels:\n  - {width: 10}\n")
+    (folder / "sex.csv").write_text("F;*\nM;*\n")
+    (folder / "dx.txt").write_text("\n".join(DIAGNOSES) + "\n")
+    (folder / "dx.csv").write_text("".join(f"{d};{d[0]};*\n" for d in DIAGNOSES))
+    (folder / "dataset.yaml").write_text(textwrap.dedent("""\
+        name: small-aim
+        input: {path: t.csv}
+        columns:
+          age: {role: dimension, type: integer, taxonomy: age.yaml}
+          sex: {role: dimension, taxonomy: sex.csv}
+          diagnosis: {role: informative, domain: dx.txt, taxonomy: dx.csv}
+        privacy: {lifetime_epsilon: 100}
+        policy: {mechanisms: [aim]}
+        """))
+    return folder / "dataset.yaml"
+
+
+@pytest.fixture
+def small(tmp_path: Path):
+    config = load_config(write_small_dataset(tmp_path))
+    table = pd.read_csv(tmp_path / "t.csv")
+    return config, table
+
+
+# -- accounting ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("epsilon,delta", [(0.5, 1e-6), (1.0, 1e-6), (2.0, 1e-9), (4.0, 1e-5)])
+def test_rho_is_the_largest_that_gives_the_charged_delta_as_opendp_converts_it(epsilon, delta):
+    dp = pytest.importorskip("opendp.prelude")
+    dp.enable_features("contrib")
+    rho = rho_for(epsilon, delta)
+    assert cdp_delta(rho, epsilon) <= delta < cdp_delta(rho * 1.001, epsilon)
+    scale = 1 / math.sqrt(2 * rho)  # a Gaussian of sensitivity 1 is exactly rho-zCDP
+    gaussian = dp.m.make_gaussian(dp.atom_domain(T=float, nan=False),
+                                  dp.absolute_distance(T=float), scale=scale)
+    assert gaussian.map(1.0) == pytest.approx(rho, rel=1e-9)
+    profile = dp.c.make_zCDP_to_approxDP(gaussian).map(1.0)
+    assert profile.delta(epsilon) == pytest.approx(delta, rel=1e-6)
+    assert profile.delta(epsilon) <= delta * (1 + 1e-9)
+
+
+def test_the_budget_is_one_step_of_the_whole_epsilon_and_delta_and_rounds_never_overspend(small):
+    config, table = small
+    impl = get_mechanism("aim")
+    params = impl.parse_params({"epsilon": 0.8, "delta": 1e-7})
+    (step,) = impl.budget_steps(params)
+    assert (step.epsilon, step.delta) == (0.8, 1e-7) and "rho" in step.description
+    plan = plan_release("aim", {"epsilon": 0.8, "delta": 1e-7, "rounds_per_column": 1,
+                                "iters": 50, "final_iters": 50}, 0, seed=5)
+    run = aim_rounds(aggregate(table, config), config, plan)
+    run.run()
+    rho = impl.rho(plan.params)
+    assert run.state.rho_used <= rho * (1 + 1e-9)
+    assert run.state.rho_used >= rho * 0.95  # the last round spends what is left
+    spent = sum(r.rho for r in run.state.records) + sum(
+        1 / (2 * float(m.stddev) ** 2) for m in run.state.measurements[:3])
+    assert spent == pytest.approx(run.state.rho_used, rel=1e-9)
+
+
+# -- the discrete Gaussian -------------------------------------------------------------------
+
+def _pmf(sigma_sq: float, support: np.ndarray) -> np.ndarray:
+    weights = np.exp(-support.astype(float) ** 2 / (2 * sigma_sq))
+    full = np.exp(-np.arange(-200, 201) ** 2 / (2 * sigma_sq)).sum()
+    return weights / full
+
+
+@pytest.mark.parametrize("sigma", [0.6, 1.5, 4.0])
+def test_discrete_gaussian_has_its_exact_law_and_opendps(sigma):
+    dp = pytest.importorskip("opendp.prelude")
+    dp.enable_features("contrib")
+    sigma_sq = grid_sigma_sq(sigma)
+    ours = discrete_gaussian(np.random.default_rng(11), sigma_sq, 40_000)
+    support = np.arange(-int(6 * sigma) - 1, int(6 * sigma) + 2)
+    expected = _pmf(float(sigma_sq), support) * ours.size
+    observed = np.array([(ours == k).sum() for k in support])
+    keep = expected >= 5
+    chi2 = stats.chisquare(observed[keep], expected[keep] * observed[keep].sum()
+                           / expected[keep].sum())
+    assert chi2.pvalue > 1e-4
+    opendp = np.asarray(dp.m.make_gaussian(dp.vector_domain(dp.atom_domain(T="i64")),
+                                           dp.l2_distance(T="i64"),
+                                           scale=math.sqrt(float(sigma_sq)))([0] * 20_000))
+    table = np.array([[(ours == k).sum() for k in support[keep]],
+                      [(opendp == k).sum() for k in support[keep]]])
+    assert stats.chi2_contingency(table).pvalue > 1e-4
+
+
+def test_a_broken_sampler_fails_the_law_test():
+    """The test above can fail: a sampler with 20 % more variance is caught."""
+    wide = discrete_gaussian(np.random.default_rng(3), grid_sigma_sq(1.5 * math.sqrt(1.2)), 40_000)
+    support = np.arange(-8, 9)
+    expected = _pmf(2.25, support) * wide.size
+    observed = np.array([(wide == k).sum() for k in support])
+    assert stats.chisquare(observed, expected * observed.sum() / expected.sum()).pvalue < 1e-6
+
+
+# -- sensitivities on random neighbouring tables ----------------------------------------------
+
+def _neighbours(table: pd.DataFrame, rng: np.random.Generator) -> tuple[pd.DataFrame, pd.DataFrame]:
+    extra = pd.DataFrame({"age": [int(rng.integers(1, 41))], "sex": [rng.choice(["F", "M"])],
+                          "diagnosis": [rng.choice(DIAGNOSES)]})
+    return table, pd.concat([table, extra], ignore_index=True)
+
+
+def test_every_measurement_has_l2_sensitivity_one_and_every_score_its_weight(small):
+    config, table = small
+    plan = plan_release("aim", {"epsilon": 1.0, "rounds_per_column": 1, "iters": 50,
+                                "final_iters": 50}, 0, seed=2)
+    run = aim_rounds(aggregate(table, config), config, plan)
+    run.start()
+    round_plan = run.plan_round()
+    rng = np.random.default_rng(9)
+    for _ in range(8):
+        d, d2 = _neighbours(table.sample(frac=0.9, random_state=int(rng.integers(1e6))), rng)
+        space, space2 = (MarginalSpace(aggregate(t, config), config.informative_taxonomy)
+                         for t in (d, d2))
+        answers, answers2 = (true_answers(s, run.candidates) for s in (space, space2))
+        for a, b in zip(answers, answers2, strict=True):
+            assert np.linalg.norm((a - b).ravel(), 2) <= 1.0 + 1e-12
+        run.answers = answers
+        s1 = run.score(round_plan, round_plan.eligible)
+        run.answers = answers2
+        s2 = run.score(round_plan, round_plan.eligible)
+        weights = np.array([run.candidates[i].weight for i in round_plan.eligible])
+        assert np.all(np.abs(s1 - s2) <= weights + 1e-9)
+
+
+def test_candidates_are_the_workload_closure_at_every_level_below_star(small):
+    config, table = small
+    space = MarginalSpace(aggregate(table, config), config.informative_taxonomy)
+    params = get_mechanism("aim").parse_params({})
+    settings = Settings(rho=0.1, rounds=3, max_model_size=80, max_cells=10**6, iters=10,
+                        final_iters=10)
+    candidates = build_candidates(space, workload_of(config, space, params), settings)
+    shapes = {(c.columns, c.levels) for c in candidates}
+    # age: leaves and 10-year bands; sex: leaves; diagnosis: codes and letters
+    assert ((0, 2), (1, 1)) in shapes and ((0, 1, 2), (0, 0, 0)) in shapes
+    assert len(shapes) == 2 + 1 + 2 + (2 * 1) + (2 * 2) + (1 * 2) + (2 * 1 * 2)
+    weight = {c.columns: c.weight for c in candidates}
+    assert weight[(0,)] == 3 and weight[(0, 1)] == 6 and weight[(0, 1, 2)] == 9
+
+
+def test_a_coarse_measurement_is_the_level_sum_of_the_fine_clique(small):
+    config, table = small
+    space = MarginalSpace(aggregate(table, config), config.informative_taxonomy)
+    fine = space.fine_marginal((0, 2))
+    coarse = space.roll_up(fine, (0, 2), (1, 1))
+    attrs = space.attributes
+    query = pgm.LevelQuery((tuple(int(x) for x in attrs[0].level_maps[1]),
+                            tuple(int(x) for x in attrs[2].level_maps[1])),
+                           (attrs[0].cardinality(1), attrs[2].cardinality(1)))
+    factor = pgm.mbi().Factor(pgm.mbi().Domain(("age", "diagnosis"), fine.shape), fine)
+    assert np.allclose(np.asarray(query(factor)), coarse.ravel())
+    assert query.op_norm_sq() == 10 * 4  # ten ages in a band x four codes in a letter
+    assert coarse.sum() == len(table)
+
+
+# -- a release -------------------------------------------------------------------------------
+
+def test_a_small_release_is_synthetic_rows_on_public_values_and_a_noisy_total(small):
+    config, table = small
+    plan = plan_release("aim", {"epsilon": 2.0, "rounds_per_column": 1, "iters": 50,
+                                "final_iters": 100}, 0, seed=4)
+    chosen = release_synthetic(aggregate(table, config), config, plan)
+    released = chosen.table
+    assert list(released.columns) == ["age", "sex", "diagnosis"]
+    assert set(released["diagnosis"]) <= set(DIAGNOSES)
+    assert set(released["age"].astype(int)) <= set(range(1, 41))
+    assert set(released["sex"].astype(str)) <= {"F", "M"}
+    assert abs(len(released) - len(table)) < 60  # a noisy total (sigma ~ 5 at eps 2)
+    assert chosen.details["synthetic"].startswith("synthetic rows")
+    assert chosen.details["measurements"] and "score" not in str(chosen.details)
+    assert chosen.row_bounds[0] <= len(released) <= chosen.row_bounds[1]
+
+
+def test_aim_refuses_an_informative_column_without_a_public_domain(tmp_path):
+    from medrelease.errors import ParameterError
+    from medrelease.mechanisms import check_fits
+
+    path = write_small_dataset(tmp_path)
+    path.write_text(path.read_text().replace("domain: dx.txt, ", ""))
+    with pytest.raises(ParameterError, match=r"public domains only.*'diagnosis'"):
+        check_fits(load_config(path), "aim")
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_aim_releases_through_the_flow_with_its_rounds_public_and_nothing_input_derived(
+        tmp_path, monkeypatch):
+    import json
+
+    from flows.release import ReleaseRequest, release_flow
+
+    monkeypatch.setenv("MEDRELEASE_HOME", str(tmp_path / "home"))
+    path = write_small_dataset(tmp_path)
+    result = release_flow(ReleaseRequest(
+        dataset=str(path), mechanism="aim", epsilon=1.0, seed=6, evaluate=False,
+        parameters={"rounds_per_column": 1, "iters": 50, "final_iters": 100}))
+    manifest = result["manifest"]
+    assert manifest["mechanism"] == "aim" and manifest["checks"]["passed"]
+    assert manifest["epsilon_spent"] == pytest.approx(1.0)
+    assert manifest["delta_spent"] == pytest.approx(1e-6)
+    assert "rho" in manifest["guarantee"]["notes"] and "zCDP" in manifest["guarantee"]["label"]
+    details = manifest["mechanism_details"]
+    assert details["synthetic"] == "synthetic rows — no row describes a real patient"
+    assert details["rho_used"] <= details["rho"] * (1 + 1e-9)
+    assert {"columns", "levels", "sigma", "selection_epsilon"} <= set(details["measurements"][0])
+    published = json.dumps(manifest)
+    assert "input_rows" not in published and "score" not in published
+    released = pd.read_csv(Path(result["path"]) / "TEST-data.csv")
+    assert set(released["diagnosis"]) <= set(DIAGNOSES)
