@@ -259,7 +259,7 @@ CASES = [
     Case("unknown parameter", "ValidationError", "ipa does not take epsilonn; it takes: delta",
          HEADER + ROW,
          request={"mechanism": {"mechanism": "ipa", "epsilonn": 1.0}}),
-    Case("unknown mechanism", "ValidationError", "unknown mechanism 'magic'; available: diffgen",
+    Case("unknown mechanism", "ValidationError", "unknown mechanism 'magic'; available: aim, diffgen",
          HEADER + ROW, request={"mechanism": {"mechanism": "magic"}}),
     Case("histogram node over the cell limit", "ParameterError", "cell limit", HEADER + ROW,
          config={"columns": {"diagnosis": {"domain": "codes.txt"}}},
