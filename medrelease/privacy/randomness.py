@@ -174,9 +174,13 @@ def discrete_laplace(
     return (1 - 2B) Y. Unbounded support, symmetric, no floating point.
     """
     eps = noise_fraction(epsilon)
-    s, t = eps.numerator, eps.denominator
     shape = (size,) if isinstance(size, (int, np.integer)) else tuple(size)
-    n = int(np.prod(shape))
+    return discrete_laplace_rational(rng, eps.numerator, eps.denominator,
+                                     int(np.prod(shape))).reshape(shape)
+
+
+def discrete_laplace_rational(rng: np.random.Generator, s: int, t: int, n: int) -> np.ndarray:
+    """n draws with P(Z = k) ∝ exp(-(s/t) |k|), s and t positive integers (CKS Algorithm 2)."""
     out = np.zeros(n, dtype=np.int64)
     todo = np.arange(n)
     while todo.size:
@@ -193,7 +197,7 @@ def discrete_laplace(
         keep = ~(negative & (y == 0))
         out[idx[keep]] = np.where(negative[keep], -y[keep], y[keep]).astype(np.int64)
         todo = np.concatenate([todo[~accepted], idx[~keep]])
-    return out.reshape(shape)
+    return out
 
 
 def discrete_laplace_by_geometrics(

@@ -24,8 +24,8 @@ import numpy as np
 from medrelease.privacy.randomness import (
     INT64_SAFE,
     _bernoulli_exp_unit,
-    _count_exp1_successes,
     _scalar_bernoulli_exp_unit,
+    discrete_laplace_rational,
 )
 
 SIGMA_SQ_GRID = 16  # sigma^2 is a multiple of 1/16 (rounded up)
@@ -94,22 +94,6 @@ def grid_sigma_sq(sigma: float) -> Fraction:
     return Fraction(math.ceil(Fraction(sigma) ** 2 * SIGMA_SQ_GRID), SIGMA_SQ_GRID)
 
 
-def _discrete_laplace_scale(rng: np.random.Generator, t: int, n: int) -> np.ndarray:
-    """n draws with P(Y = y) ∝ exp(-|y| / t), t a positive integer (CKS Algorithm 2, s = 1)."""
-    out = np.zeros(n, dtype=np.int64)
-    todo = np.arange(n)
-    while todo.size:
-        u = rng.integers(0, t, todo.size)
-        accepted = _bernoulli_exp_unit(rng, u, t)
-        idx, u = todo[accepted], u[accepted]
-        y = u + t * _count_exp1_successes(rng, idx.size)
-        negative = rng.integers(0, 2, idx.size).astype(bool)
-        keep = ~(negative & (y == 0))
-        out[idx[keep]] = np.where(negative[keep], -y[keep], y[keep])
-        todo = np.concatenate([todo[~accepted], idx[~keep]])
-    return out
-
-
 def _accept(rng: np.random.Generator, whole: np.ndarray, rest: np.ndarray, den: int) -> np.ndarray:
     """Bernoulli(exp(-(whole + rest/den))) per entry: ``whole`` Bernoulli(exp(-1)) successes
     in a row, then Bernoulli(exp(-rest/den)) (CKS: exp(-a-b) = exp(-a) exp(-b))."""
@@ -141,7 +125,7 @@ def discrete_gaussian(rng: np.random.Generator, sigma_sq: Fraction, size: int) -
     out = np.zeros(size, dtype=np.int64)
     todo = np.arange(size)
     while todo.size:
-        y = _discrete_laplace_scale(rng, t, todo.size)
+        y = discrete_laplace_rational(rng, 1, t, todo.size)
         a = np.abs(y).astype(object) * (t * q) - p  # exact integers (Python ints)
         square = a * a
         whole, rest = square // den, square % den
