@@ -40,7 +40,8 @@ PUBLIC_DETAILS = ("leaf_partitions", "cut", "set_specializations", "ladder", "de
                   "budget_steps_drawn",
                   # aim: the notice, its rho, and every measured marginal with its sigma and
                   # selection epsilon (outputs of the private rounds; no score, no true count)
-                  "synthetic", "rho", "rho_used", "measurements", "one_way_sigma")
+                  "synthetic", "rho", "rho_used", "measurements", "one_way_sigma",
+                  "merged_rare_values")
 
 
 def package_version() -> str:

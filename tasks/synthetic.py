@@ -16,12 +16,13 @@ from medrelease.synthetic.release import aim_rounds, synthetic_release
 @task(name="aim-start", cache_policy=NO_CACHE)
 def start_rounds(counts: CountTable, config: DatasetConfig, release_plan: ReleasePlan
                  ) -> AIMRounds:
-    """Candidates and true marginals from the count table; round 0 (leaf 1-way marginals)."""
+    """Round 0 (leaf 1-way marginals, rare values merged), then the candidates and their true
+    marginals from the count table."""
     logger = get_run_logger()
     run = aim_rounds(counts, config, release_plan, logger.info)
+    run.start()
     logger.info("aim: %d candidate marginals (attribute sets x taxonomy levels) from the "
                 "workload", len(run.candidates))
-    run.start()
     return run
 
 

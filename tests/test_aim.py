@@ -148,7 +148,8 @@ def test_every_measurement_has_l2_sensitivity_one_and_every_score_its_weight(sma
     rng = np.random.default_rng(9)
     for _ in range(8):
         d, d2 = _neighbours(table.sample(frac=0.9, random_state=int(rng.integers(1e6))), rng)
-        space, space2 = (MarginalSpace(aggregate(t, config), config.informative_taxonomy)
+        space, space2 = (run.merged_like_this_run(MarginalSpace(aggregate(t, config),
+                                                                config.informative_taxonomy))
                          for t in (d, d2))
         answers, answers2 = (true_answers(s, run.candidates) for s in (space, space2))
         for a, b in zip(answers, answers2, strict=True):
@@ -189,6 +190,26 @@ def test_a_coarse_measurement_is_the_level_sum_of_the_fine_clique(small):
     assert np.allclose(np.asarray(query(factor)), coarse.ravel())
     assert query.op_norm_sq() == 10 * 4  # ten ages in a band x four codes in a letter
     assert coarse.sum() == len(table)
+
+
+def test_rare_values_merge_under_their_parent_and_coarse_marginals_do_not_change(small):
+    config, table = small
+    space = MarginalSpace(aggregate(table, config), config.informative_taxonomy)
+    before = space.fine_marginal((0, 2))
+    coarse = space.roll_up(before, (0, 2), (1, 1))
+    keep = np.ones(space.attributes[2].size, dtype=bool)
+    keep[[1, 2, 5]] = False  # A1, A2 (parent A) and B1 (parent B)
+    merge = space.merge(2, keep)
+    merged = space.attributes[2]
+    assert merged.size == 5 + 2 and merged.leaf_labels[-2:] == ("A (rare)", "B (rare)")
+    assert [list(m) for m in merge.members[-2:]] == [[1, 2], [5]]
+    after = space.fine_marginal((0, 2))
+    assert after.sum() == before.sum()
+    assert np.array_equal(space.roll_up(after, (0, 2), (1, 1)), coarse)
+    assert np.array_equal(after[:, -2], before[:, [1, 2]].sum(axis=1))
+    leaves = merge.expand(np.full(2000, merged.size - 2), np.random.default_rng(0))
+    assert set(np.unique(leaves)) == {1, 2}  # a group's leaves, each about half the time
+    assert abs((leaves == 1).mean() - 0.5) < 0.05
 
 
 # -- a release -------------------------------------------------------------------------------

@@ -39,8 +39,12 @@ class AIMParams(MechanismParams):
                                   description="largest model (MB of its junction tree), as AIM")
     max_cells: int = Field(default=1_000_000, ge=1, le=50_000_000,
                            description="largest marginal a round may measure (cells)")
-    iters: int = Field(default=250, ge=10, le=10_000,
-                       description="mirror-descent steps per round (warm-started)")
+    iters: int = Field(default=500, ge=10, le=10_000,
+                       description="at most this many mirror-descent steps per round "
+                                   "(warm-started)")
+    tolerance: float = Field(default=1e-4, ge=0, le=0.1, allow_inf_nan=False,
+                             description="a round's fit stops once its loss improves by less "
+                                         "than this (relative) over 100 steps; 0 = never")
     final_iters: int = Field(default=1000, ge=10, le=20_000,
                              description="mirror-descent steps of the final estimate")
     workload_degree: int = Field(default=3, ge=1, le=4,
@@ -54,6 +58,8 @@ class AIM(MechanismBase):
     name: ClassVar[str] = "aim"
     capabilities: ClassVar[Capabilities] = Capabilities(
         summary="(eps, delta)-DP synthetic rows (zCDP; no row is a real patient)",
+        gives=("synthetic rows whose 2- and 3-way statistics are the most accurate DP option "
+               "here; no row is a real patient"),
         kind="synthetic",
         audit_designs=("unique", "common"),
         audit_public_domain=True,

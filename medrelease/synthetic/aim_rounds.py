@@ -37,6 +37,7 @@ from medrelease.synthetic.space import Columns, Levels, MarginalSpace
 
 EXPECTED_ABS = math.sqrt(2.0 / math.pi)  # E|N(0, 1)|
 MEASURE_SHARE = 0.9  # of a round's rho: the measurement (the rest: selection), as in AIM
+MERGE_SIGMAS = 3.0   # a value whose round-0 noisy count is below this many sigmas is merged
 
 
 @dataclass(frozen=True)
@@ -54,8 +55,9 @@ class Settings:
     rounds: int
     max_model_size: float  # MB of the junction tree, as in AIM
     max_cells: int         # a candidate's own cells
-    iters: int             # mirror descent steps per round
+    iters: int             # mirror descent steps per round (at most)
     final_iters: int
+    tolerance: float | None = None  # stop a fit early below this relative loss improvement
 
 
 @dataclass(frozen=True)
@@ -102,6 +104,15 @@ def build_candidates(space: MarginalSpace, workload: list[tuple[Columns, float]]
     return out
 
 
+def noisy_total(oneway: list[np.ndarray], sigma: float) -> tuple[float, float]:
+    """Inverse-variance mean of the noisy 1-way sums (each has variance sigma^2 x its cells),
+    at least 1, and its standard deviation."""
+    precision = np.array([1.0 / (sigma ** 2 * y.size) for y in oneway])
+    sums = np.array([float(y.sum()) for y in oneway])
+    total = float((precision * sums).sum() / precision.sum())
+    return max(1.0, total), math.sqrt(1.0 / float(precision.sum()))
+
+
 def true_answers(space: MarginalSpace, candidates: list[Candidate]) -> list[np.ndarray]:
     """Every candidate's marginal of the data, from one fine marginal per attribute set."""
     fine: dict[Columns, np.ndarray] = {}
@@ -133,17 +144,22 @@ class AIMState:
     records: list[RoundRecord] = field(default_factory=list)
     model: object = None
     done: bool = False
+    total: float = 1.0        # noisy total of the leaf-level 1-way measurements
+    total_sigma: float = 0.0  # its standard deviation
 
 
 class AIMRounds:
     """One run of the rounds over a marginal space; the flow drives ``plan_round``, fans out
     ``score`` over batches of candidates, and hands the scores to ``finish_round``."""
 
-    def __init__(self, space: MarginalSpace, candidates: list[Candidate],
+    def __init__(self, space: MarginalSpace, workload: list[tuple[Columns, float]],
                  settings: Settings, rng: np.random.Generator,
                  log: Callable[[str], None] | None = None) -> None:
-        self.space, self.candidates, self.settings, self.rng = space, candidates, settings, rng
-        self.answers = true_answers(space, candidates)
+        self.space, self.workload, self.settings, self.rng = space, workload, settings, rng
+        self.leaves = space.attributes  # the released domains (merging changes the model's)
+        self.candidates = build_candidates(space, workload, settings)  # rebuilt after merging
+        self.answers: list[np.ndarray] = []
+        self.merges: list = []
         self.log = log or (lambda _message: None)
         self.domain = pgm.domain(space.names, tuple(a.size for a in space.attributes))
         rounds = settings.rounds
@@ -152,14 +168,53 @@ class AIMRounds:
 
     # -- round 0 ------------------------------------------------------------------------------
     def start(self) -> None:
-        """Every attribute's leaf-level 1-way marginal (these also give the noisy total)."""
+        """Every attribute's leaf-level 1-way marginal (these also give the noisy total), then
+        each attribute's rare values merged (``merge_rare``) and the candidates rebuilt."""
         state = self.state
+        oneway = []
         for c in range(len(self.space.attributes)):
             fine = self.space.fine_marginal((c,))
-            self._measure((c,), (0,), fine, state.sigma)
-        state.model = pgm.estimate(self.domain, state.measurements, self.settings.iters)
+            oneway.append(fine.reshape(-1) + discrete_gaussian(
+                self.rng, grid_sigma_sq(state.sigma), fine.size))
+            state.rho_used += gaussian_rho(float(grid_sigma_sq(state.sigma)))
+        sigma = math.sqrt(float(grid_sigma_sq(state.sigma)))
+        state.total, state.total_sigma = noisy_total(oneway, sigma)
+        for c, noisy in enumerate(oneway):
+            self._record_one_way(c, noisy, sigma)
+        self.candidates = build_candidates(self.space, self.workload, self.settings)
+        self.answers = true_answers(self.space, self.candidates)
+        self.domain = pgm.domain(self.space.names, tuple(a.size for a in self.space.attributes))
+        state.model = pgm.estimate(self.domain, state.measurements, self.settings.iters,
+                                   state.total, tol=self.settings.tolerance)
+        merged = sum(m.merged for m in self.merges)
         self.log(f"round 0: {len(self.space.attributes)} one-way marginals, sigma "
-                 f"{state.sigma:.1f}, rho used {state.rho_used:.4g} of {self.settings.rho:.4g}")
+                 f"{state.sigma:.1f}; {merged} rare values merged into their taxonomy parents; "
+                 f"rho used {state.rho_used:.4g} of {self.settings.rho:.4g}")
+
+    def merged_like_this_run(self, space: MarginalSpace) -> MarginalSpace:
+        """``space`` (another table's, e.g. a neighbour's) with this run's merges applied: the
+        merges are outputs of round 0, so the rest of the proof conditions on them."""
+        for merge in self.merges:
+            space.merge(merge.column, merge.keep)
+        return space
+
+    def _record_one_way(self, column: int, noisy: np.ndarray, sigma: float) -> None:
+        """Merge the values whose noisy count is below ``MERGE_SIGMAS`` sigma (post-processing
+        of this DP measurement, as MST compresses its domain) and re-express the measurement
+        on the merged values: a group's noisy sum scaled by 1/sqrt(its size)."""
+        name = self.space.names[column]
+        keep = noisy >= MERGE_SIGMAS * sigma
+        if keep.all() or self.space.attributes[column].size <= 2:
+            self.state.measurements.append(pgm.measurement(noisy, (name,), sigma, None))
+            self.state.cliques.append((name,))
+            return
+        merge = self.space.merge(column, keep)
+        self.merges.append(merge)
+        sums = np.array([noisy[m].sum() for m in merge.members], dtype=np.float64)
+        scale = 1.0 / np.sqrt([m.size for m in merge.members])
+        query = pgm.ScaledQuery(tuple(float(w) for w in scale))
+        self.state.measurements.append(pgm.measurement(sums * scale, (name,), sigma, query))
+        self.state.cliques.append((name,))
 
     def _measure(self, columns: Columns, levels: Levels, answer: np.ndarray,
                  sigma: float) -> float:
@@ -244,7 +299,8 @@ class AIMRounds:
         rho = exponential_rho(plan.epsilon) + self._measure(cand.columns, cand.levels,
                                                            self.answers[chosen], plan.sigma)
         state.model = pgm.estimate(self.domain, state.measurements, self.settings.iters,
-                                   warm_start=state.model)
+                                   state.total, warm_start=state.model,
+                                   tol=self.settings.tolerance)
         moved = float(np.abs(self._model_answer(cand) - before).sum())
         annealed = (not plan.last) and moved <= EXPECTED_ABS * plan.sigma * before.size
         state.sigma, state.epsilon = plan.sigma, plan.epsilon
@@ -282,6 +338,11 @@ class AIMRounds:
         """The final estimate (more iterations) and its synthetic rows, as many as the noisy
         total of the leaf-level 1-way measurements (mbi's minimum-variance estimate)."""
         model = pgm.estimate(self.domain, self.state.measurements, self.settings.final_iters,
-                             warm_start=self.state.model)
+                             self.state.total, warm_start=self.state.model)
         rows = max(1, round(float(model.total)))
-        return pgm.sample(model, rows, seed), rows
+        codes = pgm.sample(model, rows, seed)
+        expand = np.random.default_rng(seed + 1)
+        for merge in self.merges:
+            name = self.space.names[merge.column]
+            codes[name] = merge.expand(codes[name], expand)
+        return codes, rows

@@ -62,12 +62,29 @@ class LevelQuery:
         return float(largest)
 
 
+@dataclass(frozen=True)
+class ScaledQuery:
+    """A 1-way marginal over merged values, each entry scaled (1 for a kept value,
+    1/sqrt(k) for a group of k merged leaves, whose noisy sum has k times the variance):
+    a leaf-level measurement re-expressed on the merged domain with one noise scale."""
+
+    weights: tuple[float, ...]
+
+    def __call__(self, factor: Any) -> Any:
+        import jax.numpy as jnp
+
+        return factor.datavector() * jnp.asarray(self.weights)
+
+    def op_norm_sq(self) -> float:
+        return float(max(w * w for w in self.weights))
+
+
 def domain(names: tuple[str, ...], sizes: tuple[int, ...]) -> Any:
     return mbi().Domain(names, sizes)
 
 
 def measurement(noisy: np.ndarray, clique: tuple[str, ...], sigma: float,
-                query: LevelQuery | None) -> Any:
+                query: LevelQuery | ScaledQuery | None) -> Any:
     """A noisy marginal as mbi's linear measurement (identity query at leaf level)."""
     module = mbi()
     if query is None:
@@ -77,12 +94,15 @@ def measurement(noisy: np.ndarray, clique: tuple[str, ...], sigma: float,
                                     stddev=float(sigma), query=query)
 
 
-def estimate(model_domain: Any, measurements: list, iters: int, warm_start: Any = None) -> Any:
-    """Private-PGM's mirror descent on every measurement so far (warm-started)."""
+def estimate(model_domain: Any, measurements: list, iters: int, total: float,
+             warm_start: Any = None, tol: float | None = None) -> Any:
+    """Private-PGM's mirror descent on every measurement so far (warm-started), with the
+    noisy total of the leaf-level 1-way measurements; stops early once the loss improves by
+    less than ``tol`` (relative) over two blocks of 50 steps (mbi's own rule)."""
     module = mbi()
-    total = module.estimation.minimum_variance_unbiased_total(measurements)
     return module.estimation.MirrorDescent().estimate(
-        model_domain, measurements, known_total=total, iters=iters, warm_start=warm_start)
+        model_domain, measurements, known_total=total, iters=iters, warm_start=warm_start,
+        tol=tol)
 
 
 def model_marginal(model: Any, clique: tuple[str, ...]) -> np.ndarray:

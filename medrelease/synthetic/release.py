@@ -7,7 +7,6 @@ runs every round in this process (the CLI's engine path, tests, benchmarks).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import numpy as np
@@ -19,7 +18,7 @@ from medrelease.mechanisms import get_mechanism
 from medrelease.mechanisms.aim import AIMParams, check_workload, default_workload
 from medrelease.release import MaterializedRelease, ReleasePlan
 from medrelease.storage.released_rows import ReleasedRows
-from medrelease.synthetic.aim_rounds import AIMRounds, Settings, build_candidates
+from medrelease.synthetic.aim_rounds import AIMRounds, Settings
 from medrelease.synthetic.space import MarginalSpace
 
 SYNTHETIC_NOTICE = "synthetic rows — no row describes a real patient"
@@ -47,10 +46,10 @@ def aim_rounds(counts: CountTable, config: DatasetConfig | None, plan: ReleasePl
     settings = Settings(rho=get_mechanism("aim").rho(params),
                         rounds=params.rounds_per_column * len(space.attributes),
                         max_model_size=params.max_model_size, max_cells=params.max_cells,
-                        iters=params.iters, final_iters=params.final_iters)
-    candidates = build_candidates(space, workload_of(config, space, params), settings)
+                        iters=params.iters, final_iters=params.final_iters,
+                        tolerance=params.tolerance or None)
     rng = np.random.default_rng(plan.release_seed)
-    return AIMRounds(space, candidates, settings, rng, log)
+    return AIMRounds(space, workload_of(config, space, params), settings, rng, log)
 
 
 def synthetic_release(run: AIMRounds, counts: CountTable, plan: ReleasePlan) -> MaterializedRelease:
@@ -58,13 +57,13 @@ def synthetic_release(run: AIMRounds, counts: CountTable, plan: ReleasePlan) -> 
     sigma and selection epsilon — outputs of the rounds — never a score or a true count)."""
     seed = int(run.rng.integers(0, 2**63 - 1))
     codes, rows = run.synthesize(seed)
-    space = run.space
+    leaves = run.leaves
     key = np.zeros(rows, dtype=np.int64)
-    for attribute in space.attributes:
+    for attribute in leaves:
         key = key * attribute.size + codes[attribute.name]
     _, first, counts_per_row = np.unique(key, return_index=True, return_counts=True)
     cells = {}
-    for attribute in space.attributes:
+    for attribute in leaves:
         leaf = codes[attribute.name][first]
         labels = list(attribute.leaf_labels)
         if attribute.name in counts.dimensions:
@@ -78,21 +77,15 @@ def synthetic_release(run: AIMRounds, counts: CountTable, plan: ReleasePlan) -> 
         "rho": run.settings.rho,
         "rho_used": state.rho_used,
         "measurements": [r.as_dict() for r in state.records],
-        "one_way_sigma": math.sqrt(float(state.measurements[0].stddev) ** 2),
+        "one_way_sigma": float(state.measurements[0].stddev),
+        "merged_rare_values": {run.space.names[m.column]: m.merged for m in run.merges},
     }
-    total_sigma = _total_sigma(run)
+    total_sigma = state.total_sigma
     impl = get_mechanism("aim")
     return MaterializedRelease(
         index=-1, node=tuple(0 for _ in counts.dimensions), rows=released, il=None,
         row_bounds=impl.row_bounds(plan.params, counts.n_rows, total_sigma), details=details,
         nodes=(tuple(0 for _ in counts.dimensions),))
-
-
-def _total_sigma(run: AIMRounds) -> float:
-    """Standard deviation of the noisy total (inverse-variance mean of the 1-way sums)."""
-    sigma = float(run.state.measurements[0].stddev)
-    precision = sum(1.0 / (sigma ** 2 * a.size) for a in run.space.attributes)
-    return math.sqrt(1.0 / precision)
 
 
 def release_synthetic(counts: CountTable, config: DatasetConfig | None, plan: ReleasePlan,

@@ -71,6 +71,48 @@ def domain_attribute(name: str, values: list[str], taxonomy: Taxonomy | None) ->
     return Attribute(name, tuple(values), tuple(maps), tuple(labels))
 
 
+@dataclass(frozen=True)
+class Merge:
+    """A column's values after merging rare ones: new code -> the leaves it stands for.
+    Decided from a DP measurement (post-processing), so it is public."""
+
+    column: int
+    keep: np.ndarray                 # leaves kept as they are
+    members: tuple[np.ndarray, ...]  # per new code
+    merged: int                      # leaves merged into groups
+
+    def expand(self, codes: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """Each model code back to a leaf: a merged group's leaves uniformly at random."""
+        sizes = np.array([m.size for m in self.members])
+        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        flat = np.concatenate(self.members)
+        pick = np.floor(rng.random(codes.size) * sizes[codes]).astype(np.int64)
+        return flat[starts[codes] + pick]
+
+
+def merge_rare(attribute: Attribute, keep: np.ndarray) -> tuple[Attribute, np.ndarray, Merge]:
+    """Leaves not in ``keep`` merged into one value per taxonomy parent (level 1; the whole
+    domain without a level below '*'). Coarser levels map a group as its leaves do: a group
+    never crosses a parent, so the taxonomy stays a tree over the new values."""
+    parent = (attribute.level_maps[1] if len(attribute.level_maps) > 1
+              else np.zeros(attribute.size, dtype=np.int64))
+    kept = np.flatnonzero(keep)
+    rare_parents = np.unique(parent[~keep])
+    mapping = np.empty(attribute.size, dtype=np.int64)
+    mapping[kept] = np.arange(kept.size)
+    mapping[~keep] = kept.size + np.searchsorted(rare_parents, parent[~keep])
+    members = tuple([np.array([leaf]) for leaf in kept]
+                    + [np.flatnonzero(~keep & (parent == p)) for p in rare_parents])
+    first = np.array([m[0] for m in members])
+    parent_labels = (attribute.level_labels[1] if len(attribute.level_labels) > 1 else ("*",))
+    labels = tuple([attribute.leaf_labels[leaf] for leaf in kept]
+                   + [f"{parent_labels[p]} (rare)" for p in rare_parents])
+    maps = (np.arange(len(members), dtype=np.int64),
+            *(np.asarray(m)[first] for m in attribute.level_maps[1:]))
+    merged = Attribute(attribute.name, labels, maps, (labels, *attribute.level_labels[1:]))
+    return merged, mapping, Merge(-1, keep, members, int((~keep).sum()))
+
+
 class MarginalSpace:
     """The released attributes, the count table's cells as leaf codes, and marginals of them."""
 
@@ -85,6 +127,15 @@ class MarginalSpace:
         self.attributes: tuple[Attribute, ...] = tuple(attrs)
         self.codes = [np.asarray(c, dtype=np.int64) for c in codes]
         self.weights = counts.counts.astype(np.float64)
+
+    def merge(self, column: int, keep: np.ndarray) -> Merge:
+        """Merge the column's values outside ``keep`` (see ``merge_rare``), in place."""
+        attribute, mapping, merge = merge_rare(self.attributes[column], keep)
+        attrs = list(self.attributes)
+        attrs[column] = attribute
+        self.attributes = tuple(attrs)
+        self.codes[column] = mapping[self.codes[column]]
+        return Merge(column, keep, merge.members, merge.merged)
 
     @property
     def names(self) -> tuple[str, ...]:
