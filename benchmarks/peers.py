@@ -12,16 +12,21 @@ releases a table of the input's size and is measured the same way (EVALUATION.md
 * wall time (ipa: aggregation + release; peers: fit + generate in their own process).
 
 Tools: ``ipa`` (the sound default, defaults of medrelease/mechanisms/ipa.py), ``ipa-every-value``
-(the same with ``pool_every_value``: the '*' pool as a noisy count of every domain value), ``mst`` and ``aim``
-(dpmm 0.1.9, every column categorical with its public domain, same eps and delta), and two
-references with no joint information: ``shuffled`` (every column permuted independently) and
-``all-star`` (every dimension '*', raw informative values). The references are not DP.
+(the same with ``pool_every_value``: the '*' pool as a noisy count of every domain value),
+``aim`` (ours: medrelease's ``aim`` with its defaults), ``aim-ref`` and ``mst-ref`` (the authors'
+reference AIM and MST ported to mbi 2.x, ``benchmarks/reference_mbi.py``; same workload, eps and
+delta), and two references with no joint information: ``shuffled`` (every column permuted
+independently) and ``all-star`` (every dimension '*', raw informative values), which are not DP.
+``aim``, ``aim-ref`` and ``mst-ref`` each run in a process of their own, so every run pays jax's
+compilation cold, as a user's would; their wall time is the fit and the sampling (ours: the
+aggregation too).
 
-MST and AIM pin numpy/pandas versions the product does not use, so they run in their own
-virtual environment, made here on first use (``var/bench/peers-venv``, needs Python 3.10/3.11).
+``aim-dpmm`` and ``mst-dpmm`` (dpmm 0.1.9, not in the default list) pin numpy/pandas versions the
+product does not use, so they run in their own virtual environment, made on first use
+(``var/bench/peers-venv``, needs Python 3.10/3.11).
 
     python benchmarks/peers.py                                  # eps 0.5 1 2, both tables
-    python benchmarks/peers.py --tables nps --eps 1 --tools ipa mst shuffled
+    python benchmarks/peers.py --tables nps --eps 1 --tools ipa aim aim-ref shuffled
     python benchmarks/peers.py --write docs/results/peers.md
 """
 
@@ -48,8 +53,14 @@ sys.path.insert(0, str(ROOT))
 PEER_REQUIREMENTS = ["dpmm==0.1.9"]  # newest on PyPI here; pins numpy 1.26.4, pandas 2.1.0
 VENV = ROOT / "var" / "bench" / "peers-venv"
 WORKER = Path(__file__).resolve().parent / "peers_worker.py"
-TOOLS = ["ipa", "ipa-every-value", "mst", "aim", "shuffled", "all-star"]
-SYNTHETIC = {"mst", "aim", "shuffled"}
+TOOLS = ["ipa", "ipa-every-value", "aim", "aim-ref", "mst-ref", "shuffled", "all-star"]
+DPMM = {"aim-dpmm": "aim", "mst-dpmm": "mst"}
+OWN_PROCESS = {"aim", "aim-ref", "mst-ref", *DPMM}
+DEFAULT_TOOLS = TOOLS
+TOOLS = [*TOOLS, *DPMM]
+SYNTHETIC = {"shuffled", *OWN_PROCESS}
+REFERENCE = Path(__file__).resolve().parent / "reference_mbi.py"
+REFERENCES = {"aim-ref", "mst-ref"}
 
 
 @dataclass
@@ -59,6 +70,8 @@ class Table:
     raw: pd.DataFrame        # the released columns only, as read
     counts: object           # CountTable
     domain: dict[str, list[str]]
+    dataset: str = ""
+    rows: int = 0
 
 
 @dataclass
@@ -120,11 +133,12 @@ def load_table(name: str, rows: int) -> Table:
         raw = validate_input(read_input(config), config)
     counts = aggregate(raw, config)
     columns = list(counts.dimensions) + list(counts.informative.columns)
+    table_name = "nps-sample" if name == "nps" else "adult-ipa"
     domain = {d: [str(v) for v in t.level_labels[0]]
               for d, t in zip(counts.dimensions, counts.taxonomies, strict=True)}
     for column in counts.informative.columns:
         domain[column] = [str(v) for v in counts.informative[column]]
-    return Table(name, config, raw[columns].astype(str), counts, domain)
+    return Table(name, config, raw[columns].astype(str), counts, domain, table_name, rows)
 
 
 # -- the tools ----------------------------------------------------------------------------
@@ -157,6 +171,52 @@ def release_peer(tool: str, table: Table, epsilon: float, delta: float, seed: in
     except subprocess.CalledProcessError as error:
         raise SystemExit(f"{tool} failed:\n{error.stderr[-3000:]}") from error
     return pd.read_csv(out, dtype=str, keep_default_na=False)
+
+
+def release_own_process(tool: str, table: Table, epsilon: float, delta: float, seed: int,
+                        timeout: float, work: Path) -> tuple[pd.DataFrame | None, float]:
+    """``aim`` (ours) or a reference on mbi in a fresh process: (released rows, seconds)."""
+    out = work / f"{tool}-{seed}.npz"
+    if tool == "aim":
+        job = {"dataset": table.dataset, "rows": table.rows, "epsilon": epsilon, "delta": delta,
+               "seed": seed, "out": str(out)}
+        command = [sys.executable, "-m", "benchmarks.aim_worker", json.dumps(job)]
+    else:
+        job_file = _reference_job(tool, table, epsilon, delta, seed, work, out)
+        command = [sys.executable, str(REFERENCE), str(job_file)]
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    try:
+        done = subprocess.run(command, check=True, timeout=timeout, capture_output=True,
+                              text=True, env=env, cwd=ROOT)
+    except subprocess.TimeoutExpired:
+        return None, timeout
+    except subprocess.CalledProcessError as error:
+        print(f"{tool} failed (seed {seed}):\n{error.stderr[-2000:]}", flush=True)
+        return None, float("nan")
+    seconds = json.loads(done.stdout.strip().splitlines()[-1])["seconds"]
+    codes = np.load(out)
+    frame = pd.DataFrame({c: np.asarray(table.domain[c], dtype=object)[codes[c]]
+                          for c in table.domain})
+    return frame, seconds
+
+
+def _reference_job(tool: str, table: Table, epsilon: float, delta: float, seed: int,
+                   work: Path, out: Path) -> Path:
+    """The input as leaf codes per column (the same domains ``aim`` uses) and the workload."""
+    import itertools
+
+    data = work / "codes.npz"
+    if not data.exists():
+        np.savez(data, **{c: pd.Categorical(table.raw[c], categories=v).codes.astype(np.int64)
+                          for c, v in table.domain.items()})
+    columns = list(table.domain)
+    workload = [list(c) for k in (2, 3) for c in itertools.combinations(columns, k)]
+    job = {"tool": tool, "codes": str(data), "sizes": {c: len(v) for c, v in table.domain.items()},
+           "workload": workload, "epsilon": epsilon, "delta": delta, "seed": seed,
+           "out": str(out)}
+    path = work / f"{tool}-{seed}.json"
+    path.write_text(json.dumps(job), encoding="utf-8")
+    return path
 
 
 def shuffled(table: Table, seed: int) -> pd.DataFrame:
@@ -193,23 +253,29 @@ def run_tool(tool: str, table: Table, epsilon: float, args, work: Path) -> Outco
     from medrelease.mechanisms.ipa import default_delta
 
     outcome = Outcome()
-    runs = args.peer_runs if tool in {"mst", "aim"} else args.runs
+    runs = (args.ref_runs if tool in REFERENCES else args.peer_runs if tool in OWN_PROCESS
+            else args.runs)
     for run in range(1 if tool == "all-star" else runs):
         seed = 1000 + run
         started = time.perf_counter()
+        seconds = None
         if tool.startswith("ipa"):
             released = release_ipa(table, epsilon, seed, every_value=tool == "ipa-every-value")
-        elif tool in {"mst", "aim"}:
-            released = release_peer(tool, table, epsilon, default_delta(None), seed,
+        elif tool in DPMM:
+            released = release_peer(DPMM[tool], table, epsilon, default_delta(None), seed,
                                     args.peer_timeout, work)
-            if released is None:
-                outcome.status = f"timed out after {args.peer_timeout:.0f} s"
-                return outcome
+        elif tool in OWN_PROCESS:
+            released, seconds = release_own_process(tool, table, epsilon, default_delta(None),
+                                                    seed, args.peer_timeout, work)
         elif tool == "shuffled":
             released = shuffled(table, seed)
         else:
             released = all_star(table)
-        outcome.seconds.append(time.perf_counter() - started)
+        if released is None:
+            outcome.status = (f"timed out after {args.peer_timeout:.0f} s" if seconds
+                              else "failed")
+            return outcome
+        outcome.seconds.append(seconds if seconds is not None else time.perf_counter() - started)
         measure(table, tool, released, outcome)
     return outcome
 
@@ -221,24 +287,30 @@ def _mean(values: list[float], digits: int = 3) -> str:
 def row_of(table: Table, epsilon: float, tool: str, outcome: Outcome) -> str:
     eps = "-" if tool in {"shuffled", "all-star"} else f"{epsilon:g}"
     if outcome.status != "ok":
-        return f"| {table.name} | {eps} | {tool} | {outcome.status} | | | | | |"
+        return f"| {table.name} | {eps} | {tool} | {outcome.status} | | | | | | |"
     return (f"| {table.name} | {eps} | {tool} | {_mean(outcome.tvd2)} | {_mean(outcome.tvd3)} | "
             f"{_mean(outcome.kept)} | {_mean(outcome.stays, 1)} | {_mean(outcome.los, 1)} | "
-            f"{_mean(outcome.seconds, 1)} |")
+            f"{_mean(outcome.seconds, 1)} | {len(outcome.tvd2)} |")
 
 
 HEADER = ("| table | eps | tool | TVD 2-way | TVD 3-way | rows kept (raw value, non-* class) | "
-          "Q1-Q2 stays MAE | Q3-Q4 mean LOS MAE | wall s |\n|---|---|---|---|---|---|---|---|---|")
+          "Q1-Q2 stays MAE | Q3-Q4 mean LOS MAE | wall s | runs |\n"
+          "|---|---|---|---|---|---|---|---|---|---|")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tables", nargs="+", default=["nps", "adult"], choices=["nps", "adult"])
-    parser.add_argument("--rows", type=int, default=100_000, help="NPS-like rows")
+    parser.add_argument("--rows", type=int, default=20_000,
+                        help="NPS-like rows (20,000 with seed 2020 is the bundled sample)")
     parser.add_argument("--eps", type=float, nargs="+", default=[0.5, 1.0, 2.0])
-    parser.add_argument("--tools", nargs="+", default=TOOLS, choices=TOOLS)
+    parser.add_argument("--tools", nargs="+", default=DEFAULT_TOOLS, choices=TOOLS)
     parser.add_argument("--runs", type=int, default=3, help="runs of ipa and shuffled (mean)")
-    parser.add_argument("--peer-runs", type=int, default=1, help="runs of MST and AIM (mean)")
+    parser.add_argument("--peer-runs", type=int, default=5,
+                        help="runs (seeds) of aim, aim-ref, mst-ref and the dpmm tools (mean)")
+    parser.add_argument("--ref-runs", type=int, default=5,
+                        help="runs (seeds) of aim-ref and mst-ref (mean); aim-ref takes about "
+                             "13 minutes a run on Adult here")
     parser.add_argument("--peer-timeout", type=float, default=1800.0,
                         help="seconds before a peer run is given up (reported as such)")
     parser.add_argument("--write", type=Path, help="also write the table (markdown) here")

@@ -69,6 +69,8 @@ def filter_candidates(mbi, candidates, model, size_limit):
 
 
 def aim(data, workload, epsilon, delta, rng, max_model_size=80, max_iters=1000):
+    import jax
+
     mbi = _mbi()
     rho = cdp_rho(epsilon, delta)
     estimator = mbi.estimation.MirrorDescent()
@@ -86,6 +88,10 @@ def aim(data, workload, epsilon, delta, rng, max_model_size=80, max_iters=1000):
     model = estimator.estimate(data.domain, measurements, iters=max_iters)
     terminate = False
     while not terminate:
+        # jax keeps every compiled program (each candidate's projection, each round's fit); on
+        # Adult that ran LLVM out of memory after 6.5 minutes (a segfault). Dropping them each
+        # round changes no number: the next round's model has a new structure anyway.
+        jax.clear_caches()
         if rho - rho_used < 2 * (0.5 / sigma ** 2 + 1.0 / 8 * eps ** 2):
             remaining = rho - rho_used
             sigma = np.sqrt(1 / (2 * 0.9 * remaining))
@@ -100,6 +106,8 @@ def aim(data, workload, epsilon, delta, rng, max_model_size=80, max_iters=1000):
                                         - np.sqrt(2 / np.pi) * sigma * data.domain.size(cl))
                            for cl in keys])
         cl = keys[exponential_mechanism(rng, errors, eps, max(small.values()))]
+        print(f"aim-ref: measuring {cl}, sigma {sigma:.1f}, rho used {rho_used:.4g} of {rho:.4g}",
+              file=sys.stderr, flush=True)
         x = answers[cl]
         measurements.append(mbi.LinearMeasurement(x + rng.normal(0, sigma, x.size), cl, sigma))
         z = model.project(cl).datavector()

@@ -46,7 +46,7 @@ def test_the_allow_list_is_the_manifest_and_nothing_is_on_both_sides() -> None:
         split_facts(facts | {"new_field": 1})
 
 
-@pytest.mark.parametrize("mechanism", ["ipa", "histogram", "diffgen"])
+@pytest.mark.parametrize("mechanism", ["ipa", "histogram", "diffgen", "aim"])
 def test_publication_audit_passes_the_sound_mechanisms(mechanism: str) -> None:
     from flows.audit import publication_audit_flow
 

@@ -35,6 +35,7 @@ SUBMISSIONS = {
     "mondrian": ("nps-sample", None, '{"variant": "relaxed"}'),
     "pseudonymize": ("nps-sample", None, '{"method": "hmac"}'),
     "diffgen": ("adult", "1.0", '{"specializations": 4}'),
+    "aim": ("nps-sample", "1.0", "{}"),  # a steward's choice with aim's defaults
 }
 
 
@@ -167,6 +168,9 @@ def test_every_mechanism_from_the_form(served, browser, tmp_path: Path, request)
     by_mechanism = {m["mechanism"]: m for m in (json.loads(p.read_text()) for p in manifests)}
     assert set(SUBMISSIONS) <= set(by_mechanism), sorted(by_mechanism)
     assert by_mechanism["ipa"]["epsilon_spent"] == pytest.approx(0.8)
+    synthetic = by_mechanism["aim"]
+    assert synthetic["mechanism_details"]["synthetic"].startswith("synthetic rows")
+    assert synthetic["mechanism_details"]["measurements"], "aim's rounds are published"
     _keep(shots, request)
 
 
