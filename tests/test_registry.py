@@ -53,6 +53,18 @@ def test_a_registered_mechanism_appears_in_the_form_and_the_cli(toy: str) -> Non
         ReleaseRequest(mechanism=toy, parameters={"k": 3})
 
 
+def test_the_form_and_the_readme_say_what_each_mechanism_gives_a_researcher() -> None:
+    from medrelease.mechanisms import MECHANISMS, capabilities
+
+    described = ReleaseRequest.model_json_schema()["properties"]["mechanism"]["description"]
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    for name in MECHANISMS:
+        gives = capabilities(name).gives
+        assert gives, f"{name} declares no 'gives' line"
+        assert f"**{name}**: {gives}" in described
+        assert f"- `{name}`: {gives}." in readme, f"README has no line for {name}"
+
+
 @pytest.mark.usefixtures("prefect_harness")
 def test_a_registered_mechanism_releases_through_the_flow(toy: str, tmp_path: Path,
                                                            monkeypatch) -> None:

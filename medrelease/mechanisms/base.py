@@ -67,6 +67,7 @@ class Capabilities:
     """
 
     summary: str  # the guarantee in a few words, shown in the form's mechanism dropdown
+    gives: str = ""  # what a researcher gets, in one line (the form's and the README's)
     kind: str = "lattice"  # lattice | counts (aggregated, no lattice) | rows | classification
     set_valued_input: bool = False  # can release set-valued columns (DiffGen)
     needs_class_domain: bool = False  # one class column with declared public values

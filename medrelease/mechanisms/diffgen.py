@@ -120,6 +120,7 @@ class DiffGen(MechanismBase):
     name: ClassVar[str] = "diffgen"
     capabilities: ClassVar[Capabilities] = Capabilities(
         summary="eps-DP, proven (classification release)",
+        gives="generalized rows with a noisy count per class, built to train classifiers",
         draws_declared_steps=True,
         kind="classification",
         set_valued_input=True,

@@ -53,6 +53,7 @@ class Histogram(MechanismBase):
     name: ClassVar[str] = "histogram"
     capabilities: ClassVar[Capabilities] = Capabilities(
         summary="eps-DP with a public informative domain (else unproven)",
+        gives="every cell of one generalization level with a noisy count, empty cells included",
         audit_public_domain=True,
         draws_declared_steps=True,
     )

@@ -189,6 +189,8 @@ class IPA:
     name: ClassVar[str] = "ipa"
     capabilities: ClassVar[Capabilities] = Capabilities(
         summary="(eps, delta)-DP, proven (the default)",
+        gives=("real rows, quasi-identifiers generalized, informative values raw (counts "
+               "noisy, rare cells pooled)"),
         draws_declared_steps=True,
     )
     selection: ClassVar[str] = "exponential"

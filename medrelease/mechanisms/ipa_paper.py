@@ -75,6 +75,7 @@ class IPAPaper:
     name: ClassVar[str] = "ipa-paper"
     capabilities: ClassVar[Capabilities] = Capabilities(
         summary="paper mechanism, formal guarantee NOT upheld",
+        gives="the IPA paper's release, for comparison only: its DP claim does not hold",
         replays_scored_candidate=True,
         draws_declared_steps=True,
     )

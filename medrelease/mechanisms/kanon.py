@@ -43,6 +43,7 @@ class KAnonymity(MechanismBase):
     name: ClassVar[str] = "kanon"
     capabilities: ClassVar[Capabilities] = Capabilities(
         summary="syntactic k-anonymity, no DP",
+        gives="real rows generalized until every class has k rows (no noise, no DP)",
         audit_designs=(),
     )
     selection: ClassVar[str] = "minimum_loss"

@@ -122,6 +122,7 @@ class Mondrian(MechanismBase):
     name: ClassVar[str] = "mondrian"
     capabilities: ClassVar[Capabilities] = Capabilities(
         summary="syntactic k-anonymity, no DP",
+        gives="real rows in multidimensional k-anonymous groups (no noise, no DP)",
         kind="counts",
         audit_designs=(),
     )

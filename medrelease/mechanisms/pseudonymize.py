@@ -84,6 +84,7 @@ class Pseudonymize(MechanismBase):
     name: ClassVar[str] = "pseudonymize"
     capabilities: ClassVar[Capabilities] = Capabilities(
         summary="keyed pseudonyms, no formal guarantee",
+        gives="every value replaced by a keyed pseudonym: linkable and re-identifiable by frequency",
         kind="table",
         output_roles=("dimension", "informative", "class"),
         needs_secret=True,
