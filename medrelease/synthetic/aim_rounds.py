@@ -157,7 +157,7 @@ class AIMRounds:
                  log: Callable[[str], None] | None = None) -> None:
         self.space, self.workload, self.settings, self.rng = space, workload, settings, rng
         self.leaves = space.attributes  # the released domains (merging changes the model's)
-        self.candidates = build_candidates(space, workload, settings)  # rebuilt after merging
+        self.candidates: list[Candidate] = []  # built in ``start``, on the merged values
         self.answers: list[np.ndarray] = []
         self.merges: list = []
         self.log = log or (lambda _message: None)
@@ -336,7 +336,7 @@ class AIMRounds:
 
     def synthesize(self, seed: int) -> tuple[dict[str, np.ndarray], int]:
         """The final estimate (more iterations) and its synthetic rows, as many as the noisy
-        total of the leaf-level 1-way measurements (mbi's minimum-variance estimate)."""
+        total of the leaf-level 1-way measurements; merged values become one of their leaves."""
         model = pgm.estimate(self.domain, self.state.measurements, self.settings.final_iters,
                              self.state.total, warm_start=self.state.model)
         rows = max(1, round(float(model.total)))
