@@ -40,17 +40,10 @@ def main() -> None:
                      seed=job["seed"])
     seconds = time.perf_counter() - started
     frame = result.table.to_frame() if hasattr(result.table, "to_frame") else result.table
-    from medrelease.data.aggregate import aggregate
+    from benchmarks.peers import public_domains
 
-    counts = aggregate(table.head(1), config)  # the public domains, in the released order
-    domains = {d: [str(v) for v in t.level_labels[0]]
-               for d, t in zip(counts.dimensions, counts.taxonomies, strict=True)}
     out = {c: pd.Categorical(frame[c].astype(str), categories=v).codes.astype(np.int64)
-           for c, v in domains.items()}
-    for column in counts.informative.columns:
-        out[column] = pd.Categorical(frame[column].astype(str),
-                                     categories=[str(v) for v in counts.informative[column]]
-                                     ).codes.astype(np.int64)
+           for c, v in public_domains(config).items()}
     if any((v < 0).any() for v in out.values()):
         raise SystemExit("aim released a value outside the public domain")
     np.savez(job["out"], **out)

@@ -134,11 +134,20 @@ def load_table(name: str, rows: int) -> Table:
     counts = aggregate(raw, config)
     columns = list(counts.dimensions) + list(counts.informative.columns)
     table_name = "nps-sample" if name == "nps" else "adult-ipa"
-    domain = {d: [str(v) for v in t.level_labels[0]]
-              for d, t in zip(counts.dimensions, counts.taxonomies, strict=True)}
-    for column in counts.informative.columns:
-        domain[column] = [str(v) for v in counts.informative[column]]
+    domain = public_domains(config)
     return Table(name, config, raw[columns].astype(str), counts, domain, table_name, rows)
+
+
+def public_domains(config) -> dict[str, list[str]]:
+    """Each released column's public values in the released order: taxonomy leaves, then the
+    informative column's declared domain (the codes every tool's output is read back with)."""
+    from medrelease.data.aggregate import aggregate
+    from medrelease.storage.io import read_input
+    from medrelease.synthetic.space import MarginalSpace
+    from schemas.input import validate_input
+
+    counts = aggregate(validate_input(read_input(config), config).head(1), config)
+    return {a.name: [str(v) for v in a.leaf_labels] for a in MarginalSpace(counts).attributes}
 
 
 # -- the tools ----------------------------------------------------------------------------
