@@ -266,15 +266,18 @@ def ledger_restore() -> None:
     from medrelease.privacy.ledger import restore_from_records
     from medrelease.settings import steward_root
     from medrelease.storage.store import StewardRecords
+    from tasks.budget import published_manifests
 
     records = StewardRecords(steward_root()).records()
+    manifests = published_manifests()
     try:
-        count = restore_from_records(ledger_path(), records)
+        count = restore_from_records(ledger_path(), records, manifests)
     except MedreleaseError as exc:
         _fail(exc)
-    console.print(f"restored {count} spend(s) from {len(records)} steward record(s) into "
-                  f"{ledger_path()}. Runs that crashed before writing a steward record left "
-                  "reservations that cannot be recovered: check the Prefect run history.")
+    console.print(f"restored {count} spend(s) from {len(records)} steward record(s) and "
+                  f"{len(manifests)} published manifest(s) into {ledger_path()}, and replayed "
+                  "the cap journal beside it. Runs that crashed before writing a steward record "
+                  "left reservations that cannot be recovered: check the Prefect run history.")
 
 
 @ledger_app.command("set-cap")

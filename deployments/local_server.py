@@ -59,13 +59,17 @@ def drain_prefect_workers() -> None:
 
 
 @contextlib.contextmanager
-def running_server(home: Path) -> Iterator[str]:
-    """Yield the API URL of a fresh server (own SQLite database under ``home``)."""
+def running_server(home: Path, auth_string: str | None = None) -> Iterator[str]:
+    """Yield the API URL of a fresh server (own SQLite database under ``home``); with
+    ``auth_string`` ("user:password") the server refuses every API call without it (Prefect's
+    basic authentication; its health check stays open)."""
     port = free_port()
     api_url = f"http://127.0.0.1:{port}/api"
     log = (home / "server.log").open("w")
     prefect = Path(sys.executable).with_name("prefect")
     env = server_env(home)
+    if auth_string:
+        env["PREFECT_SERVER_API_AUTH_STRING"] = auth_string
     # `prefect server start --port` does not tell the UI where its API is: without this the UI
     # calls 127.0.0.1:4200 and shows "Can't connect to Server API".
     env["PREFECT_UI_API_URL"] = api_url
@@ -91,9 +95,10 @@ def running_server(home: Path) -> Iterator[str]:
                 raise TimeoutError(f"prefect server not healthy after {STARTUP_TIMEOUT_S} s")
             time.sleep(0.5)
         yield api_url
-        from prefect.settings import PREFECT_API_URL, temporary_settings
+        from prefect.settings import PREFECT_API_AUTH_STRING, PREFECT_API_URL, temporary_settings
 
-        with temporary_settings(updates={PREFECT_API_URL: api_url}):
+        with temporary_settings(updates={PREFECT_API_URL: api_url,
+                                         PREFECT_API_AUTH_STRING: auth_string}):
             drain_prefect_workers()
     finally:
         with contextlib.suppress(ProcessLookupError):

@@ -18,7 +18,7 @@ from flows.states import refused, skipped
 from medrelease.data.config import find_config
 from medrelease.errors import ConfigError, InputValidationError, MedreleaseError, PolicyError
 from medrelease.settings import steward_root
-from medrelease.storage.inbox import move_to
+from medrelease.storage.inbox import NotAnAnnouncedExtract, claimed_extract, move_to
 from medrelease.storage.io import file_sha256
 from medrelease.storage.store import StewardRecords
 
@@ -34,12 +34,12 @@ def _already_released(dataset: str, sha256: str) -> str | None:
 
 @flow(name="medrelease-on-arrival", description="Release one newly arrived extract")
 def arrival_release_flow(dataset: str, path: str, sha256: str) -> dict[str, Any]:
-    """Release the announced file; whatever happens, it leaves ``processing/``."""
-    extract = Path(path)
-    inbox = extract.parent.parent  # <inbox>/processing/<file>
-    if extract.is_symlink() or not extract.is_file():
-        raise MedreleaseError(f"announced extract {extract} is gone or not a regular file "
-                              "(already handled?)")
+    """Release the announced file; whatever happens, it leaves ``processing/``. A path that is
+    not a claimed file of the inbox this service watches is refused before it is touched."""
+    try:
+        inbox, extract = claimed_extract(path)
+    except NotAnAnnouncedExtract as exc:
+        return refused(exc)
     try:
         return _release_arrival(dataset, extract, sha256, inbox)
     except DuplicateExtractError as exc:

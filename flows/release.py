@@ -43,10 +43,11 @@ from medrelease.privacy.ledger import Ledger
 from medrelease.release import (
     PUBLIC_FACTS,
     candidates_frame,
+    enforce_noise_rows,
     fixed_index,
     node_batches,
-    resolve_mechanism,
 )
+from medrelease.request import ResolvedRequest
 from medrelease.settings import ledger_path
 from medrelease.storage.store import StoreError, safe_relative
 from tasks.budget import (
@@ -55,18 +56,17 @@ from tasks.budget import (
     charge_budget,
     check_before_charge,
     finalize_spend,
-    plan,
 )
 from tasks.checks import check_output
 from tasks.inputs import (
     aggregate_partition,
     load_and_validate_input,
-    load_dataset_config,
     merge_partitions,
     released_before,
     validate_and_aggregate,
 )
 from tasks.lattice import (
+    check_secret_available,
     materialize_release,
     release_rows,
     score_node_batch,
@@ -75,6 +75,7 @@ from tasks.lattice import (
 )
 from tasks.publish import PublishResult, RunFacts, publish_release
 from tasks.report import publish_artifacts, publish_budget_artifacts
+from tasks.request import resolve_request
 from tasks.runners import RunnerKind, connect, fan_out_runner
 from tasks.synthetic import sample_rows, score_batch, select_and_measure, start_rounds
 
@@ -257,21 +258,20 @@ def _budget_in_view(dataset: str) -> None:
 def _release(request: ReleaseRequest) -> Any:
     run_id = str(flow_run.id) if flow_run.id else None
     ledger = str(ledger_path())
-
-    config = load_dataset_config(request.dataset)
+    resolved = resolve_request(request.dataset, request.mechanism, request.epsilon,
+                               request.parameters, request.input_path, request.seed, ledger)
+    config, release_plan, extract = resolved.config, resolved.plan, resolved.extract
     if request.skip_unchanged:
-        previous = released_before(quote(config), request.input_path)
+        previous = released_before(quote(config), quote(extract))
         if previous:
             return skipped("No new data", f"the extract of {config.name} is unchanged since "
                            f"release {previous}; nothing released, nothing spent (run without "
                            "'skip if unchanged' to release it again)", {"release_id": None})
-    resolved = resolve_mechanism(config, request.mechanism, request.epsilon, request.parameters)
-    mechanism = resolved.name
-    release_plan = plan(quote(config), mechanism, resolved.params, request.seed)
-    if not uses_counts(mechanism):
-        frame, input_info = load_and_validate_input(quote(config), request.input_path)
+    if not uses_counts(resolved.mechanism):
+        frame, input_info = load_and_validate_input(quote(config), quote(extract))
+        check_secret_available(release_plan)
         check_before_charge(quote(config), release_plan, ledger, request.destination)
-        charge = charge_budget(quote(config), release_plan, ledger, run_id)
+        charge = charge_budget(quote(config), release_plan, ledger, run_id, extract.hashes)
         return _release_directly(request, config, frame, input_info, release_plan, charge,
                                  ledger, run_id)
     # Lattice mechanisms: one streamed pass validates and aggregates before any budget is spent
@@ -280,17 +280,18 @@ def _release(request: ReleaseRequest) -> Any:
     runner = fan_out.enter_context(fan_out_runner(request.task_runner))
     try:
         connect(runner, request.task_runner)  # a runner that cannot start costs no budget
-        counts, input_info = _validate_and_aggregate(request, config, runner)
+        counts, input_info = _validate_and_aggregate(request, resolved, runner)
         context = ReleaseContext.from_counts(counts)
         fixed = fixed_index(context, release_plan)  # a fixed node outside its limits fails here
+        enforce_noise_rows(config, context, release_plan)
         check_before_charge(quote(config), release_plan, ledger, request.destination)
-        charge = charge_budget(quote(config), release_plan, ledger, run_id)
+        charge = charge_budget(quote(config), release_plan, ledger, run_id, extract.hashes)
     except BaseException:
         fan_out.close()
         raise
     try:
         with fan_out:  # the runner started before the charge; closed after the fan-out
-            if capabilities(mechanism).kind == "synthetic":
+            if capabilities(resolved.mechanism).kind == "synthetic":
                 chosen, candidates = _synthesize(config, counts, release_plan, runner)
             else:
                 chosen, candidates = _choose_and_materialize(request, config, context,
@@ -365,17 +366,18 @@ def _rounds_artifact(dataset: str, run) -> None:
                           description="aim: the marginals measured, round by round (DP outputs)")
 
 
-def _validate_and_aggregate(request: ReleaseRequest, config, runner) -> tuple[Any, Any]:
+def _validate_and_aggregate(request: ReleaseRequest, resolved: ResolvedRequest,
+                            runner) -> tuple[Any, Any]:
     """The count table: in this process, or file by file on the Dask workers (each reads and
     aggregates its own files; a bad row in any file stops the run before any spend)."""
-    files = config.extract_files(request.input_path)
-    if request.task_runner != "dask" or len(files) < 2:
-        return validate_and_aggregate(quote(config), request.input_path)
+    config, extract = resolved.config, resolved.extract
+    if request.task_runner != "dask" or len(extract.files) < 2:
+        return validate_and_aggregate(quote(config), quote(extract))
     futures = runner.map(aggregate_partition, {"config": unmapped(config),
-                                               "path": [str(f) for f in files]})
+                                               "path": [f.path for f in extract.files],
+                                               "sha256": [f.sha256 for f in extract.files]})
     parts = [future.result() for future in futures]
-    return merge_partitions(quote(config), quote(parts),
-                            str(config.extract_path(request.input_path)))
+    return merge_partitions(quote(config), quote(parts), extract.pattern)
 
 
 def _score_candidates(request: ReleaseRequest, config, context: ReleaseContext, release_plan,

@@ -21,10 +21,11 @@ from medrelease.errors import (
     PolicyError,
     TaxonomyError,
 )
+from medrelease.privacy.ledger import LedgerIntegrityError, LedgerLockedError, LedgerSourceError
 
 # Raised only by the checks that run before the charge: nothing was spent when they occur.
 REFUSALS = (ConfigError, TaxonomyError, InputValidationError, ParameterError, PolicyError,
-            BudgetExceededError)
+            BudgetExceededError, LedgerSourceError, LedgerIntegrityError, LedgerLockedError)
 
 
 def refused(exc: BaseException) -> State:

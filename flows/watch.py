@@ -14,7 +14,8 @@ from pathlib import Path
 from prefect import flow, get_run_logger
 from prefect.events import emit_event
 
-from medrelease.storage.inbox import Arrival, InboxWatcher, original_name
+from medrelease.errors import ConfigError
+from medrelease.storage.inbox import Arrival, InboxWatcher, configured_inboxes, original_name
 
 ARRIVED = "medrelease.extract.arrived"
 
@@ -53,10 +54,17 @@ def watch_loop(inbox: Path, dataset: str, interval_s: float = 1.0, stable_polls:
     return announced
 
 
-@flow(name="medrelease-watch-inbox", description="Announce complete extracts in an inbox")
-def watch_inbox_flow(inbox: str, dataset: str = "nps-sample", interval_s: float = 2.0,
+@flow(name="medrelease-watch-inbox", description="Announce complete extracts in the inbox the "
+                                                "service was started with")
+def watch_inbox_flow(dataset: str = "nps-sample", interval_s: float = 2.0,
                      max_seconds: float | None = None) -> int:
+    """Watch the inbox fixed when the service started (``serve --inbox``): a UI user cannot
+    point the watcher at another folder (it creates folders and moves files there)."""
+    inboxes = configured_inboxes()
+    if not inboxes:
+        raise ConfigError("this service was started without an inbox (medrelease serve "
+                          "--inbox FOLDER); the watcher has nothing to watch")
     logger = get_run_logger()
-    count = watch_loop(Path(inbox), dataset, interval_s, max_seconds=max_seconds,
+    count = watch_loop(inboxes[0], dataset, interval_s, max_seconds=max_seconds,
                        on_arrival=lambda a: logger.info("announced %s", a.path.name))
     return count

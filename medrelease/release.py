@@ -22,7 +22,13 @@ from medrelease.data.lattice import Lattice, Node
 from medrelease.data.taxonomy import SUPPRESSED
 from medrelease.errors import ParameterError, PolicyError
 from medrelease.evidence.metrics import ILParts, ReleasedCells, information_loss
-from medrelease.mechanisms import DEFAULT_MECHANISM, check_fits, get_mechanism, uses_lattice
+from medrelease.mechanisms import (
+    DEFAULT_MECHANISM,
+    check_fits,
+    get_mechanism,
+    uses_counts,
+    uses_lattice,
+)
 from medrelease.mechanisms.base import (
     MechanismParams,
     NodeSummary,
@@ -187,10 +193,10 @@ def _check_steps_make_the_guarantee(mechanism: str, steps: list[BudgetStep],
             "guarantee must be the composition of its declared steps")
 
 
-def enforce_policy(config: DatasetConfig, plan: ReleasePlan) -> None:
+def enforce_policy(config: DatasetConfig, plan: ReleasePlan, where: str | None = None) -> None:
     """Refuse what the dataset's policy does not allow, before anything is read or spent."""
     policy, name = config.policy, plan.mechanism
-    where = f"dataset {config.name!r}'s policy (policy: in its config)"
+    where = where or f"dataset {config.name!r}'s policy (policy: in its config)"
     if name not in policy.mechanisms:
         raise PolicyError(f"mechanism {name!r} is not allowed by {where}, which allows "
                           f"{', '.join(policy.mechanisms)}")
@@ -204,6 +210,35 @@ def enforce_policy(config: DatasetConfig, plan: ReleasePlan) -> None:
     k = getattr(plan.params, "k", None)
     if k is not None and k < policy.min_k:
         raise PolicyError(f"k = {k} is below the minimum k = {policy.min_k} of {where}")
+
+
+def enforce_lattice_limit(config: DatasetConfig, plan: ReleasePlan, nodes: int) -> None:
+    """Refuse a lattice above the policy's node limit, before anything is read or spent (a
+    10^5-node lattice was charged and then made no progress in minutes)."""
+    if uses_counts(plan.mechanism) and nodes > config.policy.max_lattice_nodes:
+        raise PolicyError(
+            f"dataset {config.name!r}: its lattice has {nodes:,} nodes (the product of each "
+            f"dimension's taxonomy levels), over the limit of {config.policy.max_lattice_nodes:,}"
+            " (policy: max_lattice_nodes in its config); use taxonomies with fewer levels or "
+            "raise the limit. Nothing was read or spent.")
+
+
+def enforce_noise_rows(config: DatasetConfig, context: ReleaseContext, plan: ReleasePlan
+                       ) -> float:
+    """Refuse a release whose noise alone is expected to add more rows than the policy allows
+    (computed from public facts: taxonomies, declared domain, parameters); before the charge.
+    Returns the expectation (the steward record keeps it)."""
+    impl = get_mechanism(plan.mechanism)
+    expected = getattr(impl, "expected_noise_rows", lambda *_: 0.0)(context, plan.params)
+    limit = config.policy.max_noise_rows
+    if expected > limit:
+        raise PolicyError(
+            f"{plan.mechanism} at epsilon {plan.guarantee.epsilon or 0:g} on dataset "
+            f"{config.name!r} is expected to add {expected:,.0f} noise rows (every empty cell "
+            f"of its domain released with a noisy count), over the limit of {limit:,} (policy: "
+            "max_noise_rows in its config); use a larger epsilon or a coarser node, or raise "
+            "the limit. Nothing was spent.")
+    return expected
 
 
 def candidate_nodes(context: ReleaseContext, plan: ReleasePlan) -> list[Node]:

@@ -39,6 +39,8 @@ class LifetimeRecord(BaseModel):
     delta_spent: float
     epsilon_cap: float
     delta_cap: float
+    cap_changes: list[dict[str, Any]] = Field(
+        default_factory=list, description="every change of the cap: day, old, new, reason")
     void: bool
     void_reason: str | None
     statement: str

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from dataclasses import dataclass
@@ -14,7 +15,13 @@ from prefect.cache_policies import NO_CACHE
 from medrelease.data.config import DatasetConfig
 from medrelease.mechanisms import check_fits
 from medrelease.privacy.ledger import BudgetState, Ledger, SpendRequest, reconcile
-from medrelease.release import PublicFacts, ReleasePlan, enforce_policy, plan_release
+from medrelease.release import (
+    PublicFacts,
+    ReleasePlan,
+    enforce_lattice_limit,
+    enforce_policy,
+    plan_release,
+)
 from medrelease.settings import steward_root, store_root, test_store_root
 from medrelease.storage.store import ReleaseStore, StewardRecords, StoreError
 
@@ -41,9 +48,10 @@ def plan(config: DatasetConfig, mechanism: str, params: dict, seed: int | None) 
     """Validate parameters, state the guarantee from public facts only, and hold the request
     to the dataset's policy; reads no data and draws no noise."""
     check_fits(config, mechanism)
-    release_plan = plan_release(mechanism, params, lattice_size(config), seed,
-                                PublicFacts.of(config))
+    nodes = lattice_size(config)
+    release_plan = plan_release(mechanism, params, nodes, seed, PublicFacts.of(config))
     enforce_policy(config, release_plan)
+    enforce_lattice_limit(config, release_plan, nodes)
     return release_plan
 
 
@@ -53,7 +61,7 @@ def check_before_charge(config: DatasetConfig, release_plan: ReleasePlan, ledger
     """Everything that could still fail after the charge, checked before it: the ledger holds
     every spend the records show, and the release and steward folders can be written."""
     records = StewardRecords(steward_root())
-    reconcile(Path(ledger_path), records.records())
+    reconcile(Path(ledger_path), records.records(), published_manifests())
     test = release_plan.random.test_release
     ReleaseStore(test_store_root() if test else store_root(), test=test).prepare(
         config.name, destination)
@@ -67,8 +75,20 @@ def check_before_charge(config: DatasetConfig, release_plan: ReleasePlan, ledger
                          f"({exc.strerror}); nothing was spent") from None
 
 
+def published_manifests() -> list[dict]:
+    """The manifests of every release in both stores (each names its source and charge)."""
+    manifests = []
+    for root, test in ((store_root(), False), (test_store_root(), True)):
+        for folder in ReleaseStore(root, test=test).releases():
+            try:
+                manifests.append(json.loads((folder / "manifest.json").read_text()))
+            except (OSError, ValueError):
+                continue  # a damaged manifest is the store's problem, not the ledger's
+    return manifests
+
+
 def spend_request(config: DatasetConfig, release_plan: ReleasePlan,
-                  flow_run_id: str | None) -> SpendRequest:
+                  flow_run_id: str | None, content: tuple[str, ...] = ()) -> SpendRequest:
     guarantee = release_plan.guarantee
     return SpendRequest(
         source=config.source_id, dataset=config.name, mechanism=release_plan.mechanism,
@@ -76,17 +96,20 @@ def spend_request(config: DatasetConfig, release_plan: ReleasePlan,
         lifetime_epsilon=config.privacy.lifetime_epsilon,
         lifetime_delta=config.privacy.lifetime_delta, dp=guarantee.proven,
         test=release_plan.random.test_release, input_key=config.input_key,
-        flow_run_id=flow_run_id)
+        flow_run_id=flow_run_id, content=content,
+        policy=config.policy.model_dump_json(), config_path=config.config_file or None)
 
 
 @task(name="charge-budget", cache_policy=NO_CACHE)
 def charge_budget(
-    config: DatasetConfig, release_plan: ReleasePlan, ledger_path: str, flow_run_id: str | None
+    config: DatasetConfig, release_plan: ReleasePlan, ledger_path: str, flow_run_id: str | None,
+    content: tuple[str, ...] = (),
 ) -> Charge:
-    """Reserve the release's (eps, delta) against its source, or refuse; log it as an artifact."""
+    """Reserve the release's (eps, delta) against its source and the content it reads (the
+    SHA-256 of every file), or refuse; log it as an artifact."""
     guarantee = release_plan.guarantee
     ledger = Ledger(ledger_path)
-    spend_id = ledger.reserve(spend_request(config, release_plan, flow_run_id))
+    spend_id = ledger.reserve(spend_request(config, release_plan, flow_run_id, content))
     lifetime = ledger.state(config.source_id, config.privacy.lifetime_epsilon,
                             config.privacy.lifetime_delta)
     create_table_artifact(

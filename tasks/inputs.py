@@ -24,10 +24,11 @@ from medrelease.data.aggregate import (
     merge_count_tables,
 )
 from medrelease.data.config import DatasetConfig, find_config
+from medrelease.data.extract import ResolvedExtract
 from medrelease.data.grouped_input import grouped_count_table
 from medrelease.errors import InputValidationError, write_steward_log
 from medrelease.settings import steward_log_dir, steward_root
-from medrelease.storage.io import counting_positions, file_sha256, iter_chunks, read_input
+from medrelease.storage.io import counting_positions, iter_chunks, read_input
 from medrelease.storage.store import StewardRecords
 from schemas.input import missing_rows, validate_input
 from tasks.budget import artifact_key
@@ -47,16 +48,9 @@ def load_dataset_config(dataset: str) -> DatasetConfig:
 
 
 @task(name="check-for-new-data", cache_policy=NO_CACHE)
-def released_before(config: DatasetConfig, input_path: str | None) -> str | None:
+def released_before(config: DatasetConfig, extract: ResolvedExtract) -> str | None:
     """The release that already published this exact extract (by content hash), if any."""
-    try:
-        files = config.extract_files(input_path)
-    except InputValidationError:
-        return None  # the validation step reports a missing extract with its own message
-    if not all(f.is_file() for f in files):
-        return None
-    digest = extract_digest([(str(f), file_sha256(f)) for f in files])
-    return StewardRecords(steward_root()).released_input(config.name, digest)
+    return StewardRecords(steward_root()).released_input(config.name, extract.digest)
 
 
 @contextmanager
@@ -86,23 +80,22 @@ def _report_rows(config: DatasetConfig, info: InputInfo) -> None:
 
 @task(name="validate-input", cache_policy=NO_CACHE)
 def load_and_validate_input(
-    config: DatasetConfig, input_path: str | None = None
+    config: DatasetConfig, extract: ResolvedExtract
 ) -> tuple[pd.DataFrame, InputInfo]:
     """Read the extract as text and check it against the pandera schema of its config."""
     with _values_to_the_steward_log(config):
-        files = config.extract_files(input_path)
-        if len(files) > 1:
+        if len(extract.files) > 1:
             raise InputValidationError(
-                f"{len(files)} files match {config.extract_path(input_path).name!r}: this "
+                f"{len(extract.files)} files match {Path(extract.pattern).name!r}: this "
                 "mechanism reads one file; extracts in several files are read by the "
                 "mechanisms that search the lattice (ipa, ipa-paper, kanon)")
-        path = files[0]
+        path = extract.paths[0]
         with counting_positions(config, path):
             frame = validate_input(read_input(config, path), config)
         needed = config.dimensions + config.informative + config.class_columns
         dropped = len(missing_rows(frame, needed)) if config.missing == "drop_rows" else 0
         check_drop_limit(dropped, len(frame), config)
-    info = InputInfo(path=str(path.resolve()), sha256=file_sha256(path),
+    info = InputInfo(path=str(path), sha256=extract.files[0].sha256,
                      rows=len(frame) - dropped, dropped_rows=dropped)
     get_run_logger().info("input %s validated: n=%d", path.name, info.rows)
     _report_rows(config, info)
@@ -119,8 +112,8 @@ class PartitionCounts:
     how: str
 
 
-def count_partition(config: DatasetConfig, path: Path, rows_per_chunk: int = 500_000,
-                    partitioned: bool = False) -> PartitionCounts:
+def count_partition(config: DatasetConfig, path: Path, sha256: str,
+                    rows_per_chunk: int = 500_000, partitioned: bool = False) -> PartitionCounts:
     """One out-of-core pass over one file: DuckDB groups it and the checks run on each
     column's distinct values; when that path declines (or the input is bad), the row-wise pass
     validates each chunk and folds it in, with messages naming file lines (and, for an extract
@@ -137,19 +130,18 @@ def count_partition(config: DatasetConfig, path: Path, rows_per_chunk: int = 500
             if not partitioned:
                 raise
             raise InputValidationError(f"in {path.name}: {exc}", exc.problems) from None
-    return PartitionCounts(str(Path(path).resolve()), file_sha256(path), counts, how)
+    return PartitionCounts(str(path), sha256, counts, how)
 
 
 @task(name="aggregate-partition", cache_policy=NO_CACHE)
-def aggregate_partition(config: DatasetConfig, path: str, rows_per_chunk: int = 500_000
-                        ) -> PartitionCounts:
+def aggregate_partition(config: DatasetConfig, path: str, sha256: str,
+                        rows_per_chunk: int = 500_000) -> PartitionCounts:
     """One file of a partitioned extract, on a fan-out worker (Dask) or in the flow."""
-    return count_partition(config, Path(path), rows_per_chunk, partitioned=True)
+    return count_partition(config, Path(path), sha256, rows_per_chunk, partitioned=True)
 
 
 def extract_digest(files: list[tuple[str, str]]) -> str:
-    """The extract's identity from its (path, SHA-256) files: a one-file extract's own hash,
-    else the hash of the list of its files' names and hashes."""
+    """The extract's identity from its (path, SHA-256) files (as ``ResolvedExtract.digest``)."""
     if len(files) == 1:
         return files[0][1]
     listing = "".join(f"{Path(path).name}\0{sha}\n" for path, sha in files)
@@ -175,10 +167,9 @@ def merge_partitions(config: DatasetConfig, parts: list[PartitionCounts],
 
 @task(name="validate-and-aggregate", cache_policy=NO_CACHE)
 def validate_and_aggregate(
-    config: DatasetConfig, input_path: str | None = None, rows_per_chunk: int = 500_000
+    config: DatasetConfig, extract: ResolvedExtract, rows_per_chunk: int = 500_000
 ) -> tuple[CountTable, InputInfo]:
     """Every file of the extract in turn, in this process (the Dask fan-out is in the flow)."""
-    files = config.extract_files(input_path)
-    parts = [count_partition(config, f, rows_per_chunk, partitioned=len(files) > 1)
-             for f in files]
-    return merge_partitions.fn(config, parts, str(config.extract_path(input_path)))
+    parts = [count_partition(config, Path(f.path), f.sha256, rows_per_chunk,
+                             partitioned=len(extract.files) > 1) for f in extract.files]
+    return merge_partitions.fn(config, parts, extract.pattern)

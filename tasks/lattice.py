@@ -9,6 +9,7 @@ from prefect.cache_policies import NO_CACHE
 
 from medrelease.data.config import DatasetConfig
 from medrelease.data.lattice import Node
+from medrelease.errors import ParameterError
 from medrelease.mechanisms import capabilities
 from medrelease.mechanisms.base import NodeSummary, ReleaseContext
 from medrelease.release import (
@@ -60,6 +61,17 @@ def release_rows(config: DatasetConfig, frame: pd.DataFrame,
     needs_key = capabilities(release_plan.mechanism).needs_secret
     key = load_pseudonym_key(release_plan.params) if needs_key else None
     return release_without_lattice(frame, config, release_plan, key)
+
+
+@task(name="check-secret", cache_policy=NO_CACHE)
+def check_secret_available(release_plan: ReleasePlan) -> None:
+    """A mechanism that needs a key finds it before the charge (the key is not kept)."""
+    if (capabilities(release_plan.mechanism).needs_secret
+            and load_pseudonym_key(release_plan.params) is None):
+        raise ParameterError(
+            f"{release_plan.mechanism} needs a key: create a Prefect Secret block named "
+            f"{release_plan.params.key_source!r} or set MEDRELEASE_PSEUDONYM_KEY. Nothing was "
+            "spent.")
 
 
 def load_pseudonym_key(params) -> bytes | None:

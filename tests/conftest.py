@@ -132,6 +132,7 @@ def served(tmp_path_factory):
     """A real ``prefect server`` and ``medrelease serve`` (with an inbox), shared by the
     deployment and browser tests: started once per session."""
     import contextlib
+    import secrets
     import signal
     import subprocess
     import sys
@@ -139,14 +140,16 @@ def served(tmp_path_factory):
     from types import SimpleNamespace
 
     from prefect.client.orchestration import get_client
-    from prefect.settings import PREFECT_API_URL, temporary_settings
+    from prefect.settings import PREFECT_API_AUTH_STRING, PREFECT_API_URL, temporary_settings
 
     from deployments.local_server import running_server, server_env
 
     base = tmp_path_factory.mktemp("served")
-    with running_server(base) as api_url:
+    auth = f"steward:{secrets.token_urlsafe(18)}"  # only stewards in the UI (README)
+    with running_server(base, auth) as api_url:
         env = server_env(base, api_url)
         env.update({"MEDRELEASE_HOME": str(base / "home"), "PREFECT_RUNNER_POLL_FREQUENCY": "1",
+                    "PREFECT_API_AUTH_STRING": auth,
                     "PREFECT_LOGGING_LEVEL": "INFO",
                     "MEDRELEASE_PSEUDONYM_KEY": "browser-test-key-0123456789abcdef"})
         inbox = base / "inbox"
@@ -157,7 +160,8 @@ def served(tmp_path_factory):
             env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=ROOT,
         )
         try:
-            with temporary_settings(updates={PREFECT_API_URL: api_url}):
+            with temporary_settings(updates={PREFECT_API_URL: api_url,
+                                             PREFECT_API_AUTH_STRING: auth}):
                 deadline = time.monotonic() + SERVE_WAIT_S
                 while True:
                     with get_client(sync_client=True) as client:
@@ -168,7 +172,7 @@ def served(tmp_path_factory):
                     assert time.monotonic() < deadline, "deployments not served in time"
                     time.sleep(1)
                 yield SimpleNamespace(api_url=api_url, inbox=inbox, home=base / "home",
-                                      log=base / "serve.log")
+                                      log=base / "serve.log", auth=auth)
                 _stops_cleanly_on_sigterm(proc, base / "serve.log")
         finally:
             with contextlib.suppress(ProcessLookupError):  # gone already after a clean stop

@@ -117,6 +117,77 @@ def _prior_release(base: Path) -> None:
     release_flow(ReleaseRequest(dataset=str(base / "dataset.yaml"), evaluate=False))
 
 
+# -- issue 25: the budget follows the data; the ledger is the system of record -----------------
+
+def _second_yaml(base: Path, patch: dict[str, Any], folder: str = "other") -> Path:
+    """Another steward's (or a careless copy's) YAML in its own folder, over the same data."""
+    spec = yaml.safe_load((base / "dataset.yaml").read_text())
+    spec["name"] = "second"
+    spec["input"]["path"] = "own.csv"
+    _merge(spec, patch)
+    (base / folder).mkdir(exist_ok=True)
+    path = base / folder / "dataset.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def _second_source_over_the_first_folder(base: Path) -> None:
+    _prior_release(base)
+    _second_yaml(base, {"privacy": {"source": "fresh-budget"},
+                        "input": {"folders": [str(base)]}})
+
+
+def _byte_identical_copy_elsewhere(base: Path) -> None:
+    _prior_release(base)
+    _second_yaml(base, {"privacy": {"source": "fresh-budget"}})
+    shutil.copyfile(base / "extract.csv", base / "other" / "own.csv")
+
+
+def _permissive_yaml_of_the_same_source(base: Path) -> None:
+    _prior_release(base)
+    _second_yaml(base, {"privacy": {"source": "corpus"},
+                        "policy": {"mechanisms": ["kanon", "ipa"], "allow_unproven": True,
+                                   "min_k": 2}})
+    shutil.copyfile(base / "extract.csv", base / "other" / "own.csv")
+
+
+def _ledger_and_records_deleted(base: Path) -> None:
+    _delete_ledger(base)
+    shutil.rmtree(base / "home" / "steward")
+
+
+def _cap_lowered_then_sources_dropped(base: Path) -> None:
+    Ledger(base / "home" / "ledger.sqlite").set_cap("corpus", 5.0, 1e-4, "lowered by the board")
+    with sqlite3.connect(base / "home" / "ledger.sqlite") as conn:
+        conn.execute("DROP TABLE sources")
+
+
+def _identical_partitions(base: Path) -> None:
+    text = _rows(100)
+    (base / "visits-1.csv").write_text(text)
+    (base / "visits-1 (copy).csv").write_text(text)
+
+
+def _chain_taxonomy(values: list[str], levels: int) -> str:
+    """A categorical taxonomy of ``levels`` levels (each value its own chain up to '*')."""
+    return "".join(";".join([v, *(f"{v}~{k}" for k in range(1, levels - 1)), "*"]) + "\n"
+                   for v in values)
+
+
+def _ten_levels_everywhere(base: Path) -> None:
+    widths = "\n".join(f"  - width: {2 ** k}" for k in range(1, 9))
+    for column, high in (("age", 100), ("length_of_stay", 400)):
+        (base / f"{column}.yaml").write_text(
+            f"domain: {{min: 1, max: {high}}}\nlevels:\n{widths}\n")
+    for column, values in (("sex", ["F", "M"]), ("surgery", ["Y", "N"]),
+                           ("region", ["11", "21", "22", "31", "39"])):
+        (base / f"{column}.csv").write_text(_chain_taxonomy(values, 10))
+
+
+TEN_LEVELS = {"columns": {c: {"taxonomy": f"{c}.{'yaml' if c in ('age', 'length_of_stay') else 'csv'}"}
+                          for c in ("age", "sex", "length_of_stay", "surgery", "region")}}
+
+
 ALIAS_BOMB = ("a: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
               "c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: &d [*c, *c, *c, *c, *c, *c, *c, "
               "*c, *c]\n")
@@ -281,9 +352,11 @@ CASES = [
     Case("destination inside an existing release", "StoreError", "is a published release",
          _rows(200), request={"destination": "INSIDE", "seed": None}, setup=_prior_release),
     # -- the ledger ------------------------------------------------------------------------
-    Case("ledger emptied while releases exist", "LedgerIntegrityError", "does not hold 1 spend",
+    Case("ledger emptied while releases exist", "LedgerIntegrityError",
+         "does not hold the spends of 1 release",
          _rows(200), setup=_prior_release_then(_empty_ledger)),
-    Case("ledger file deleted while releases exist", "LedgerIntegrityError", "is missing 1",
+    Case("ledger file deleted while releases exist", "LedgerIntegrityError",
+         "is missing the spends of 1",
          _rows(200), setup=_prior_release_then(_delete_ledger)),
     Case("ledger locked by another process", "LedgerLockedError", "stayed locked", HEADER + ROW,
          locked=True),
@@ -291,6 +364,45 @@ CASES = [
     Case("diffgen without a class column", "ParameterError", "exactly one column with role",
          _rows(50), config={"policy": {"mechanisms": ["diffgen"]}},
          request={"mechanism": {"mechanism": "diffgen", "epsilon": 1.0}}),
+    # -- issue 25: budget identity, hostile users, work bounded before the charge ------------
+    Case("same extract through a second YAML with its own source and --input",
+         "LedgerSourceError", "already charged to source 'corpus'.*Nothing was spent",
+         _rows(200), setup=_second_source_over_the_first_folder,
+         request={"dataset": "OTHER", "input_path": "FIRST", "seed": None}),
+    Case("byte-identical copy of a charged extract under a new source", "LedgerSourceError",
+         "already charged to source 'corpus'", _rows(200), setup=_byte_identical_copy_elsewhere,
+         request={"dataset": "OTHER", "seed": None}),
+    Case("a permissive YAML of the same source cannot loosen its policy", "PolicyError",
+         "not allowed by the policy of source .corpus.*first released", _rows(200),
+         setup=_permissive_yaml_of_the_same_source,
+         request={"dataset": "OTHER", "seed": None,
+                  "mechanism": {"mechanism": "kanon", "k": 2}}),
+    Case("ledger and steward records deleted while releases are published",
+         "LedgerIntegrityError", "is missing the spends of 1 release.*ledger restore",
+         _rows(200), setup=_prior_release_then(_ledger_and_records_deleted)),
+    Case("sources table dropped after a lowered cap", "LedgerIntegrityError",
+         "cap journal says epsilon 5.*lowered by the board", _rows(200),
+         setup=_prior_release_then(_cap_lowered_then_sources_dropped)),
+    Case("pseudonymize without a key is refused before the charge", "ParameterError",
+         "needs a key.*Nothing was spent", _rows(50),
+         config={"policy": {"mechanisms": ["pseudonymize"], "allow_unproven": True}},
+         request={"mechanism": {"mechanism": "pseudonymize"}, "seed": None}),
+    Case("two byte-identical partitions of one extract", "InputValidationError",
+         r"visits-1 \(copy\)\.csv and visits-1\.csv have identical content|"
+         r"visits-1\.csv and visits-1 \(copy\)\.csv have identical content",
+         None, config={"input": {"path": "visits-*.csv"}}, setup=_identical_partitions),
+    Case("histogram at eps 1e-4 adds hundreds of millions of noise rows", "PolicyError",
+         r"expected to add [\d,]+ noise rows.*max_noise_rows.*Nothing was spent", _rows(200),
+         config={"columns": {"diagnosis": {"domain": "codes.txt"}}},
+         setup=_write(Path(), "codes.txt", "A001\nB002\nC003\n"),
+         request={"mechanism": {"mechanism": "histogram", "epsilon": 1e-4}}),
+    Case("a lattice of 10^5 nodes (5 dimensions x 10 levels)", "PolicyError",
+         "lattice has 100,000 nodes.*max_lattice_nodes.*Nothing was read or spent", _rows(50),
+         config=TEN_LEVELS, setup=_ten_levels_everywhere),
+    Case("a decimal taxonomy of 5 million bins", "TaxonomyError",
+         "5,000,001 leaves, over the limit of 200,000.*max_taxonomy_leaves",
+         _rows(50), **_taxonomy("fine.yaml", "domain: {min: 0, max: 500}\nresolution: 0.0001\n"
+                                "levels:\n  - cuts: [100, 200]\n", "age")),
 ]
 
 
@@ -333,6 +445,10 @@ def _request(base: Path, case: Case) -> ReleaseRequest:
               "batch_size": 64, **case.request}
     if fields.get("input_path") == "LINK":
         fields["input_path"] = str(base / "link.csv")
+    if fields.get("input_path") == "FIRST":
+        fields["input_path"] = str(base / "extract.csv")
+    if fields.get("dataset") == "OTHER":
+        fields["dataset"] = str(base / "other" / "dataset.yaml")
     if fields.get("destination") == "INSIDE":
         [inside] = [p for p in (base / "home" / "releases" / "corpus").iterdir()]
         fields["destination"] = f"corpus/{inside.name}"

@@ -150,3 +150,55 @@ def test_a_retry_from_the_ui_never_spends_twice(served) -> None:
         assert "start a new run" in retried.state.message
         assert len(ledger.spends()) == spends
 
+
+
+def test_an_api_call_without_the_auth_string_is_refused(served) -> None:
+    """Only stewards in the UI: Prefect's basic authentication on the served server; the
+    secret never reaches the logs."""
+    import base64
+    import urllib.error
+    import urllib.request
+
+    def call(authorization: str | None) -> int:
+        request = urllib.request.Request(f"{served.api_url}/deployments/filter", data=b"{}",
+                                         method="POST",
+                                         headers={"Content-Type": "application/json"})
+        if authorization:
+            request.add_header("Authorization", authorization)
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return response.status
+        except urllib.error.HTTPError as exc:
+            return exc.code
+
+    token = base64.b64encode(served.auth.encode()).decode()
+    wrong = base64.b64encode(b"steward:guess").decode()
+    assert (call(None), call(f"Basic {wrong}"), call(f"Basic {token}")) == (401, 401, 200)
+    secret = served.auth.split(":", 1)[1]
+    for log in served.log.parent.glob("*.log"):
+        assert secret not in log.read_text(errors="replace"), log.name
+
+
+def test_the_arrival_and_watch_deployments_touch_nothing_outside_their_inbox(
+        served, tmp_path: Path) -> None:
+    """Before: started from the UI/API with any path and a wrong hash, on-arrival moved that
+    file into a rejected/ folder beside it; watch-inbox took any folder as its inbox."""
+    victim = tmp_path / "elsewhere" / "precious.csv"
+    victim.parent.mkdir()
+    victim.write_text("patient_id,age\n1,34\n")
+    with get_client(sync_client=True) as client:
+        arrival = client.read_deployment_by_name("medrelease-on-arrival/on-arrival")
+        run = client.create_flow_run_from_deployment(arrival.id, parameters={
+            "dataset": "nps-sample", "path": str(victim), "sha256": "0" * 64})
+        deadline = time.monotonic() + WAIT_S
+        while not (run := client.read_flow_run(run.id)).state.is_final():
+            assert time.monotonic() < deadline, served.log.read_text()[-3000:]
+            time.sleep(1)
+        assert run.state.name == "Refused" and "not an extract announced" in run.state.message
+        watch = client.read_deployment_by_name("medrelease-watch-inbox/watch-inbox")
+        assert "inbox" not in (watch.parameter_openapi_schema or {}).get("properties", {})
+        with pytest.raises(Exception, match="inbox"):
+            client.create_flow_run_from_deployment(watch.id, parameters={
+                "inbox": str(victim.parent), "max_seconds": 1})
+    assert victim.is_file() and sorted(p.name for p in victim.parent.iterdir()) == [
+        "precious.csv"]

@@ -117,7 +117,7 @@ def test_cap_is_fixed_at_the_first_spend_and_changed_only_with_a_reason(tmp_path
     with pytest.raises(MedreleaseError, match="reason"):
         ledger.set_cap("ds", 5.0, 1e-5, "  ")
     with pytest.raises(MedreleaseError, match="cannot go below"):
-        ledger.set_cap("ds", 0.5, 1e-5, "tighter")
+        ledger.set_cap("ds", 0.5, 1e-5, "tighter, per the board")
     ledger.set_cap("ds", 5.0, 1e-5, "board approved 2026-11 (minute 12)")
     ledger.reserve(_request("ds", 1.0, cap=1.0))
     [change] = ledger.cap_changes("ds")
@@ -129,12 +129,16 @@ def test_a_non_dp_spend_voids_the_lifetime_guarantee(tmp_path: Path) -> None:
     ledger.reserve(_request("ds", 1.0))
     assert not ledger.state("ds").void and "together are (1, 0)-DP" in ledger.state(
         "ds").statement()
-    ledger.reserve(_request("ds", 0.0, mechanism="kanon", dp=False))
+    refused = ledger.reserve(_request("ds", 0.0, mechanism="kanon", dp=False))
+    ledger.mark(refused, "failed", note="no key")
+    assert not ledger.state("ds").void  # a run that published nothing voids nothing
+    kanon = ledger.reserve(_request("ds", 0.0, mechanism="kanon", dp=False))
+    ledger.mark(kanon, "released", release_id="k1")
     ledger.reserve(_request("ds", 1.0, test=True))
     state = ledger.state("ds")
     assert state.void and "kanon" in state.void_reason and "VOID" in state.statement()
     assert state.epsilon_spent == 2.0 and state.test_epsilon_spent == 1.0
-    assert [s.test for s in ledger.spends("ds")] == [False, False, True]
+    assert [s.test for s in ledger.spends("ds")] == [False, False, False, True]
 
 
 def test_an_old_ledger_is_migrated_in_place(tmp_path: Path) -> None:
@@ -181,7 +185,7 @@ def test_a_lost_ledger_is_refused_then_restored_from_the_records(tmp_path: Path,
     release_flow(ReleaseRequest(dataset=config, evaluate=False))
     ledger = tmp_path / "home" / "ledger.sqlite"
     ledger.unlink()
-    with pytest.raises(LedgerIntegrityError, match=r"is missing 1 spend.*ledger restore"):
+    with pytest.raises(LedgerIntegrityError, match=r"is missing the spends of 1 release.*ledger restore"):
         release_flow(ReleaseRequest(dataset=config, evaluate=False))
     assert not ledger.exists()
 
@@ -210,15 +214,18 @@ def test_ledger_init_makes_a_new_ledger_only_where_nothing_is_on_record(tmp_path
 
 def test_a_run_that_published_cannot_spend_again(tmp_path: Path) -> None:
     """Prefect's Retry on a finished release re-runs it under the same run id: refused before
-    any row is written; a run whose attempt failed may try again (the failed spend counts)."""
+    any row is written, whether the run published or failed after its charge (issue 25: a
+    retry of a run whose publish failed was charged a second time)."""
     from medrelease.errors import PolicyError
 
     ledger = Ledger(tmp_path / "ledger.sqlite")
     failed = ledger.reserve(_request("ds", 1.0, flow_run_id="run-7"))
     ledger.mark(failed, "failed", note="crashed")
-    retried = ledger.reserve(_request("ds", 1.0, flow_run_id="run-7"))
-    ledger.mark(retried, "released", release_id="r7")
-    with pytest.raises(PolicyError, match=r"already published release r7.*Nothing was spent"):
+    with pytest.raises(PolicyError, match=r"already charged .*'failed'.*Nothing was spent"):
         ledger.reserve(_request("ds", 1.0, flow_run_id="run-7"))
+    published = ledger.reserve(_request("ds", 1.0, flow_run_id="run-6"))
+    ledger.mark(published, "released", release_id="r6")
+    with pytest.raises(PolicyError, match=r"already published release r6.*Nothing was spent"):
+        ledger.reserve(_request("ds", 1.0, flow_run_id="run-6"))
     assert ledger.state("ds", 10.0, 1e-5).epsilon_spent == pytest.approx(2.0)
     ledger.reserve(_request("ds", 1.0, flow_run_id="run-8"))  # a new run releases again

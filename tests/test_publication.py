@@ -113,7 +113,8 @@ def _extract(path: Path, rows: int = 3000) -> Path:
 
 
 def test_a_seeded_release_is_a_test_release_and_never_blocks_the_arrival(home: Path,
-                                                                         tmp_path) -> None:
+                                                                         tmp_path,
+                                                                         monkeypatch) -> None:
     from flows.arrival import arrival_release_flow
     from medrelease.storage.inbox import InboxWatcher
     from medrelease.storage.io import file_sha256
@@ -129,6 +130,7 @@ def test_a_seeded_release_is_a_test_release_and_never_blocks_the_arrival(home: P
 
     inbox = tmp_path / "inbox"
     inbox.mkdir()
+    monkeypatch.setenv("MEDRELEASE_INBOX", str(inbox))  # as `medrelease serve --inbox` does
     shutil.copy(extract, inbox / "extract.csv")
     (inbox / "extract.csv.done").write_text("")
     [arrival] = InboxWatcher(inbox).poll()

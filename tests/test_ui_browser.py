@@ -79,10 +79,25 @@ def _fill_form(page, mechanism: str, dataset: str, epsilon: str | None, advanced
     return page.locator("input").first.input_value()  # the run name Prefect proposed
 
 
-def _submit_each(browser, ui: str, deployment_id: str, shots: Path, log: Path) -> dict:
-    """Submit the form once per mechanism, one release at a time (a steward's pace), and
-    return each mechanism's final flow run."""
+def _log_in(page, url: str, auth: str, shots: Path | None = None) -> None:
+    """The server asks for its auth string (Prefect's basic authentication) on first load:
+    type it into the login form as a steward would; the UI keeps it for the session."""
+    page.goto(url)
+    box = page.locator("input[placeholder='admin:pass']")
+    box.wait_for(timeout=60_000)
+    if shots is not None:
+        page.screenshot(path=str(shots / "login.png"), full_page=True)
+    box.fill(auth)
+    box.press("Enter")
+    box.wait_for(state="detached", timeout=60_000)
+
+
+def _submit_each(browser, ui: str, deployment_id: str, shots: Path, log: Path,
+                 auth: str) -> dict:
+    """Log in, submit the form once per mechanism, one release at a time (a steward's pace),
+    and return each mechanism's final flow run."""
     page = browser.new_page(viewport={"width": 1300, "height": 1900})
+    _log_in(page, f"{ui}/deployments/deployment/{deployment_id}/run", auth, shots)
     problems: list[str] = []
     page.on("response", lambda r: r.status >= 400 and problems.append(
         f"{r.request.method} {r.url} -> {r.status}"))
@@ -156,7 +171,7 @@ def test_every_mechanism_from_the_form(served, browser, tmp_path: Path, request)
     with temporary_settings(updates={PREFECT_API_URL: served.api_url}):
         with get_client(sync_client=True) as client:
             deployment = client.read_deployment_by_name("medrelease-release/on-demand")
-        runs = _submit_each(browser, ui, str(deployment.id), shots, served.log)
+        runs = _submit_each(browser, ui, str(deployment.id), shots, served.log, served.auth)
     for mechanism, run in runs.items():
         dataset, epsilon, advanced = SUBMISSIONS[mechanism]
         sent = run.parameters["request"]
@@ -181,6 +196,7 @@ def test_the_newer_ui_lists_the_same_labelled_mechanisms(served, browser, tmp_pa
           get_client(sync_client=True) as client):
         deployment = client.read_deployment_by_name("medrelease-release/on-demand")
     page = browser.new_page(viewport={"width": 1300, "height": 1900})
+    _log_in(page, f"{ui}/v2/deployments/deployment/{deployment.id}/run", served.auth)
     page.goto(f"{ui}/v2/deployments/deployment/{deployment.id}/run")
     page.get_by_text("Mechanism (Optional)").wait_for(timeout=60_000)
     page.get_by_role("button", name="Select Mechanism").click()

@@ -103,7 +103,7 @@ def _number_text(value: Fraction) -> str:
     return text.rstrip("0").rstrip(".") if "." in text else text
 
 
-def binned_levels(attribute: str, spec: dict, source: str = ""):
+def binned_levels(attribute: str, spec: dict, source: str = "", max_leaves: int = MAX_BINS):
     """Compile a numeric YAML spec with resolution / top / bottom / missing into a taxonomy."""
     from medrelease.data.taxonomy import from_leaf_paths
 
@@ -124,6 +124,9 @@ def binned_levels(attribute: str, spec: dict, source: str = ""):
         raise TaxonomyError(f"numeric taxonomy{where}: top_code and bottom_code must lie on the "
                             f"resolution grid ({_number_text(step)} from the domain minimum)")
     n_regular = int((end - start) / step)
+    from medrelease.data.taxonomy import check_leaf_count
+
+    check_leaf_count(attribute, n_regular, max_leaves, source)
     if n_regular < 0 or n_regular > MAX_BINS:
         raise TaxonomyError(f"numeric taxonomy{where}: {n_regular:,} bins; between 0 and "
                             f"{MAX_BINS:,} are allowed (use a coarser resolution)")

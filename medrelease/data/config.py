@@ -16,7 +16,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from medrelease.data.taxonomy import Taxonomy, load_taxonomy
+from medrelease.data.taxonomy import DEFAULT_MAX_LEAVES, Taxonomy, load_taxonomy
 from medrelease.errors import ConfigError, InputValidationError
 from medrelease.settings import dataset_roots, extra_input_roots, project_root
 
@@ -140,6 +140,16 @@ class ReleasePolicy(_Strict):
     max_epsilon: float = Field(default=2.0, gt=0, le=100, allow_inf_nan=False)
     min_k: int = Field(default=10, ge=2, le=1_000_000)
     allow_unproven: bool = False
+    # Work limits, checked from public parameters before any spend (the refusal names them).
+    max_lattice_nodes: int = Field(
+        default=20_000, ge=1, le=10_000_000,
+        description="refuse a lattice (product of taxonomy heights + 1) with more nodes")
+    max_taxonomy_leaves: int = Field(
+        default=DEFAULT_MAX_LEAVES, ge=1, le=5_000_000,
+        description="refuse a taxonomy with more leaves (refused before it is built)")
+    max_noise_rows: int = Field(
+        default=2_000_000, ge=0, le=10**9,
+        description="refuse a release whose noise is expected to add more rows than this")
 
 
 class DatasetConfig(_Strict):
@@ -163,6 +173,7 @@ class DatasetConfig(_Strict):
         default=None, max_length=500,
         description="the marginals researchers need (aim); default: every 2- and 3-way")
     base_dir: str = "."
+    config_file: str = Field(default="", description="set when loaded: the YAML it came from")
 
     @field_validator("name")
     @classmethod
@@ -330,13 +341,15 @@ class DatasetConfig(_Strict):
         columns = self.informative
         if len(columns) != 1 or not self.columns[columns[0]].taxonomy:
             return None
-        return load_taxonomy(self.resolve(self.columns[columns[0]].taxonomy or ""), columns[0])
+        return load_taxonomy(self.resolve(self.columns[columns[0]].taxonomy or ""), columns[0],
+                             self.policy.max_taxonomy_leaves)
 
     @cached_property
     def taxonomies(self) -> dict[str, Taxonomy]:
         """Taxonomy per dimension and per set-valued column (over its items), loaded once."""
         loaded = {
-            c: load_taxonomy(self.resolve(self.columns[c].taxonomy or ""), c)
+            c: load_taxonomy(self.resolve(self.columns[c].taxonomy or ""), c,
+                             self.policy.max_taxonomy_leaves)
             for c in self.dimensions + self.set_valued
         }
         for column, taxonomy in loaded.items():
@@ -371,7 +384,8 @@ def config_from_dict(data: Any, base_dir: Path, source: str = "<dict>") -> Datas
     if not isinstance(data, dict):
         raise ConfigError(f"dataset config {source}: expected a mapping at the top level")
     try:
-        return DatasetConfig(**{**data, "base_dir": str(base_dir)})
+        return DatasetConfig(**{**data, "base_dir": str(base_dir),
+                                "config_file": source if source != "<dict>" else ""})
     except ValidationError as exc:
         raise ConfigError(f"dataset config {source} is invalid:\n{_explain(exc)}") from None
     except TypeError as exc:
@@ -413,12 +427,35 @@ def read_yaml(path: Path, what: str = "dataset config") -> Any:
                           f"{getattr(exc, 'problem', None) or 'syntax error'}") from None
 
 
+def _one_dataset_named(name: str, roots: list[Path]) -> Path:
+    """The one ``<root>/<name>/dataset.yaml``: a name found in two roots is refused (one would
+    shadow the other, with its own policy and source), and so is a dataset folder that is a
+    symbolic link out of its root."""
+    found = [(root, root / name / "dataset.yaml") for root in roots
+             if (root / name / "dataset.yaml").is_file()]
+    distinct = {path.resolve(): (root, path) for root, path in found}
+    if not distinct:
+        known = sorted({p.parent.name for r in roots for p in r.glob("*/dataset.yaml")})
+        raise ConfigError(f"no dataset named {name!r}; known datasets: {', '.join(known)}")
+    if len(distinct) > 1:
+        raise ConfigError(
+            f"dataset {name!r} is defined in {len(distinct)} dataset folders "
+            f"({', '.join(str(p) for _, p in distinct.values())}): one would shadow the other. "
+            "Rename or remove one; nothing was read or spent.")
+    root, path = next(iter(distinct.values()))
+    if not _inside(path, [root]):
+        raise ConfigError(
+            f"dataset {name!r}: its folder under {root} is a symbolic link that leads out of "
+            "that dataset root; put the dataset folder itself there. Nothing was read.")
+    return path
+
+
 def load_config(path: str | Path) -> DatasetConfig:
     """Read and validate a dataset YAML; relative paths resolve against its folder."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"dataset config not found: {path}")
-    return config_from_dict(read_yaml(path), path.parent.resolve(), source=str(path))
+    return config_from_dict(read_yaml(path), path.parent.resolve(), source=str(path.resolve()))
 
 
 def find_config(name_or_path: str | Path) -> DatasetConfig:
@@ -430,12 +467,7 @@ def find_config(name_or_path: str | Path) -> DatasetConfig:
     text = str(name_or_path)
     roots = dataset_roots()
     if DATASET_NAME.match(text) and not text.endswith((".yaml", ".yml")):
-        for root in roots:
-            candidate = root / text / "dataset.yaml"
-            if candidate.is_file():
-                return load_config(candidate)
-        known = sorted({p.parent.name for r in roots for p in r.glob("*/dataset.yaml")})
-        raise ConfigError(f"no dataset named {text!r}; known datasets: {', '.join(known)}")
+        return load_config(_one_dataset_named(text, roots))
     if not text.endswith((".yaml", ".yml")) or not _inside(Path(text), roots):
         raise ConfigError(
             f"dataset {text!r}: give a dataset name, or the path of a dataset YAML inside "

@@ -141,6 +141,25 @@ class MechanismBase:
     def budget_steps(self, params: MechanismParams) -> list[BudgetStep]:
         return []
 
+    def expected_noise_rows(self, context: ReleaseContext, params: MechanismParams) -> float:
+        """Rows the noise is expected to add beyond the input's, from public facts only (the
+        taxonomies, the declared domain, the parameters); checked against the policy's
+        ``max_noise_rows`` before any spend. Mechanisms that release no empty cell add none."""
+        return 0.0
+
+
+def expected_rows_above(epsilon: float, threshold: int = 1) -> float:
+    """E[Z 1{Z >= t}] for Z ~ discrete Laplace(1/eps), t >= 1: the rows an empty cell adds on
+    average when every cell with a noisy count >= t is released (t = 1: its positive part).
+
+    P(Z = k) = c a^|k| with a = exp(-eps), c = (1 - a) / (1 + a), so the sum over k >= t is
+    c a^t (t / (1 - a) + a / (1 - a)^2).
+    """
+    a = math.exp(-epsilon)
+    one_minus = -math.expm1(-epsilon)
+    t = max(1, int(threshold))
+    return (one_minus / (1 + a)) * a ** t * (t / one_minus + a / one_minus ** 2)
+
 
 def summarize(index: int, node: Node, cells: ReleasedCells, feasible: bool = True) -> NodeSummary:
     released = cells.class_released()

@@ -28,6 +28,7 @@ from medrelease.mechanisms.base import (
     MechanismParams,
     ReleaseContext,
     declared_draws,
+    expected_rows_above,
     noise_bound,
 )
 from medrelease.privacy.guarantee import ADD_REMOVE_ONE_ROW, BudgetStep, Guarantee, StepDraws
@@ -109,6 +110,11 @@ class Histogram(MechanismBase):
                 f"histogram: even the top node has {context.n_inf:,} cells, over "
                 f"{budget:,}; raise auto_cells / cell_limit")
         return min(fitting, key=lambda n: (sum(n), -self.domain_cells(context, n), n))
+
+    def expected_noise_rows(self, context: ReleaseContext, params: HistogramParams) -> float:
+        """Every cell of the node's full domain is released with its clipped noisy count."""
+        cells = self.domain_cells(context, self.fixed_node(context, params))
+        return cells * expected_rows_above(params.epsilon)
 
     def row_bounds(self, params: HistogramParams, cells: ReleasedCells) -> tuple[int, int]:
         return 0, int(cells.true_counts.sum()) + cells.released_counts.size * noise_bound(

@@ -43,6 +43,7 @@ from medrelease.mechanisms.base import (
     NodeSummary,
     ReleaseContext,
     declared_draws,
+    expected_rows_above,
     noise_bound,
     parse,
     split_budget,
@@ -232,6 +233,16 @@ class IPA:
         tau_pool = (max(params.pool_floor, t) if params.pool_every_value
                     else release_threshold(params.eps_suppression, d, t))
         return release_threshold(params.eps_cells, d, t), tau_pool
+
+    def expected_noise_rows(self, context: ReleaseContext, params: IPAParams) -> float:
+        """Only the pool of every informative value (``pool_every_value``) releases cells that
+        may be empty; its noisy counts are released from ``tau_pool`` up. Every other cell
+        exists in the input and passes a threshold that is a delta-probability event for noise
+        alone."""
+        if not params.pool_every_value:
+            return 0.0
+        _, tau_pool = self.thresholds(params)
+        return context.n_inf * expected_rows_above(params.eps_suppression, tau_pool)
 
     def rung_threshold(self, params: IPAParams) -> int:
         _, cells = self.rung_epsilons(params)

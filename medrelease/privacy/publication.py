@@ -60,8 +60,9 @@ PUBLISHED: dict[str, PublishedField] = {
     "epsilon_spent": PublishedField(Basis.PUBLIC, "sum of the budget steps"),
     "delta_spent": PublishedField(Basis.PUBLIC, "sum of the budget steps"),
     "lifetime": PublishedField(Basis.PUBLIC, "the ledger: sums of earlier releases' public "
-                                             "parameters, the cap, whether a non-DP release "
-                                             "voided the lifetime guarantee"),
+                                             "parameters, the cap and its changes (day, old, "
+                                             "new, the steward's reason), whether a published "
+                                             "non-DP release voided the lifetime guarantee"),
     "seed_policy": PublishedField(Basis.PUBLIC, "whether the request fixed a seed"),
     "columns": PublishedField(Basis.PUBLIC, "the released columns' roles, types, taxonomy and "
                                             "domain file names, declared class values"),

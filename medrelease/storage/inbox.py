@@ -14,10 +14,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from medrelease.errors import MedreleaseError
 from medrelease.storage.io import file_sha256
 
 DONE_SUFFIX = ".done"
@@ -92,6 +94,10 @@ class InboxWatcher:
                 continue
             present.add(path.name)
             stat = path.stat()
+            if stat.st_nlink != 1:  # a hard link can be another folder's (hospital's) file
+                self._move(path, "rejected", f"{stat.st_nlink} hard links: links are not "
+                                             "followed; copy the extract into the inbox instead")
+                continue
             marker = path.with_name(path.name + DONE_SUFFIX)
             signature = (stat.st_size, stat.st_mtime_ns)
             previous = self._seen.get(path.name)
@@ -118,6 +124,45 @@ class InboxWatcher:
 
     def _move(self, path: Path, outcome: str, reason: str | None = None) -> Path:
         return move_to(self.inbox, path, outcome, reason)
+
+
+def configured_inboxes() -> list[Path]:
+    """The inboxes the service was started with (``serve --inbox`` sets MEDRELEASE_INBOX; a
+    form or API caller cannot)."""
+    return [Path(p).resolve() for p in os.environ.get("MEDRELEASE_INBOX", "").split(os.pathsep)
+            if p]
+
+
+class NotAnAnnouncedExtract(MedreleaseError):
+    """A path given to the arrival flow that is not a claimed file of a configured inbox."""
+
+
+def claimed_extract(path_text: str) -> tuple[Path, Path]:
+    """(inbox, extract) for a path the arrival flow was given, or refuse before touching it:
+    the path must be ``<inbox>/processing/<file>`` for an inbox the service was started with,
+    written without links (no symbolic link on the way, one hard link), a regular file."""
+    inboxes = configured_inboxes()
+    path = Path(path_text)
+    where = (f"the processing/ folder of the inbox the service watches "
+             f"({', '.join(str(i) for i in inboxes)})" if inboxes
+             else "an inbox, and this service was started without one (serve --inbox)")
+    refusal = NotAnAnnouncedExtract(
+        f"path {path_text!r} is not an extract announced by the inbox watcher: the on-arrival "
+        f"flow only releases files in {where}. Nothing was read, moved or spent.")
+    if not path.is_absolute() or path.parent.name != "processing":
+        raise refusal
+    try:
+        real = path.parent.resolve(strict=True) / path.name
+        info = os.lstat(real)
+    except OSError:
+        raise refusal from None
+    if real != path or real.parent.parent not in inboxes:
+        raise refusal
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+        raise NotAnAnnouncedExtract(
+            f"{path.name} in the inbox is not a regular file with one hard link (a link can "
+            "lead to another folder's file); nothing was read, moved or spent")
+    return real.parent.parent, real
 
 
 def original_name(path: Path) -> str:

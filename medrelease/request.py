@@ -1,0 +1,53 @@
+"""One release request, resolved once: the dataset config (from one dataset root), the files
+it reads with their content hashes, the source and its policy, the mechanism with its validated
+parameters and privacy map, and the expected work. Every later step of a release reads this
+value; none resolves a path or a config again (what is charged is what is read).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from medrelease.data.config import DatasetConfig, ReleasePolicy
+from medrelease.data.extract import ResolvedExtract
+from medrelease.errors import PolicyError
+from medrelease.release import ReleasePlan, enforce_policy
+
+
+@dataclass(frozen=True)
+class ResolvedRequest:
+    config: DatasetConfig
+    extract: ResolvedExtract
+    plan: ReleasePlan
+    lattice_nodes: int
+
+    @property
+    def source(self) -> str:
+        return self.config.source_id
+
+    @property
+    def mechanism(self) -> str:
+        return self.plan.mechanism
+
+    def work(self) -> dict:
+        """The expected work, for the steward's record and the run's log."""
+        return {"files": len(self.extract.files), "lattice_nodes": self.lattice_nodes,
+                "mechanism": self.mechanism}
+
+
+def enforce_source_policy(config: DatasetConfig, plan: ReleasePlan, recorded: str | None,
+                          owner: str | None) -> None:
+    """A config of a source that another config released first obeys that config's policy
+    too (the last one it released with): a second YAML naming the same source cannot loosen
+    what its steward allowed."""
+    if recorded is None or owner is None or owner == config.config_file:
+        return
+    try:
+        policy = ReleasePolicy.model_validate_json(recorded)
+    except ValueError:
+        raise PolicyError(f"the policy recorded for source {config.source_id!r} in the ledger "
+                          "cannot be read; nothing was spent") from None
+    owned = config.model_copy(update={"policy": policy})
+    enforce_policy(owned, plan, where=(
+        f"the policy of source {config.source_id!r}: it was first released with the policy of "
+        f"{owner}, which also binds {config.config_file or 'this config'} (nothing was spent)"))

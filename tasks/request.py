@@ -1,0 +1,36 @@
+"""Resolve a release request once, before anything is read or spent (``medrelease.request``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from prefect import get_run_logger, task
+from prefect.cache_policies import NO_CACHE
+
+from medrelease.data.config import find_config
+from medrelease.data.extract import resolve_extract
+from medrelease.privacy.ledger import Ledger
+from medrelease.release import resolve_mechanism
+from medrelease.request import ResolvedRequest, enforce_source_policy
+from tasks.budget import lattice_size, plan
+
+
+@task(name="resolve-request", cache_policy=NO_CACHE)
+def resolve_request(dataset: str, mechanism: str | None, epsilon: float | None,
+                    parameters: dict[str, Any], input_path: str | None, seed: int | None,
+                    ledger_path: str) -> ResolvedRequest:
+    """Config (one dataset root), mechanism and plan (policy, the source's recorded policy,
+    work limits), then the files with their hashes: every refusal here spends nothing."""
+    config = find_config(dataset)
+    resolved = resolve_mechanism(config, mechanism, epsilon, parameters)
+    release_plan = plan.fn(config, resolved.name, resolved.params, seed)
+    recorded, owner = (Ledger(ledger_path).source_policy(config.source_id)
+                       if Path(ledger_path).is_file() else (None, None))
+    enforce_source_policy(config, release_plan, recorded, owner)
+    extract = resolve_extract(config, input_path)
+    request = ResolvedRequest(config, extract, release_plan, lattice_size(config))
+    get_run_logger().info("request resolved: dataset %s, source %s, %s, %d file(s), %d "
+                          "lattice nodes", config.name, request.source, request.mechanism,
+                          len(extract.files), request.lattice_nodes)
+    return request
