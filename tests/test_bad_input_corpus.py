@@ -399,10 +399,11 @@ CASES = [
     Case("a lattice of 10^5 nodes (5 dimensions x 10 levels)", "PolicyError",
          "lattice has 100,000 nodes.*max_lattice_nodes.*Nothing was read or spent", _rows(50),
          config=TEN_LEVELS, setup=_ten_levels_everywhere),
-    Case("a decimal taxonomy of 5 million bins", "TaxonomyError",
-         "5,000,001 leaves, over the limit of 200,000.*max_taxonomy_leaves",
-         _rows(50), **_taxonomy("fine.yaml", "domain: {min: 0, max: 500}\nresolution: 0.0001\n"
-                                "levels:\n  - cuts: [100, 200]\n", "age")),
+    Case("a decimal taxonomy of 5 million bins and a 1,000-cut level", "TaxonomyError",
+         "5,000,000 leaves, over the limit of 200,000.*max_taxonomy_leaves",
+         _rows(50), **_taxonomy("fine.yaml", "domain: {min: 0, max: 499.9999}\nresolution: "
+                                "0.0001\nlevels:\n  - cuts: ["
+                                + ", ".join(str(k / 2) for k in range(1, 1001)) + "]\n", "age")),
 ]
 
 
