@@ -273,7 +273,7 @@ def _release(request: ReleaseRequest) -> Any:
         check_before_charge(quote(config), release_plan, ledger, request.destination)
         charge = charge_budget(quote(config), release_plan, ledger, run_id, extract.hashes)
         return _release_directly(request, config, frame, input_info, release_plan, charge,
-                                 ledger, run_id)
+                                 ledger, run_id, resolved.requested_at)
     # Lattice mechanisms: one streamed pass validates and aggregates before any budget is spent
     # (on the Dask workers, one file each, when the extract is several files).
     fan_out = contextlib.ExitStack()
@@ -298,7 +298,8 @@ def _release(request: ReleaseRequest) -> Any:
                                                              release_plan, runner, fixed)
         checks = check_output(quote(config), quote(context), quote(chosen))
         published = publish_release(quote(RunFacts(config, input_info, release_plan, context, chosen,
-                                                   charge, checks, candidates, run_id)),
+                                                   charge, checks, candidates, run_id,
+                                                   resolved.requested_at)),
                                     request.destination)
         finalize_spend(ledger, charge.spend_id, "released", release_id=published.release_id)
     except BaseException as exc:
@@ -429,13 +430,15 @@ def _evaluate_after(request: ReleaseRequest, release_path: str) -> str | None:
 
 
 def _release_directly(request: ReleaseRequest, config, frame, input_info, release_plan,
-                      charge: Charge, ledger: str, run_id: str | None) -> dict[str, Any]:
+                      charge: Charge, ledger: str, run_id: str | None,
+                      requested_at=None) -> dict[str, Any]:
     """Mechanisms without a lattice search (Mondrian, pseudonymization, DiffGen)."""
     try:
         chosen = release_rows(quote(config), quote(frame), release_plan)
         checks = check_output(quote(config), None, quote(chosen), release_plan.mechanism)
         published = publish_release(quote(RunFacts(config, input_info, release_plan, None, chosen,
-                                                   charge, checks, pd.DataFrame(), run_id)),
+                                                   charge, checks, pd.DataFrame(), run_id,
+                                                   requested_at)),
                                     request.destination)
         finalize_spend(ledger, charge.spend_id, "released", release_id=published.release_id)
     except BaseException as exc:

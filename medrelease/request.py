@@ -6,7 +6,8 @@ value; none resolves a path or a config again (what is charged is what is read).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from medrelease.data.config import DatasetConfig, ReleasePolicy
 from medrelease.data.extract import ResolvedExtract
@@ -20,6 +21,7 @@ class ResolvedRequest:
     extract: ResolvedExtract
     plan: ReleasePlan
     lattice_nodes: int
+    requested_at: datetime = field(default_factory=lambda: datetime.now(UTC))
 
     @property
     def source(self) -> str:

@@ -57,7 +57,7 @@ class PublicManifest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     release_id: str = Field(pattern=r"^(TEST-)?\d{8}T\d{6}Z-[a-z0-9-]+-[0-9a-f]{8}$")
-    created_at: str = Field(pattern=r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\+00:00$")
+    created_at: str = Field(pattern=r"^\d{4}-\d{2}-\d{2}$")
     test_release: bool
     dataset: str
     source: str
@@ -92,6 +92,8 @@ class StewardRecord(BaseModel):
     dataset: str
     test_release: bool
     status: str
+    requested_at: str | None = None
+    published_at: str | None = None
     published_path: str | None = None
     error: str | None = None
     flow_run_id: str | None

@@ -73,6 +73,7 @@ class RunFacts:
     checks: CheckReport
     candidates: pd.DataFrame
     flow_run_id: str | None
+    requested_at: datetime | None = None  # when the request was resolved, before any read
 
 
 def _selection(candidates: pd.DataFrame, chosen_index: int) -> dict[str, Any]:
@@ -114,7 +115,8 @@ def public_facts(run: RunFacts, release_id: str) -> dict[str, Any]:
             if run.context is not None else {})
     return {
         "release_id": release_id,
-        "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        # the day only: a time of day would tell how long the run took (it grows with n)
+        "created_at": (run.requested_at or datetime.now(UTC)).date().isoformat(),
         "test_release": plan.random.test_release,
         "dataset": config.name, "source": config.source_id,
         "package_version": package_version(),
@@ -142,6 +144,8 @@ def steward_facts(run: RunFacts) -> dict[str, Any]:
     guarantee, il = plan.guarantee, chosen.il
     return {
         "flow_run_id": run.flow_run_id, "ledger_spend_id": run.charge.spend_id,
+        "requested_at": (run.requested_at or datetime.now(UTC)).isoformat(timespec="seconds"),
+        "published_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "ledger_charge": {"source": config.source_id, "mechanism": plan.mechanism,
                           "epsilon": float(guarantee.epsilon or 0.0),
                           "delta": float(guarantee.delta or 0.0), "dp": guarantee.proven,
@@ -171,7 +175,7 @@ def publish_release(run: RunFacts, destination: str | None) -> PublishResult:
     """Split the facts at the boundary, write the steward record, then publish atomically."""
     test = run.release_plan.random.test_release
     store = ReleaseStore(test_store_root() if test else store_root(), test=test)
-    release_id = store.new_release_id(run.release_plan.mechanism)
+    release_id = store.new_release_id(run.release_plan.mechanism, run.requested_at)
     # split_facts is the gate: a field on the wrong side, or on neither, stops the release.
     public, private = split_facts({**public_facts(run, release_id), **steward_facts(run)})
     manifest = PublicManifest(**public).model_dump(mode="json")

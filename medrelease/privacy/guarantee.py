@@ -14,6 +14,9 @@ from dataclasses import asdict, dataclass, field
 from medrelease.errors import BudgetExceededError, MedreleaseError
 
 ADD_REMOVE_ONE_ROW = "add/remove one row"
+# What a reader must not miss: "one individual" reads as one patient, and the unit is a row.
+ROW_UNIT_NOTE = ("The privacy unit is one row of the extract (one admission or visit), not one "
+                 "patient: a patient with k rows is protected at about k times epsilon.")
 TOLERANCE = 1e-9
 
 
@@ -61,9 +64,10 @@ class Guarantee:
         if self.epsilon is None:
             return f"{self.label}."
         core = f"(epsilon={self.epsilon:g}, delta={self.delta:g})-differential privacy"
+        unit = f" {ROW_UNIT_NOTE}" if self.neighbouring == ADD_REMOVE_ONE_ROW else ""
         if self.proven:
-            return f"{core} under {self.neighbouring} ({self.label})."
-        return f"Claimed {core} under {self.neighbouring} — {self.label}."
+            return f"{core} under {self.neighbouring} ({self.label}).{unit}"
+        return f"Claimed {core} under {self.neighbouring} — {self.label}.{unit}"
 
 
 @dataclass

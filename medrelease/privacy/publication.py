@@ -47,7 +47,8 @@ class PublishedField:
 
 PUBLISHED: dict[str, PublishedField] = {
     "release_id": PublishedField(Basis.IDENTITY, "clock + random id; says nothing about the data"),
-    "created_at": PublishedField(Basis.IDENTITY, "the clock"),
+    "created_at": PublishedField(Basis.IDENTITY, "the day the request was made (no time of "
+                                                 "day: it would tell how long the run took)"),
     "test_release": PublishedField(Basis.PUBLIC, "whether the request fixed a seed"),
     "dataset": PublishedField(Basis.PUBLIC, "the dataset config's name"),
     "source": PublishedField(Basis.PUBLIC, "the declared ledger source id"),
@@ -84,6 +85,8 @@ PUBLISHED: dict[str, PublishedField] = {
 STEWARD_ONLY: dict[str, str] = {
     "flow_run_id": "links the release to Prefect's logs and parameters, which are for stewards",
     "ledger_spend_id": "internal bookkeeping id",
+    "requested_at": "the request's time of day (with the publish time, the run's duration)",
+    "published_at": "the publish time: how long the run took grows with the input's rows",
     "ledger_charge": "what the release charged to its source (to rebuild a lost ledger)",
     "input_file": "the extract's absolute path on the hospital's machine",
     "input_sha256": "a deterministic function of the raw data: tells any two neighbouring "

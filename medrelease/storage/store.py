@@ -203,8 +203,10 @@ class ReleaseStore:
         self.root = Path(root).resolve()
         self.test = test
 
-    def new_release_id(self, mechanism: str) -> str:
-        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    def new_release_id(self, mechanism: str, requested_at: datetime | None = None) -> str:
+        """Stamped with the time the request was made (before any data was read), not the
+        publish time: that would tell how long the run took, which grows with the rows."""
+        stamp = (requested_at or datetime.now(UTC)).strftime("%Y%m%dT%H%M%SZ")
         prefix = TEST_PREFIX if self.test else ""
         return f"{prefix}{stamp}-{mechanism}-{uuid.uuid4().hex[:8]}"
 
