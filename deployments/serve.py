@@ -26,7 +26,7 @@ from prefect.events import DeploymentEventTrigger
 from prefect.runner import Runner
 
 from flows.arrival import arrival_release_flow
-from flows.release import release_flow
+from flows.release import DATASET_DEFAULT, release_flow
 from flows.watch import ARRIVED, watch_inbox_flow, watch_loop
 from medrelease.data.config import load_config, project_root
 
@@ -53,6 +53,10 @@ def build_deployments() -> list:
             name="on-demand",
             description="Release a dataset on demand: fill in dataset, mechanism and budget.",
             tags=["medrelease", "on-demand"],
+            # the form opens on working values: Submit as it stands releases the sample with
+            # its dataset's own mechanism and budget (Prefect's form shows a nested model's
+            # fields empty unless the deployment gives them)
+            parameters={"request": {"dataset": "nps-sample", "mechanism": DATASET_DEFAULT}},
         )
     ]
     for dataset, cron in scheduled_datasets():

@@ -86,8 +86,9 @@ def _mechanism_dropdown(schema: dict[str, Any]) -> None:
     """The form's dropdown, built from the registry each time a schema is made."""
     schema.pop("anyOf", None)
     schema.update(type="string", enum=[DATASET_DEFAULT, *labels()])
+    # one paragraph per mechanism: Prefect's form renders single-newline items as one line
     schema["description"] = "Release mechanism, labelled with its privacy guarantee. What each " \
-        "gives a researcher:\n\n" + "\n".join(
+        "gives a researcher:\n\n" + "\n\n".join(
             f"- **{name}**: {capabilities(name).gives}" for name in sorted(MECHANISMS))
 
 

@@ -189,6 +189,32 @@ def test_every_mechanism_from_the_form(served, browser, tmp_path: Path, request)
     _keep(shots, request)
 
 
+def test_submit_with_the_defaults_releases_the_sample(served, browser, tmp_path: Path,
+                                                     request) -> None:
+    """The steward's first click (issue 27): the form opens on the dataset default mechanism
+    and Submit as it stands creates a run that releases with the dataset's own settings."""
+    ui = served.api_url.removesuffix("/api")
+    with (temporary_settings(updates={PREFECT_API_URL: served.api_url}),
+          get_client(sync_client=True) as client):
+        deployment = client.read_deployment_by_name("medrelease-release/on-demand")
+    page = browser.new_page(viewport={"width": 1440, "height": 1600})
+    _log_in(page, f"{ui}/deployments/deployment/{deployment.id}/run", served.auth)
+    page.locator(".schema-form-property__label").first.wait_for(timeout=60_000)
+    mechanism = _property(page, "Mechanism").locator("button.p-select-button__control")
+    assert "dataset default" in mechanism.inner_text()
+    page.screenshot(path=str(tmp_path / "form-defaults.png"), full_page=True)
+    name = page.locator("input").first.input_value()
+    problems: list[str] = []
+    _submit(page, name, problems)
+    assert _run_created(name), f"Submit with the defaults created no run; saw {problems[-5:]}"
+    with get_client(sync_client=True) as client:
+        run = _final_run(client, name, served.log)
+    page.close()
+    assert run.state.is_completed(), f"{run.state.name}: {run.state.message}"
+    assert run.parameters["request"]["mechanism"].startswith("dataset default")
+    _keep(tmp_path / "form-defaults.png", request)
+
+
 def test_the_newer_ui_lists_the_same_labelled_mechanisms(served, browser, tmp_path: Path,
                                                          request) -> None:
     ui = served.api_url.removesuffix("/api")
