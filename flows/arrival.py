@@ -14,9 +14,9 @@ from typing import Any
 from prefect import flow, get_run_logger
 
 from flows.release import ReleaseRequest, release_flow
-from flows.states import refused, skipped
+from flows.states import REFUSALS, refused, skipped
 from medrelease.data.config import find_config
-from medrelease.errors import ConfigError, InputValidationError, MedreleaseError, PolicyError
+from medrelease.errors import InputValidationError, MedreleaseError
 from medrelease.settings import steward_root
 from medrelease.storage.inbox import NotAnAnnouncedExtract, claimed_extract, move_to
 from medrelease.storage.io import file_sha256
@@ -44,7 +44,7 @@ def arrival_release_flow(dataset: str, path: str, sha256: str) -> dict[str, Any]
         return _release_arrival(dataset, extract, sha256, inbox)
     except DuplicateExtractError as exc:
         return skipped("Duplicate", str(exc), {"release_id": None, "path": None})
-    except (InputValidationError, ConfigError, PolicyError) as exc:
+    except REFUSALS as exc:  # refused before any spend: bad input, policy, budget, ledger
         target = _file_away(inbox, extract, "rejected", str(exc))
         get_run_logger().error("extract rejected, moved to %s", target)
         return refused(exc)

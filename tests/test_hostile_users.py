@@ -220,3 +220,30 @@ def test_a_missing_ledger_with_published_releases_only_is_refused(tmp_path: Path
                 "lifetime": {"epsilon_cap": 2.0, "delta_cap": 1e-5}}
     with pytest.raises(LedgerIntegrityError, match="is missing the spends of 1 release"):
         reconcile(tmp_path / "ledger.sqlite", [], [manifest])
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_an_inbox_arrival_of_charged_content_for_another_source_is_refused(
+        inbox: Path, tmp_path: Path) -> None:
+    """The same extract through the inbox, announced for a dataset of another source: refused
+    (the content is charged to the first source), filed under rejected/ with its reason."""
+    first = tmp_path / "first"
+    first.mkdir()
+    config = write_paper_dataset(first)
+    release_flow(ReleaseRequest(dataset=str(config), evaluate=False))
+    second = tmp_path / "second"
+    second.mkdir()
+    other = write_paper_dataset(second)
+    spec = yaml.safe_load(other.read_text())
+    spec["name"], spec["privacy"]["source"] = "second-hospital", "fresh-budget"
+    other.write_text(yaml.safe_dump(spec))
+    shutil.copyfile(first / "table5.csv", inbox / "monthly.csv")
+    (inbox / "monthly.csv.done").write_text("")
+    [arrival] = InboxWatcher(inbox, stable_polls=1).poll()
+    spends = len(Ledger(tmp_path / "home" / "ledger.sqlite").spends())
+    state = arrival_release_flow(str(other), str(arrival.path), arrival.sha256,
+                                 return_state=True)
+    assert state.name == "Refused" and "already charged to source 'paper-example'" in state.message
+    assert len(Ledger(tmp_path / "home" / "ledger.sqlite").spends()) == spends
+    [reason] = (inbox / "rejected").glob("*.reason.txt")
+    assert "already charged" in reason.read_text()
