@@ -14,7 +14,7 @@ from typing import Any
 from prefect import flow, get_run_logger
 
 from flows.release import ReleaseRequest, release_flow
-from flows.states import REFUSALS, refused, skipped
+from flows.states import REFUSALS, quiet_refusals, refused, skipped
 from medrelease.data.config import find_config
 from medrelease.errors import InputValidationError, MedreleaseError
 from medrelease.settings import steward_root
@@ -36,6 +36,7 @@ def _already_released(dataset: str, sha256: str) -> str | None:
 def arrival_release_flow(dataset: str, path: str, sha256: str) -> dict[str, Any]:
     """Release the announced file; whatever happens, it leaves ``processing/``. A path that is
     not a claimed file of the inbox this service watches is refused before it is touched."""
+    quiet_refusals()
     try:
         inbox, extract = claimed_extract(path)
     except NotAnAnnouncedExtract as exc:

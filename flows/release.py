@@ -25,10 +25,17 @@ from prefect.futures import as_completed
 from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 from prefect.utilities.annotations import quote
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from flows.evaluate import evaluate_flow
-from flows.states import REFUSALS, refused, skipped
+from flows.states import REFUSALS, quiet_refusals, refused, skipped
 from medrelease.errors import ParameterError
 from medrelease.mechanisms import (
     MECHANISMS,
@@ -234,18 +241,45 @@ class ReleaseRequest(BaseModel):
     description="Differentially private microdata release of one dataset extract",
     task_runner=ThreadPoolTaskRunner(max_workers=int(os.environ.get("MEDRELEASE_WORKERS", "2"))),
     log_prints=False,
-    validate_parameters=True,
+    # validated inside the flow, so that a wrong field ends Refused with one sentence (and the
+    # budget artifacts refreshed) instead of Prefect's ParameterTypeError traceback
+    validate_parameters=False,
 )
 def release_flow(request: ReleaseRequest = ReleaseRequest()) -> Any:  # noqa: B008
     """Run one release; returns the release id, folder and manifest. A request refused before
     any spend ends in state 'Refused' (an in-process caller gets the exception); an unchanged
     extract with ``skip_unchanged`` ends in 'No new data'."""
+    quiet_refusals()  # before any task can log a refusal as a crash
+    dataset = _dataset_named(request)
     try:
-        return _release(request)
+        return _release(as_request(request))
     except REFUSALS as exc:
         return refused(exc)
     finally:  # budget and release catalogue in the UI after every run, refused ones included
-        _budget_in_view(request.dataset)
+        _budget_in_view(dataset)
+
+
+def as_request(given: Any) -> ReleaseRequest:
+    """The request as the form or an API caller sent it, checked field by field; what is wrong
+    is refused as one sentence per field (which field, what is allowed)."""
+    if isinstance(given, ReleaseRequest):
+        return given
+    try:
+        return ReleaseRequest.model_validate(given if given is not None else {})
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in error['loc']) or 'request'}: "
+            f"{str(error['msg']).removeprefix('Value error, ')}" for error in exc.errors())
+        raise ParameterError(f"the request cannot be run — {problems}. Nothing was read or "
+                             "spent.") from None
+
+
+def _dataset_named(given: Any) -> str:
+    """The dataset whose budget artifacts to refresh, even when the request is refused."""
+    if isinstance(given, ReleaseRequest):
+        return given.dataset
+    named = given.get("dataset") if isinstance(given, dict) else None
+    return named if isinstance(named, str) and named else ReleaseRequest().dataset
 
 
 def _budget_in_view(dataset: str) -> None:

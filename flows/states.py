@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from prefect import get_run_logger
@@ -28,9 +29,37 @@ REFUSALS = (ConfigError, TaxonomyError, InputValidationError, ParameterError, Po
             BudgetExceededError, LedgerSourceError, LedgerIntegrityError, LedgerLockedError)
 
 
+class RefusalsWithoutTracebacks(logging.Filter):
+    """A refusal is an answer, not a crash: Prefect's task and flow engines log the exception
+    that ends a refused task or run with its traceback, at ERROR. This filter, on every handler
+    of Prefect's loggers (console and API), turns such records into one WARNING line without a
+    traceback; every other record passes unchanged."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        text = record.getMessage() if record.levelno >= logging.ERROR else ""
+        if isinstance(error, REFUSALS) or any(f"exception {cls.__name__}:" in text
+                                               or f"with exception: {cls.__name__}(" in text
+                                               for cls in REFUSALS):
+            record.exc_info, record.exc_text, record.stack_info = None, None, None
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
+
+
+def quiet_refusals() -> None:
+    """Install the filter on the handlers of Prefect's loggers (idempotent)."""
+    loggers = [logging.getLogger(name) for name in list(logging.root.manager.loggerDict)
+               if name.startswith("prefect")] + [logging.getLogger("prefect"), logging.root]
+    for logger in loggers:
+        for handler in logger.handlers:
+            if not any(isinstance(f, RefusalsWithoutTracebacks) for f in handler.filters):
+                handler.addFilter(RefusalsWithoutTracebacks())
+
+
 def refused(exc: BaseException) -> State:
     """A FAILED state named 'Refused' carrying the reason (messages never hold raw values)."""
-    get_run_logger().error("release refused, nothing spent: %s", exc)
+    quiet_refusals()
+    get_run_logger().warning("release refused, nothing spent: %s", exc)
     return Failed(name="Refused", message=f"{type(exc).__name__}: {exc}"[:2000], data=exc)
 
 

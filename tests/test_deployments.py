@@ -210,3 +210,20 @@ def test_the_arrival_and_watch_deployments_touch_nothing_outside_their_inbox(
             assert not run.state.is_completed(), run.state
     assert victim.is_file() and sorted(p.name for p in victim.parent.iterdir()) == [
         "precious.csv"]
+
+
+def test_a_wrong_field_from_the_ui_ends_refused_with_one_sentence(served) -> None:
+    """Issue 27: a parameter the mechanism does not take (here a left-over epsilon for kanon)
+    ended Failed with zero task runs and Prefect's ParameterTypeError traceback."""
+    with get_client(sync_client=True) as client:
+        deployment = client.read_deployment_by_name("medrelease-release/on-demand")
+        run = client.create_flow_run_from_deployment(deployment.id, parameters={
+            "request": {"dataset": "nps-sample", "mechanism": label("kanon"), "epsilon": 1.0,
+                        "parameters": {"kk": 3}}})
+        deadline = time.monotonic() + WAIT_S
+        while not (run := client.read_flow_run(run.id)).state.is_final():
+            assert time.monotonic() < deadline, served.log.read_text()[-3000:]
+            time.sleep(1)
+    assert run.state.name == "Refused", run.state
+    assert "kanon does not take kk" in run.state.message
+    assert "Nothing was read or spent" in run.state.message

@@ -247,3 +247,33 @@ def test_an_inbox_arrival_of_charged_content_for_another_source_is_refused(
     assert len(Ledger(tmp_path / "home" / "ledger.sqlite").spends()) == spends
     [reason] = (inbox / "rejected").glob("*.reason.txt")
     assert "already charged" in reason.read_text()
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_a_refused_run_logs_one_warning_and_no_traceback(home: Path, tmp_path: Path,
+                                                         caplog) -> None:
+    """Issue 27: the Refused badge was right, but the run's log showed the task's PolicyError
+    traceback and the engine's "exited with unexpected exception" traceback, in red."""
+    import logging
+
+    from medrelease.errors import PolicyError
+
+    (tmp_path / "ds").mkdir()
+    config = str(write_paper_dataset(tmp_path / "ds"))
+    caplog.set_level(logging.INFO)
+    state = release_flow(ReleaseRequest(dataset=config, evaluate=False,
+                                        mechanism={"mechanism": "kanon", "k": 10}),
+                         return_state=True)
+    assert state.name == "Refused" and state.message.startswith(PolicyError.__name__)
+    records = [r for r in caplog.records if r.name.startswith("prefect")]
+    assert any("release refused, nothing spent" in r.getMessage() for r in records)
+    loud = [r.getMessage()[:80] for r in records if r.levelno >= logging.ERROR or r.exc_info]
+    assert not loud, f"a refusal logged as an error or with a traceback: {loud}"
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_a_request_sent_as_fields_is_checked_inside_the_flow(home: Path) -> None:
+    state = release_flow(request={"dataset": "nps-sample", "mechanism": "kanon",
+                                  "epsilon": 1.0}, return_state=True)
+    assert state.name == "Refused"
+    assert "kanon takes no epsilon" in state.message and "Nothing was read" in state.message
