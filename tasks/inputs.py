@@ -6,7 +6,6 @@ only; the values themselves go to a steward-only log file whose path the message
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -24,7 +23,7 @@ from medrelease.data.aggregate import (
     merge_count_tables,
 )
 from medrelease.data.config import DatasetConfig, find_config
-from medrelease.data.extract import ResolvedExtract
+from medrelease.data.extract import ResolvedExtract, extract_digest
 from medrelease.data.grouped_input import grouped_count_table
 from medrelease.errors import InputValidationError, write_steward_log
 from medrelease.settings import steward_log_dir, steward_root
@@ -138,14 +137,6 @@ def aggregate_partition(config: DatasetConfig, path: str, sha256: str,
                         rows_per_chunk: int = 500_000) -> PartitionCounts:
     """One file of a partitioned extract, on a fan-out worker (Dask) or in the flow."""
     return count_partition(config, Path(path), sha256, rows_per_chunk, partitioned=True)
-
-
-def extract_digest(files: list[tuple[str, str]]) -> str:
-    """The extract's identity from its (path, SHA-256) files (as ``ResolvedExtract.digest``)."""
-    if len(files) == 1:
-        return files[0][1]
-    listing = "".join(f"{Path(path).name}\0{sha}\n" for path, sha in files)
-    return hashlib.sha256(listing.encode()).hexdigest()
 
 
 @task(name="merge-partitions", cache_policy=NO_CACHE)

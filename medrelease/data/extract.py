@@ -46,12 +46,17 @@ class ResolvedExtract:
 
     @property
     def digest(self) -> str:
-        """The extract's identity: a one-file extract's own hash, else the hash of the list of
-        its files' names and hashes (what the steward records compare)."""
-        if len(self.files) == 1:
-            return self.files[0].sha256
-        listing = "".join(f"{Path(f.path).name}\0{f.sha256}\n" for f in self.files)
-        return hashlib.sha256(listing.encode()).hexdigest()
+        return extract_digest([(f.path, f.sha256) for f in self.files])
+
+
+def extract_digest(files: list[tuple[str, str]]) -> str:
+    """An extract's identity from its (path, SHA-256) files: a one-file extract's own hash,
+    else the hash of the list of its files' names and hashes (what the steward records
+    compare)."""
+    if len(files) == 1:
+        return files[0][1]
+    listing = "".join(f"{Path(path).name}\0{sha}\n" for path, sha in files)
+    return hashlib.sha256(listing.encode()).hexdigest()
 
 
 def sha256_of(path: Path) -> str:
