@@ -189,16 +189,23 @@ def test_every_mechanism_from_the_form(served, browser, tmp_path: Path, request)
     _keep(shots, request)
 
 
-def test_submit_with_the_defaults_releases_the_sample(served, browser, tmp_path: Path,
-                                                     request) -> None:
-    """The steward's first click (issue 27): the form opens on the dataset default mechanism
-    and Submit as it stands creates a run that releases with the dataset's own settings."""
+def _logged_in_form(served, browser, ui_path: str, viewport: tuple[int, int]):
+    """A new page, logged in, on the on-demand deployment's run form (``{ui}{ui_path}/run``)."""
     ui = served.api_url.removesuffix("/api")
     with (temporary_settings(updates={PREFECT_API_URL: served.api_url}),
           get_client(sync_client=True) as client):
         deployment = client.read_deployment_by_name("medrelease-release/on-demand")
-    page = browser.new_page(viewport={"width": 1440, "height": 1600})
-    _log_in(page, f"{ui}/deployments/deployment/{deployment.id}/run", served.auth)
+    page = browser.new_page(viewport={"width": viewport[0], "height": viewport[1]})
+    url = f"{ui}{ui_path}/deployments/deployment/{deployment.id}/run"
+    _log_in(page, url, served.auth)
+    return page, url
+
+
+def test_submit_with_the_defaults_releases_the_sample(served, browser, tmp_path: Path,
+                                                     request) -> None:
+    """The steward's first click (issue 27): the form opens on the dataset default mechanism
+    and Submit as it stands creates a run that releases with the dataset's own settings."""
+    page, _ = _logged_in_form(served, browser, "", (1440, 1600))
     page.locator(".schema-form-property__label").first.wait_for(timeout=60_000)
     mechanism = _property(page, "Mechanism").locator("button.p-select-button__control")
     assert "dataset default" in mechanism.inner_text()
@@ -217,13 +224,8 @@ def test_submit_with_the_defaults_releases_the_sample(served, browser, tmp_path:
 
 def test_the_newer_ui_lists_the_same_labelled_mechanisms(served, browser, tmp_path: Path,
                                                          request) -> None:
-    ui = served.api_url.removesuffix("/api")
-    with (temporary_settings(updates={PREFECT_API_URL: served.api_url}),
-          get_client(sync_client=True) as client):
-        deployment = client.read_deployment_by_name("medrelease-release/on-demand")
-    page = browser.new_page(viewport={"width": 1300, "height": 1900})
-    _log_in(page, f"{ui}/v2/deployments/deployment/{deployment.id}/run", served.auth)
-    page.goto(f"{ui}/v2/deployments/deployment/{deployment.id}/run")
+    page, url = _logged_in_form(served, browser, "/v2", (1300, 1900))
+    page.goto(url)
     page.get_by_text("Mechanism (Optional)").wait_for(timeout=60_000)
     page.get_by_role("button", name="Select Mechanism").click()
     for text in labels():

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from medrelease.data.config import DatasetConfig
 from medrelease.errors import ConfigError, InputValidationError
+from medrelease.storage.io import file_sha256
 
 
 @dataclass(frozen=True)
@@ -59,14 +60,6 @@ def extract_digest(files: list[tuple[str, str]]) -> str:
     return hashlib.sha256(listing.encode()).hexdigest()
 
 
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def check_single_link(path: Path, what: str = "input file") -> None:
     """Refuse anything but a regular file with exactly one hard link (no value in the text)."""
     try:
@@ -91,7 +84,7 @@ def resolve_extract(config: DatasetConfig, override: str | None = None) -> Resol
     hashed = []
     for path in files:
         check_single_link(path)
-        hashed.append(ExtractFile(str(path), sha256_of(path)))
+        hashed.append(ExtractFile(str(path), file_sha256(path)))
     _refuse_identical_partitions(hashed)
     return ResolvedExtract(str(pattern), tuple(hashed))
 
