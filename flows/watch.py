@@ -7,6 +7,7 @@ plain loop (``medrelease watch``) or as a long-lived flow (``watch_inbox_flow``)
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from pathlib import Path
@@ -34,6 +35,20 @@ def announce(watcher: InboxWatcher, arrival: Arrival, dataset: str) -> None:
     watcher.mark_announced(arrival)
 
 
+FILED = "medrelease.extract.filed"
+
+
+def report_filed(watcher: InboxWatcher) -> None:
+    """Every file the watcher handled without a run gets a visible outcome: a log line and an
+    event (in the UI's Event Feed) with its reason, beside the ``.reason.txt``."""
+    logger = logging.getLogger("medrelease.inbox")
+    for filed in watcher.filed:
+        logger.warning("inbox: %s moved to %s/: %s", filed.name, filed.outcome, filed.reason)
+        emit_event(event=FILED, resource={"prefect.resource.id": f"medrelease.inbox.{filed.name}",
+                                          "prefect.resource.name": filed.name},
+                   payload={"outcome": filed.outcome, "reason": filed.reason})
+
+
 def watch_loop(inbox: Path, dataset: str, interval_s: float = 1.0, stable_polls: int = 2,
                stop: threading.Event | None = None, max_seconds: float | None = None,
                on_arrival=None) -> int:
@@ -43,7 +58,9 @@ def watch_loop(inbox: Path, dataset: str, interval_s: float = 1.0, stable_polls:
     started = time.monotonic()
     stop = stop or threading.Event()
     while not stop.is_set():
-        for arrival in watcher.poll():
+        arrivals = watcher.poll()
+        report_filed(watcher)
+        for arrival in arrivals:
             announce(watcher, arrival, dataset)
             announced += 1
             if on_arrival:

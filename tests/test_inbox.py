@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from medrelease.storage.inbox import InboxWatcher, move_to, original_name
 
 
@@ -42,7 +44,29 @@ def test_same_content_twice_goes_to_duplicates(tmp_path: Path) -> None:
     assert (tmp_path / "duplicates" / "two.csv").exists()
     (tmp_path / "three.csv").write_text("same\n")
     (tmp_path / "four.csv").write_text("same\n")
-    assert watcher.poll() == [] and len(list((tmp_path / "duplicates").iterdir())) == 3
+    assert watcher.poll() == [] and len(list((tmp_path / "duplicates").glob("*.csv"))) == 3
+    reasons = sorted((tmp_path / "duplicates").glob("*.reason.txt"))
+    assert len(reasons) == 3 and all("as one.csv, already announced" in r.read_text()
+                                     for r in reasons)
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_a_duplicate_under_a_new_name_has_a_visible_outcome(tmp_path: Path, caplog) -> None:
+    """Issue 27: a repeated file dropped under a new name vanished into duplicates/ with no
+    log line and no reason file."""
+    from flows.watch import report_filed
+
+    watcher = InboxWatcher(tmp_path, stable_polls=1)
+    (tmp_path / "extract-2026-11.csv").write_text("same\n")
+    [first] = watcher.poll()
+    watcher.mark_announced(first)
+    (tmp_path / "extract-2026-11-again.csv").write_text("same\n")
+    assert watcher.poll() == []
+    caplog.set_level("WARNING", logger="medrelease.inbox")
+    report_filed(watcher)
+    assert "extract-2026-11-again.csv moved to duplicates/" in caplog.text
+    assert "already announced" in (tmp_path / "duplicates" /
+                                   "extract-2026-11-again.csv.reason.txt").read_text()
 
 
 def test_unannounced_claims_are_retried_and_others_ignored(tmp_path: Path) -> None:

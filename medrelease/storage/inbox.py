@@ -37,11 +37,21 @@ class Arrival:
     size: int
 
 
+@dataclass(frozen=True)
+class Filed:
+    """A file the watcher handled without announcing it: where it went and why."""
+
+    name: str
+    outcome: str
+    reason: str
+
+
 @dataclass
 class InboxWatcher:
     inbox: Path
     stable_polls: int = 2
     _seen: dict[str, tuple[int, int, int]] = field(default_factory=dict)
+    filed: list[Filed] = field(default_factory=list)  # since the last poll, for the log/events
 
     def __post_init__(self) -> None:
         self.inbox = Path(self.inbox).resolve()
@@ -75,6 +85,7 @@ class InboxWatcher:
         without an announcement (the watcher stopped before emitting) are returned again.
         """
         announced = self.announced()
+        self.filed = []
         ready = [
             Arrival(path=p, sha256=p.name.split("-", 1)[0], size=p.stat().st_size)
             for p in sorted((self.inbox / "processing").iterdir())
@@ -109,7 +120,10 @@ class InboxWatcher:
             marker.unlink(missing_ok=True)
             self._seen.pop(path.name, None)
             if sha in announced or any(a.sha256 == sha for a in ready):
-                self._move(path, "duplicates")
+                first = announced.get(sha, {}).get("file") or next(
+                    original_name(a.path) for a in ready if a.sha256 == sha)
+                self._move(path, "duplicates", f"the same content (SHA-256 {sha[:12]}...) as "
+                           f"{first}, already announced: it is never released twice")
                 continue
             claimed = self.inbox / "processing" / f"{sha}-{path.name}"
             os.replace(path, claimed)
@@ -123,6 +137,7 @@ class InboxWatcher:
         self._record(arrival)
 
     def _move(self, path: Path, outcome: str, reason: str | None = None) -> Path:
+        self.filed.append(Filed(path.name, outcome, reason or outcome))
         return move_to(self.inbox, path, outcome, reason)
 
 
