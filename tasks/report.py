@@ -20,7 +20,8 @@ def steward_summary_markdown(manifest: dict, record: dict, candidates: pd.DataFr
                  f"{record['input_rows']:,} rows")
     life = manifest.get("lifetime") or {}
     if "epsilon_cap" in life:
-        lines.append(f"- left after this release on source `{life['source']}`: epsilon "
+        lines.append(f"- {'room under the cap (lifetime guarantee VOID)' if life.get('void') else 'left'}"
+                     f" after this release on source `{life['source']}`: epsilon "
                      f"{max(0.0, life['epsilon_cap'] - life['epsilon_spent']):g} of "
                      f"{life['epsilon_cap']:g}, delta "
                      f"{max(0.0, life['delta_cap'] - life['delta_spent']):g} of "
@@ -116,7 +117,8 @@ def publish_budget_artifacts(dataset: str) -> None:
                              key=artifact_key(config.name, "budget"),
                              description=f"Privacy budget of source {config.source_id}: "
                                          f"eps {state.epsilon_spent:g} spent, "
-                                         f"{state.epsilon_left:g} left")
+                                         + ("lifetime guarantee VOID" if state.void
+                                            else f"{state.epsilon_left:g} left"))
     create_table_artifact(table=release_catalogue(config.name, spends) or [{"release": "-"}],
                           key=artifact_key(config.name, "releases"),
                           description=f"Releases of {config.name}: id, date, mechanism, "
@@ -125,8 +127,10 @@ def publish_budget_artifacts(dataset: str) -> None:
 
 def budget_markdown(state, spends) -> str:
     """Spent / left for eps and delta, and every spend of the source with its release."""
+    # with the lifetime guarantee void, nothing is "left" to protect: the cap only limits spending
+    room = "room under the cap (guarantee VOID)" if state.void else "left"
     lines = [f"# Privacy budget of source `{state.source}`", "",
-             "| | spent | cap | left |", "|---|---|---|---|",
+             f"| | spent | cap | {room} |", "|---|---|---|---|",
              f"| epsilon | {state.epsilon_spent:g} | {state.lifetime_epsilon:g} | "
              f"{state.epsilon_left:g} |",
              f"| delta | {state.delta_spent:g} | {state.lifetime_delta:g} | "

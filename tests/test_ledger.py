@@ -229,3 +229,19 @@ def test_a_run_that_published_cannot_spend_again(tmp_path: Path) -> None:
         ledger.reserve(_request("ds", 1.0, flow_run_id="run-6"))
     assert ledger.state("ds", 10.0, 1e-5).epsilon_spent == pytest.approx(2.0)
     ledger.reserve(_request("ds", 1.0, flow_run_id="run-8"))  # a new run releases again
+
+
+def test_the_budget_artifact_shows_nothing_left_where_the_guarantee_is_void(tmp_path: Path
+                                                                           ) -> None:
+    """Issue 27: "7.5 left" stood beside "Lifetime guarantee VOID"; the note pointed at a
+    guarantee "above" that the artifact does not show."""
+    from tasks.report import budget_markdown
+
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    ledger.reserve(_request("ds", 1.0))
+    assert "| left |" in budget_markdown(ledger.state("ds"), ledger.spends("ds"))
+    kanon = ledger.reserve(_request("ds", 0.0, mechanism="kanon", dp=False))
+    ledger.mark(kanon, "released", release_id="k1")
+    text = budget_markdown(ledger.state("ds"), ledger.spends("ds"))
+    assert "| left |" not in text and "room under the cap (guarantee VOID)" in text
+    assert "above" not in text and "in its manifest, still holds" in text

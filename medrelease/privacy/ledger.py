@@ -190,8 +190,8 @@ class BudgetState:
             spent += (f"; the cap was changed from epsilon {last['old_epsilon']:g} to "
                       f"{last['new_epsilon']:g} on {last['changed_on']} ({last['reason']})")
         if self.void:
-            return (f"Lifetime guarantee VOID: {self.void_reason}. ({spent}; the per-release "
-                    "guarantee above still holds for this release alone.)")
+            return (f"Lifetime guarantee VOID: {self.void_reason}. ({spent}; each release's "
+                    "own guarantee, in its manifest, still holds for that release alone.)")
         return (f"All releases of source '{self.source}' together are ({self.epsilon_spent:g}, "
                 f"{self.delta_spent:g})-DP ({spent}).")
 
