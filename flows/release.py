@@ -40,6 +40,7 @@ from medrelease.errors import ParameterError
 from medrelease.mechanisms import (
     MECHANISMS,
     capabilities,
+    check_fits,
     get_mechanism,
     labels,
     name_from_label,
@@ -90,13 +91,37 @@ DATASET_DEFAULT = "dataset default — the mechanism and parameters in its datas
 
 
 def _mechanism_dropdown(schema: dict[str, Any]) -> None:
-    """The form's dropdown, built from the registry each time a schema is made."""
+    """The form's dropdown, built from the registry each time a schema is made; each
+    mechanism's line says what it gives and, where it cannot release a bundled dataset, why."""
     schema.pop("anyOf", None)
     schema.update(type="string", enum=[DATASET_DEFAULT, *labels()])
-    # one paragraph per mechanism: Prefect's form renders single-newline items as one line
     schema["description"] = "Release mechanism, labelled with its privacy guarantee. What each " \
         "gives a researcher:\n\n" + "\n\n".join(
-            f"- **{name}**: {capabilities(name).gives}" for name in sorted(MECHANISMS))
+            f"- **{name}**: {capabilities(name).gives}{_not_for(name)}"
+            for name in sorted(MECHANISMS))
+
+
+SHORT_REASONS = (("class", "no class column with declared values"),
+                 ("set-valued", "a set-valued column"), ("public domains", "no declared domain"))
+
+
+def _not_for(mechanism: str) -> str:
+    """" *(not for adult-ipa, nps-sample: no class column …)*" for the bundled datasets the
+    mechanism cannot release (``check_fits``), so the form says why beside the option."""
+    from medrelease.data.config import load_config, project_root
+
+    by_reason: dict[str, list[str]] = {}
+    for path in sorted((project_root() / "datasets").glob("*/dataset.yaml")):
+        try:
+            config = load_config(path)
+            check_fits(config, mechanism)
+        except ParameterError as exc:
+            reason = next((short for key, short in SHORT_REASONS if key in str(exc)), str(exc))
+            by_reason.setdefault(reason, []).append(config.name)
+        except Exception:
+            continue
+    parts = [f"{', '.join(names)}: {reason}" for reason, names in by_reason.items()]
+    return f" *(not for {'; '.join(parts)})*" if parts else ""
 
 
 def _plain(kind: str):

@@ -132,3 +132,12 @@ def test_an_unchanged_extract_is_not_released_again_when_asked_to_skip(tmp_path:
     assert len(Ledger(tmp_path / "home" / "ledger.sqlite").spends()) == spends
     forced = release_flow(ReleaseRequest(dataset=config, evaluate=False))  # the steward forces
     assert forced["release_id"] != first["release_id"]
+
+
+def test_the_form_says_beside_an_option_which_bundled_datasets_it_cannot_release() -> None:
+    """Issue 27: diffgen was offered for datasets without a class column, then refused."""
+    described = ReleaseRequest.model_json_schema()["properties"]["mechanism"]["description"]
+    diffgen = next(line for line in described.splitlines() if line.startswith("- **diffgen**"))
+    assert "not for adult-ipa, nps-sample: no class column with declared values" in diffgen
+    ipa = next(line for line in described.splitlines() if line.startswith("- **ipa**"))
+    assert "nps-sample" not in ipa
