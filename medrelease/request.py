@@ -31,11 +31,6 @@ class ResolvedRequest:
     def mechanism(self) -> str:
         return self.plan.mechanism
 
-    def work(self) -> dict:
-        """The expected work, for the steward's record and the run's log."""
-        return {"files": len(self.extract.files), "lattice_nodes": self.lattice_nodes,
-                "mechanism": self.mechanism}
-
 
 def enforce_source_policy(config: DatasetConfig, plan: ReleasePlan, recorded: str | None,
                           owner: str | None) -> None:
