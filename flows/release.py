@@ -124,6 +124,28 @@ def _not_for(mechanism: str) -> str:
     return f" *(not for {'; '.join(parts)})*" if parts else ""
 
 
+def _dataset_units(schema: dict[str, Any]) -> None:
+    """The privacy unit of each bundled dataset beside the dataset box, with a warning where a
+    config declares identifiers but no unit (the guarantee then protects one row)."""
+    from medrelease.data.config import load_config, project_root
+
+    units = []
+    for path in sorted((project_root() / "datasets").glob("*/dataset.yaml")):
+        try:
+            config = load_config(path)
+        except Exception:
+            continue
+        privacy = config.privacy
+        if config.unit_column:
+            units.append(f"{config.name}: one {privacy.unit_noun} (at most "
+                         f"{privacy.max_rows_per_unit} {privacy.row_noun}s)")
+        else:
+            units.append(f"{config.name}: one row" + (" — WARNING: identifier column(s), no "
+                                                      "unit declared" if config.unit_warning
+                                                      else ""))
+    schema["description"] += ". Privacy unit: " + "; ".join(units)
+
+
 def _plain(kind: str):
     """One plain input box (left empty = not given) instead of a choice between a type and
     'None', which both Prefect UIs render as a toggle or hide."""
@@ -154,6 +176,7 @@ class ReleaseRequest(BaseModel):
         default="nps-sample", title="Dataset",
         description="Dataset name (the folder under datasets/ holding its dataset.yaml) or the "
                     "path of a dataset YAML",
+        json_schema_extra=_dataset_units,
     )
     mechanism: str | None = Field(
         default=DATASET_DEFAULT, title="Mechanism", validate_default=True,
@@ -328,7 +351,8 @@ def _release(request: ReleaseRequest) -> Any:
                            f"release {previous}; nothing released, nothing spent (run without "
                            "'skip if unchanged' to release it again)", {"release_id": None})
     if not uses_counts(resolved.mechanism):
-        frame, input_info = load_and_validate_input(quote(config), quote(extract))
+        frame, input_info = load_and_validate_input(quote(config), quote(extract),
+                                                    release_plan.unit)
         check_secret_available(release_plan)
         check_before_charge(quote(config), release_plan, ledger, request.destination)
         charge = charge_budget(quote(config), release_plan, ledger, run_id, extract.hashes)
@@ -432,8 +456,9 @@ def _validate_and_aggregate(request: ReleaseRequest, resolved: ResolvedRequest,
     """The count table: in this process, or file by file on the Dask workers (each reads and
     aggregates its own files; a bad row in any file stops the run before any spend)."""
     config, extract = resolved.config, resolved.extract
-    if request.task_runner != "dask" or len(extract.files) < 2:
-        return validate_and_aggregate(quote(config), quote(extract))
+    unit = resolved.plan.unit
+    if request.task_runner != "dask" or len(extract.files) < 2 or unit is not None:
+        return validate_and_aggregate(quote(config), quote(extract), unit=unit)
     futures = runner.map(aggregate_partition, {"config": unmapped(config),
                                                "path": [f.path for f in extract.files],
                                                "sha256": [f.sha256 for f in extract.files]})

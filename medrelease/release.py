@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 import numpy as np
@@ -20,6 +20,7 @@ from medrelease.data.aggregate import CountTable, aggregate, prepare_table
 from medrelease.data.config import DatasetConfig
 from medrelease.data.lattice import Lattice, Node
 from medrelease.data.taxonomy import SUPPRESSED
+from medrelease.data.units import UnitBound, bound_frame, unit_relation
 from medrelease.errors import ParameterError, PolicyError
 from medrelease.evidence.metrics import ILParts, ReleasedCells, information_loss
 from medrelease.mechanisms import (
@@ -37,7 +38,12 @@ from medrelease.mechanisms.base import (
     summarize,
 )
 from medrelease.privacy.guarantee import BudgetStep, Guarantee, PrivacyAccountant
-from medrelease.privacy.randomness import RandomSource, exponential_mechanism, selection_probabilities
+from medrelease.privacy.randomness import (
+    RandomSource,
+    exponential_mechanism,
+    generator_for,
+    selection_probabilities,
+)
 from medrelease.storage.released_rows import ReleasedRows
 
 SELECTION_SENSITIVITY = 3.0
@@ -60,6 +66,7 @@ class ReleasePlan:
     selection_seed: np.random.SeedSequence = field(repr=False)
     release_seed: np.random.SeedSequence = field(repr=False)
     shuffle_seed: np.random.SeedSequence = field(repr=False)
+    unit: UnitBound | None = None  # the declared unit's bound, for mechanisms calibrated to it
 
     @property
     def selection_epsilon(self) -> float:
@@ -79,11 +86,18 @@ class PublicFacts:
     public_domain: bool = False
     n_numeric: int = 0
     max_rows: int | None = None
+    unit_rows: int = 1  # rows one unit may have after the bound (1: the unit is one row)
+    unit_column: str | None = None  # the declared unit's identifier column
+    unit_relation: str | None = None  # the neighbouring relation in words, for that unit
 
     @classmethod
     def of(cls, config: DatasetConfig) -> PublicFacts:
+        privacy, unit = config.privacy, config.unit_column
         return cls(public_domain=config.informative_domain is not None,
-                   n_numeric=numeric_predictors(config), max_rows=config.privacy.max_rows)
+                   n_numeric=numeric_predictors(config), max_rows=privacy.max_rows,
+                   unit_rows=privacy.max_rows_per_unit if unit else 1, unit_column=unit,
+                   unit_relation=unit_relation(privacy.unit_noun, privacy.row_noun, unit,
+                                               privacy.max_rows_per_unit) if unit else None)
 
 
 PUBLIC_FACTS = tuple(f.name for f in fields(PublicFacts))  # set from the config, never by a request
@@ -133,20 +147,24 @@ def plan_release(
     """
     impl = get_mechanism(mechanism)
     raw = dict(params or {})
-    for name, value in asdict(facts or PublicFacts()).items():
+    for name, value in asdict(facts or PublicFacts()).items():  # (only fields Params declares)
         if name in impl.Params.model_fields:
             raw[name] = value
     parsed = impl.parse_params(raw)
     steps = impl.budget_steps(parsed)
     _check_budget_numbers(impl.name, steps)  # before any threshold is computed from them
     guarantee = impl.guarantee(parsed)
+    facts = facts or PublicFacts()
+    calibrated = facts.unit_column is not None and "unit_rows" in impl.Params.model_fields
+    if calibrated:  # every sensitivity, threshold and delta was derived for one unit
+        guarantee = replace(guarantee, neighbouring=facts.unit_relation)
     _check_steps_make_the_guarantee(impl.name, steps, guarantee)
     accountant = PrivacyAccountant(guarantee.epsilon or 0.0, guarantee.delta or 0.0)
     # (syntactic models and pseudonymization spend nothing: no steps, no limit needed)
     for step in steps:
         accountant.spend(step)
     source = RandomSource(seed)
-    seeds = source.spawn(n_nodes + 3)
+    seeds = source.spawn(n_nodes + 4)
     return ReleasePlan(
         mechanism=impl.name,
         params=parsed,
@@ -157,6 +175,8 @@ def plan_release(
         selection_seed=seeds[n_nodes],
         release_seed=seeds[n_nodes + 1],
         shuffle_seed=seeds[n_nodes + 2],
+        unit=UnitBound(facts.unit_column, facts.unit_rows, seeds[n_nodes + 3])
+        if calibrated else None,
     )
 
 
@@ -348,7 +368,7 @@ def select_node(plan: ReleasePlan, summaries: Sequence[NodeSummary]) -> tuple[in
         best = min(feasible, key=lambda s: (s.il, s.height, s.index))
         return best.index, np.array([1.0 if s is best else 0.0 for s in ordered])
     utility, sensitivity, monotone = selection_utility(plan, ordered)
-    rng = np.random.default_rng(plan.selection_seed)
+    rng = generator_for(plan.selection_seed)
     chosen = exponential_mechanism(rng, utility, plan.selection_epsilon, sensitivity, monotone)
     probs = selection_probabilities(utility, plan.selection_epsilon, sensitivity, monotone)
     return ordered[chosen].index, probs
@@ -640,7 +660,7 @@ def release_without_lattice(
 ) -> MaterializedRelease:
     """Mechanisms that do not search the lattice: Mondrian (on counts), pseudonymization (rows)."""
     impl = get_mechanism(plan.mechanism)
-    rng = np.random.default_rng(plan.release_seed)
+    rng = generator_for(plan.release_seed)
     if impl.capabilities.kind == "counts":
         counts = aggregate(table, config)
         released, il = impl.release_counts(counts, plan.params, rng)
@@ -686,7 +706,9 @@ def release(
     # Parameters are checked before the table is touched, so bad parameters never cost a pass.
     check_fits(config, name)
     facts = PublicFacts.of(config)
-    plan_release(name, merged, 0, seed, facts)
+    probe = plan_release(name, merged, 0, seed, facts)
+    if probe.unit is not None:  # the privacy unit's bound runs before anything else
+        table, _ = bound_frame(table, probe.unit)
     if get_mechanism(name).capabilities.kind == "synthetic":
         from medrelease.synthetic.release import release_synthetic
 

@@ -108,7 +108,8 @@ def _skip_label(check, label: str | None):
 
 def schema_columns(config: DatasetConfig) -> list[str]:
     """The columns the input schema checks, in its order."""
-    return config.dimensions + config.informative + config.class_columns + config.set_valued
+    return (config.dimensions + config.informative + config.class_columns + config.set_valued
+            + ([config.unit_column] if config.unit_column else []))
 
 
 def input_schema(config: DatasetConfig) -> pa.DataFrameSchema:
@@ -136,6 +137,10 @@ def input_schema(config: DatasetConfig) -> pa.DataFrameSchema:
             checks.append(pa.Check(_one_of(allowed_classes), error="are not one of the class "
                                                                    "values the config declares"))
         columns[name] = pa.Column(checks=checks, nullable=nullable, required=True)
+    if config.unit_column is not None:  # every row must say whose it is, or it cannot be bounded
+        columns[config.unit_column] = pa.Column(
+            checks=[pa.Check(_no_control_characters, error=CONTROL_CHARS)], nullable=False,
+            required=True)
     for name in config.set_valued:
         taxonomy = config.taxonomies[name]
         columns[name] = pa.Column(

@@ -70,6 +70,7 @@ class PublicManifest(BaseModel):
     delta_spent: float
     lifetime: LifetimeRecord
     seed_policy: str
+    randomness: str  # the random source in words (CSPRNG for anything publishable)
     columns: dict[str, dict[str, Any]]
     checks: ChecksRecord
     files: list[str]
@@ -103,6 +104,7 @@ class StewardRecord(BaseModel):
     input_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     input_rows: int
     dropped_rows: int = 0
+    unit_bound: dict[str, int] | None = None  # the privacy unit bound's counts (input facts)
     dataset_config: dict[str, Any]
     information_loss: dict[str, float]
     selection: dict[str, Any]

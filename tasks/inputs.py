@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pandas as pd
@@ -18,6 +18,7 @@ from prefect.cache_policies import NO_CACHE
 
 from medrelease.data.aggregate import (
     CountTable,
+    aggregate,
     aggregate_chunks,
     check_drop_limit,
     merge_count_tables,
@@ -25,6 +26,7 @@ from medrelease.data.aggregate import (
 from medrelease.data.config import DatasetConfig, find_config
 from medrelease.data.extract import ResolvedExtract, extract_digest
 from medrelease.data.grouped_input import grouped_count_table
+from medrelease.data.units import UnitBound, bound_frame
 from medrelease.errors import InputValidationError, write_steward_log
 from medrelease.settings import steward_log_dir, steward_root
 from medrelease.storage.io import counting_positions, iter_chunks, read_input
@@ -39,6 +41,7 @@ class InputInfo:
     sha256: str
     rows: int
     dropped_rows: int = 0
+    unit_bound: dict | None = None  # what the privacy unit's bound cut (steward only)
 
 
 @task(name="load-dataset-config", cache_policy=NO_CACHE)
@@ -66,9 +69,14 @@ def _values_to_the_steward_log(config: DatasetConfig) -> Iterator[None]:
 
 def _report_rows(config: DatasetConfig, info: InputInfo) -> None:
     """A steward artifact: rows read, dropped by missing: drop_rows, kept (counts only)."""
+    bound = info.unit_bound or {}
+    cut = bound.get("rows before the bound", 0) - bound.get("rows after the bound", 0)
     create_table_artifact(
-        table=[{"rows read": info.rows + info.dropped_rows, "dropped (missing values)":
-                info.dropped_rows, "kept": info.rows, "policy": config.missing}],
+        table=[{"rows read": info.rows + info.dropped_rows + cut,
+                "cut by the unit bound": cut if info.unit_bound else "no unit declared",
+                "units over the bound": bound.get("units over the bound", ""),
+                "dropped (missing values)": info.dropped_rows, "kept": info.rows,
+                "policy": config.missing}],
         key=artifact_key(config.name, "input-rows"),
         description=f"Rows of the extract of {config.name} (steward only)")
     if info.dropped_rows:
@@ -79,9 +87,11 @@ def _report_rows(config: DatasetConfig, info: InputInfo) -> None:
 
 @task(name="validate-input", cache_policy=NO_CACHE)
 def load_and_validate_input(
-    config: DatasetConfig, extract: ResolvedExtract
+    config: DatasetConfig, extract: ResolvedExtract, unit: UnitBound | None = None
 ) -> tuple[pd.DataFrame, InputInfo]:
-    """Read the extract as text and check it against the pandera schema of its config."""
+    """Read the extract as text and check it against the pandera schema of its config; with
+    a declared privacy unit, cut each unit's rows to its bound (after validation, so a bad
+    row anywhere is reported, and before anything is counted)."""
     with _values_to_the_steward_log(config):
         if len(extract.files) > 1:
             raise InputValidationError(
@@ -91,11 +101,13 @@ def load_and_validate_input(
         path = extract.paths[0]
         with counting_positions(config, path):
             frame = validate_input(read_input(config, path), config)
+        frame, report = bound_frame(frame, unit) if unit is not None else (frame, None)
         needed = config.dimensions + config.informative + config.class_columns
         dropped = len(missing_rows(frame, needed)) if config.missing == "drop_rows" else 0
         check_drop_limit(dropped, len(frame), config)
     info = InputInfo(path=str(path), sha256=extract.files[0].sha256,
-                     rows=len(frame) - dropped, dropped_rows=dropped)
+                     rows=len(frame) - dropped, dropped_rows=dropped,
+                     unit_bound=report.as_dict() if report else None)
     get_run_logger().info("input %s validated: n=%d", path.name, info.rows)
     _report_rows(config, info)
     return frame, info
@@ -112,12 +124,18 @@ class PartitionCounts:
 
 
 def count_partition(config: DatasetConfig, path: Path, sha256: str,
-                    rows_per_chunk: int = 500_000, partitioned: bool = False) -> PartitionCounts:
+                    rows_per_chunk: int = 500_000, partitioned: bool = False,
+                    unit: UnitBound | None = None) -> PartitionCounts:
     """One out-of-core pass over one file: DuckDB groups it and the checks run on each
     column's distinct values; when that path declines (or the input is bad), the row-wise pass
     validates each chunk and folds it in, with messages naming file lines (and, for an extract
     of several files, the file). Memory follows the count table; no noise is drawn."""
-    counts, how = grouped_count_table(config, path), "grouped by DuckDB"
+    counts, how = grouped_count_table(config, path, unit=unit), "grouped by DuckDB"
+    if counts is None and unit is not None:  # a unit's rows are bounded together: one frame
+        with _values_to_the_steward_log(config), counting_positions(config, path):
+            frame, report = bound_frame(validate_input(read_input(config, path), config), unit)
+        counts = replace(aggregate(frame, config), unit_bound=report)
+        how = "read row-wise, bounded per unit"
     if counts is None:  # the row-wise pass: reads what DuckDB declined, or says what is wrong
         try:
             with _values_to_the_steward_log(config):
@@ -144,10 +162,12 @@ def merge_partitions(config: DatasetConfig, parts: list[PartitionCounts],
                      pattern: str) -> tuple[CountTable, InputInfo]:
     """The extract's count table from its files' (equal to reading them as one)."""
     counts = merge_count_tables([p.counts for p in parts])  # each file passed the drop limit
+    bound = parts[0].counts.unit_bound if len(parts) == 1 else None
     info = InputInfo(path=parts[0].path if len(parts) == 1 else pattern,
                      sha256=extract_digest([(p.path, p.sha256) for p in parts]),
                      rows=counts.n_rows,
-                     dropped_rows=counts.dropped_rows)
+                     dropped_rows=counts.dropped_rows,
+                     unit_bound=bound.as_dict() if bound is not None else None)
     how = ", ".join(sorted({p.how for p in parts}))
     get_run_logger().info("input %s validated and aggregated (%d file(s), %s): n=%d, %d cells",
                           Path(info.path).name, len(parts), how, info.rows,
@@ -158,9 +178,17 @@ def merge_partitions(config: DatasetConfig, parts: list[PartitionCounts],
 
 @task(name="validate-and-aggregate", cache_policy=NO_CACHE)
 def validate_and_aggregate(
-    config: DatasetConfig, extract: ResolvedExtract, rows_per_chunk: int = 500_000
+    config: DatasetConfig, extract: ResolvedExtract, rows_per_chunk: int = 500_000,
+    unit: UnitBound | None = None
 ) -> tuple[CountTable, InputInfo]:
     """Every file of the extract in turn, in this process (the Dask fan-out is in the flow)."""
+    if unit is not None and len(extract.files) > 1:
+        raise InputValidationError(
+            f"{len(extract.files)} files match {Path(extract.pattern).name!r}, and dataset "
+            f"{config.name!r} declares the privacy unit {unit.column!r}: one unit's rows may lie "
+            "in several files and must be bounded together, which is not built yet; merge the "
+            "files into one extract")
     parts = [count_partition(config, Path(f.path), f.sha256, rows_per_chunk,
-                             partitioned=len(extract.files) > 1) for f in extract.files]
+                             partitioned=len(extract.files) > 1, unit=unit)
+             for f in extract.files]
     return merge_partitions.fn(config, parts, extract.pattern)

@@ -21,6 +21,7 @@ from prefect.cache_policies import NO_CACHE
 from medrelease.data.config import DatasetConfig
 from medrelease.mechanisms.base import ReleaseContext
 from medrelease.privacy.publication import (
+    DETAILS,
     public_columns,
     published_file_names,
     released_figures,
@@ -35,13 +36,8 @@ from schemas.output import CheckReport
 from tasks.budget import Charge
 from tasks.inputs import InputInfo
 
-# Mechanism summaries that are outputs of the mechanism (no raw values, nothing un-noised).
-PUBLIC_DETAILS = ("leaf_partitions", "cut", "set_specializations", "ladder", "degenerate",
-                  "budget_steps_drawn",
-                  # aim: the notice, its rho, and every measured marginal with its sigma and
-                  # selection epsilon (outputs of the private rounds; no score, no true count)
-                  "synthetic", "rho", "rho_used", "measurements", "one_way_sigma",
-                  "merged_rare_values")
+# Mechanism summaries that may be published, each with its basis (privacy/publication.py).
+PUBLIC_DETAILS = tuple(DETAILS)
 
 
 def package_version() -> str:
@@ -127,6 +123,7 @@ def public_facts(run: RunFacts, release_id: str) -> dict[str, Any]:
         "delta_spent": sum(s["delta"] for s in steps),
         "lifetime": run.charge.lifetime.public(),
         "seed_policy": plan.random.seed_policy,
+        "randomness": plan.random.randomness,
         "columns": public_columns(config, columns),
         "checks": {"passed": run.checks.success, "checks": run.checks.public},
         "files": published_file_names(plan.random.test_release),
@@ -153,6 +150,7 @@ def steward_facts(run: RunFacts) -> dict[str, Any]:
                           "cap_delta": run.charge.lifetime.lifetime_delta},
         "input_file": run.input_info.path, "input_sha256": run.input_info.sha256,
         "input_rows": run.input_info.rows, "dropped_rows": run.input_info.dropped_rows,
+        "unit_bound": run.input_info.unit_bound,
         "dataset_config": config.model_dump(mode="json"),
         "information_loss": ({"ncp": il.ncp, "emd": il.emd, "rate": il.rate, "il": il.il}
                              if il is not None else {}),

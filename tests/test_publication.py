@@ -257,3 +257,46 @@ def test_every_published_field_is_explained_in_the_privacy_doc() -> None:
     section = text[text.index("## What is published"):]
     missing = [name for name in PUBLISHED if f"`{name}`" not in section]
     assert missing == [], f"document these published fields in docs/PRIVACY.md: {missing}"
+
+
+def _folder(path, value: str, table=None, metadata: dict | None = None):
+    """A minimal published folder: the value escaped in the manifest's JSON, optionally hidden
+    in the Parquet file's key-value metadata."""
+    import json as _json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path.mkdir(parents=True)
+    table = table if table is not None else pd.DataFrame({"cat": ["c0", "c1"]})
+    arrow = pa.Table.from_pandas(table, preserve_index=False)
+    if metadata:
+        arrow = arrow.replace_schema_metadata({**arrow.schema.metadata, **metadata})
+    pq.write_table(arrow, path / "data.parquet", compression="zstd")
+    table.to_csv(path / "data.csv", index=False)
+    (path / "manifest.json").write_text(_json.dumps({"columns": {}, "note": value},
+                                                    ensure_ascii=True))
+    (path / "report.md").write_text("report\n")
+    return path
+
+
+def test_value_scan_reads_decoded_json_and_parquet_metadata(tmp_path) -> None:
+    """A raw byte scan misses a value JSON escaped or kept in compressed Parquet metadata."""
+    from medrelease.evidence.audit_publication import value_leaks
+
+    value = "Ünique-Dx"  # ASCII-escaped in the manifest: '\\u00dcnique-Dx'
+    folder = _folder(tmp_path / "a", value, metadata={b"note": value.encode()})
+    assert value.encode() not in (folder / "manifest.json").read_bytes()
+    where = {f.where for f in value_leaks(folder, value)}
+    assert "manifest.json (decoded)" in where
+    assert "data.parquet metadata and statistics (decoded)" in where
+
+
+def test_parquet_schema_and_metadata_are_compared_between_neighbours(tmp_path) -> None:
+    from medrelease.evidence.audit_publication import _parquet_compared, _statistics_rederived
+
+    a = _folder(tmp_path / "a", "x", pd.DataFrame({"cat": pd.Series([], dtype=object)}))
+    b = _folder(tmp_path / "b", "x", pd.DataFrame({"cat": ["c0"]}))
+    found = {f.where for f in _parquet_compared(a, b)}
+    assert "data.parquet schema" in found  # an empty release's null-typed column
+    assert _statistics_rederived(b / "data.parquet") == []

@@ -265,7 +265,11 @@ def test_mimic_set_valued_diffgen_through_the_flow(home: Path) -> None:
         dataset="mimic-demo", input_path=str(extract), seed=2,
         mechanism={"mechanism": "diffgen", "epsilon": 1.0, "specializations": 5}))
     manifest = result["manifest"]
-    assert manifest["checks"]["passed"] and result["record"]["input_rows"] == 129
+    # patient level: 100 patients, each cut to at most 2 of their 129 admissions (114 kept)
+    assert manifest["checks"]["passed"] and result["record"]["input_rows"] == 114
+    assert result["record"]["unit_bound"]["rows before the bound"] == 129
+    assert manifest["guarantee"]["neighbouring"].startswith("add/remove one patient")
+    assert "at most 2 admissions" in manifest["guarantee"]["neighbouring"]
     details = manifest["mechanism_details"]
     assert set(details) == {"leaf_partitions", "cut", "set_specializations", "budget_steps_drawn"}
     assert set(details["budget_steps_drawn"].values()) == {"drawn"}
@@ -274,7 +278,8 @@ def test_mimic_set_valued_diffgen_through_the_flow(home: Path) -> None:
     assert spend.epsilon == manifest["epsilon_spent"] == 1.0
     released = Path(result["path"]) / "TEST-data.csv"
     header = released.read_text().splitlines()[0].split(",")
-    assert header[-2:] == ["icd9_codes", "died_in_hospital"] and "hadm_id" not in header
+    assert header[-2:] == ["icd9_codes", "died_in_hospital"]
+    assert "hadm_id" not in header and "subject_id" not in header
 
 
 def test_dask_runner_gives_the_same_release_as_threads(home: Path, tmp_path: Path) -> None:

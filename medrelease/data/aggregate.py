@@ -9,6 +9,7 @@ node then only rewrites digits of the keys and merges equal keys (see ``lattice.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -109,6 +110,7 @@ class CountTable:
     n_rows: int
     public_domain: bool = False
     dropped_rows: int = 0  # by missing: drop_rows (n_rows counts the rows kept)
+    unit_bound: Any = None  # the privacy unit's BoundReport (steward only), when one ran
 
     @property
     def n_inf(self) -> int:

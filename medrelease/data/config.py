@@ -21,7 +21,7 @@ from medrelease.errors import ConfigError, InputValidationError
 from medrelease.settings import dataset_roots, extra_input_roots, project_root
 
 DATASET_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
-Role = Literal["dimension", "informative", "class", "set_valued", "drop"]
+Role = Literal["dimension", "informative", "class", "set_valued", "identifier", "drop"]
 
 
 class _Strict(BaseModel):
@@ -79,6 +79,9 @@ class ColumnSpec(_Strict):
                              "column")
         if self.domain and self.role != "informative":
             raise ValueError("'domain' (a file of every possible value) is for informative columns")
+        if self.role == "identifier" and (self.taxonomy or self.domain or self.separator):
+            raise ValueError("an 'identifier' column (a patient or record id, never released) "
+                             "takes no taxonomy, domain or separator")
         if self.missing is not None and (self.role != "dimension" or not self.missing.strip()):
             raise ValueError("'missing' (the category a missing value becomes) is for "
                              "dimension columns and must not be blank")
@@ -103,6 +106,17 @@ class PrivacySpec(_Strict):
     max_rows: int | None = Field(default=None, ge=1, le=10**12,
                                  description="declared public upper bound on the rows of an "
                                              "extract (sets the default delta)")
+    unit: str | None = Field(
+        default=None, description="the privacy unit: an 'identifier' column (e.g. patient_id); "
+                                  "neighbouring extracts then differ in all rows of one unit")
+    max_rows_per_unit: int = Field(
+        default=1, ge=1, le=1000,
+        description="with 'unit': each unit's rows are cut to at most this many, chosen at "
+                    "random, before anything else (a public parameter)")
+    unit_noun: str = Field(default="patient", min_length=1, max_length=40,
+                           description="what one unit is, in words (the guarantee says it)")
+    row_noun: str = Field(default="row", min_length=1, max_length=40,
+                          description="what one row is, in words (e.g. admission)")
 
     @field_validator("source")
     @classmethod
@@ -205,6 +219,20 @@ class DatasetConfig(_Strict):
         return self
 
     @model_validator(mode="after")
+    def _unit_is_an_identifier(self) -> DatasetConfig:
+        unit = self.privacy.unit
+        if unit is None:
+            if self.privacy.max_rows_per_unit != 1:
+                raise ValueError("privacy.max_rows_per_unit needs privacy.unit (the identifier "
+                                 "column whose rows it bounds)")
+            return self
+        spec = self.columns.get(unit)
+        if spec is None or spec.role != "identifier":
+            raise ValueError(f"privacy.unit {unit!r} must name a column with role 'identifier' "
+                             f"(identifier columns: {', '.join(self.identifiers) or 'none'})")
+        return self
+
+    @model_validator(mode="after")
     def _files_where_the_steward_put_them(self) -> DatasetConfig:
         """Taxonomy and domain files only from the config's own folder or ``taxonomies/``."""
         allowed = [Path(self.base_dir).resolve(), (project_root() / "taxonomies").resolve()]
@@ -302,9 +330,29 @@ class DatasetConfig(_Strict):
         return self.columns[self.class_columns[0]].values
 
     @property
+    def identifiers(self) -> list[str]:
+        """Patient or record ids: read to bound each unit's rows, never released."""
+        return self.with_role("identifier")
+
+    @property
+    def unit_column(self) -> str | None:
+        """The privacy unit's identifier column (``privacy.unit``), or None: one row."""
+        return self.privacy.unit
+
+    @property
+    def unit_warning(self) -> str | None:
+        """Said in the report and the form when ids are declared but the unit is one row."""
+        if self.privacy.unit is None and self.identifiers:
+            return (f"{self.name} declares identifier column(s) {', '.join(self.identifiers)} "
+                    "but no privacy unit: the guarantee protects one row, and a "
+                    f"{self.privacy.unit_noun} with several rows is protected less (declare "
+                    "privacy.unit and privacy.max_rows_per_unit)")
+        return None
+
+    @property
     def declared(self) -> list[str]:
-        """Columns the release may carry (everything but 'drop')."""
-        return [c for c, s in self.columns.items() if s.role != "drop"]
+        """Columns the release may carry (everything but 'drop' and identifiers)."""
+        return [c for c, s in self.columns.items() if s.role not in ("drop", "identifier")]
 
     def resolve(self, relative: str) -> Path:
         path = Path(relative)

@@ -18,7 +18,7 @@ import logging
 import os
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +34,8 @@ from medrelease.data.aggregate import (
     place_values,
 )
 from medrelease.data.config import DatasetConfig
+from medrelease.data.units import UnitBound, bounded_weights
+from medrelease.privacy.randomness import generator_for
 
 LOG = logging.getLogger(__name__)
 
@@ -49,10 +51,12 @@ class GroupedColumn:
     index: np.ndarray  # per group: position in ``values`` (int32: 14M groups at 30M rows)
 
 
-def grouped_count_table(config: DatasetConfig, source: Path, threads: int | None = None
-                        ) -> CountTable | None:
+def grouped_count_table(config: DatasetConfig, source: Path, threads: int | None = None,
+                        unit: UnitBound | None = None) -> CountTable | None:
     """The count table of ``source`` via DuckDB, or ``None`` when the row-wise path must run
-    (it either reports the problem precisely or reads what this path declined)."""
+    (it either reports the problem precisely or reads what this path declined). With ``unit``
+    the groups carry the unit's identifier and each unit's rows are cut to ``unit.max_rows``
+    on the group weights (``bounded_weights``) before the count table is built."""
     from schemas.input import schema_columns, validate_input
 
     columns = schema_columns(config)
@@ -67,7 +71,12 @@ def grouped_count_table(config: DatasetConfig, source: Path, threads: int | None
         validate_input(distinct, config)
     except Exception:  # the row-wise path reports it, with file lines
         return None
-    return _count_table(config, grouped, weights)
+    report = None
+    if unit is not None:
+        weights, report = bounded_weights(grouped[unit.column].index, weights, unit.max_rows,
+                                          generator_for(unit.seed))
+    counts = _count_table(config, grouped, weights)
+    return counts if counts is None or report is None else replace(counts, unit_bound=report)
 
 
 def _scan(config: DatasetConfig, source: Path, columns: list[str]) -> str | None:

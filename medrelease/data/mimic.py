@@ -1,6 +1,7 @@
 """The MIMIC-III demo joined per admission, like DiffGen's MIMIC experiment.
 
-One row per hospital admission: gender (PATIENTS), ethnicity, marital status, insurance,
+One row per hospital admission, with its patient (``subject_id``, the privacy unit of
+``mimic-demo``, never released): gender (PATIENTS), ethnicity, marital status, insurance,
 admission type, religion, admission location (ADMISSIONS), the set of ICD-9 codes
 (DIAGNOSES_ICD, joined with ``|``) and the class: in-hospital death (HOSPITAL_EXPIRE_FLAG).
 Blank categorical values become ``UNKNOWN`` so they are a value of their own, not a gap.
@@ -34,6 +35,7 @@ def admissions_table(folder: str | Path) -> pd.DataFrame:
              .agg(lambda c: ITEM_SEPARATOR.join(sorted(set(c)))))
     table = admissions.merge(patients[["SUBJECT_ID", "GENDER"]], on="SUBJECT_ID", how="left")
     out = pd.DataFrame({
+        "subject_id": table["SUBJECT_ID"],
         "hadm_id": table["HADM_ID"],
         "gender": table["GENDER"],
         "ethnicity": table["ETHNICITY"],

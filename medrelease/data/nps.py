@@ -86,11 +86,16 @@ def generate_diagnosis(rng: np.random.Generator, age: np.ndarray, male: np.ndarr
     return chapter * per + code % within
 
 
+REPEAT_ADMISSIONS = (0.55, 0.20, 0.12, 0.08, 0.05)  # P(a patient has 1, 2, 3, 4, 5 admissions)
+
+
 def generate_nps(
     n_rows: int, seed: int | None = None, n_diagnoses: int = 2500, zipf_exponent: float = 1.1,
-    start_id: int = 0,
+    start_id: int = 0, repeat_admissions: bool = False,
 ) -> pd.DataFrame:
-    """``n_rows`` synthetic admissions (``seed`` for reproducibility)."""
+    """``n_rows`` synthetic admissions (``seed`` for reproducibility). With
+    ``repeat_admissions`` a patient has 1-5 admissions (``REPEAT_ADMISSIONS``), sharing sex and
+    region and ageing by at most two years; otherwise every row is its own patient."""
     if n_rows < 0:
         raise ValueError("n_rows must be non-negative")
     if n_diagnoses < 1:
@@ -107,9 +112,16 @@ def generate_nps(
     codes = diagnosis_codes(n_diagnoses)
     diagnosis = codes[generate_diagnosis(rng, age, male.astype(np.int64), length_of_stay,
                                          surgery, n_diagnoses, zipf_exponent)]
+    patient = np.arange(n_rows, dtype=np.int64)
+    if repeat_admissions:
+        sizes = rng.choice(np.arange(1, 6), size=n_rows, p=REPEAT_ADMISSIONS)
+        patient = np.repeat(np.arange(n_rows, dtype=np.int64), sizes)[:n_rows]
+        first = np.searchsorted(patient, patient)  # each patient's first admission
+        male, region = male[first], region[first]
+        age = np.minimum(100, age[first] + (np.arange(n_rows) - first).clip(0, 2))
     return pd.DataFrame(
         {
-            "patient_id": np.arange(start_id, start_id + n_rows, dtype=np.int64),
+            "patient_id": start_id + patient,
             "age": age,
             "sex": np.where(male, "M", "F"),
             "length_of_stay": length_of_stay,

@@ -8,10 +8,17 @@ same seed and hands the two published folders to ``compare_neighbours``:
    the report is the manifest rendered, the CSV the Parquet written as CSV;
 2. neighbour diff — every ``public`` field is byte-identical between the two runs (anything
    computed from the input shows up here: the input's row count, hash, true-count bounds...);
-3. ``value_leaks`` — a value only the added person has appears in no published byte (raw file
-   bytes and decoded Parquet values). Where the value belongs to a declared public domain, its
-   appearance in the *data* is the mechanism's DP output (covered by the statistical test), so
-   only the other files are held to this.
+3. ``value_leaks`` — a value only the added person has appears in no published byte and in no
+   *decoded* text: raw file bytes, the manifest's strings after JSON decoding (escapes defeat a
+   byte scan), the Parquet file decoded (values, schema and key-value metadata, row-group
+   statistics: compression defeats a byte scan) and the CSV parsed. Where the value belongs to
+   a declared public domain, its appearance in the *data* is the mechanism's DP output (covered
+   by the statistical test), so only the other files are held to this.
+
+Every manifest field is compared: ``public`` fields byte for byte; ``output`` fields and each
+``mechanism_details`` entry by their basis (``DETAILS``: public entries byte for byte, output
+entries by shape — same keys and types); the decoded Parquet's schema and key-value metadata
+byte for byte; its row-group statistics re-derived from its own values.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from pydantic import ValidationError
 from medrelease.evidence.audit import TIPPING_VALUE, UNIQUE_VALUE
 from medrelease.mechanisms import capabilities
 from medrelease.privacy.publication import (
+    DETAILS,
     PUBLISHED,
     Basis,
     published_file_names,
@@ -78,8 +86,12 @@ def inspect_folder(folder: Path) -> list[Finding]:
 
 
 def _rederive(folder: Path, manifest: dict[str, Any]) -> list[Finding]:
-    """``released`` fields, the report and the CSV must follow from the published data alone."""
-    findings = []
+    """``released`` fields, the report, the CSV and the Parquet statistics must follow from the
+    published data alone."""
+    findings = _statistics_rederived(find_data_file(folder, ".parquet"))
+    for name in sorted(set(manifest.get("mechanism_details") or {}) - set(DETAILS)):
+        findings.append(Finding("boundary", f"manifest.mechanism_details.{name}",
+                                "entry not on the allow-list of mechanism details"))
     table = pd.read_parquet(find_data_file(folder, ".parquet"))
     dims = [c for c, spec in manifest["columns"].items()
             if spec["role"] in ("dimension", "set_valued") and c in table.columns]
@@ -109,10 +121,89 @@ def compare_neighbours(without: Path, with_target: Path) -> list[Finding]:
             findings.append(Finding("neighbour-diff", f"manifest.{name}",
                                     "differs between neighbouring inputs although it is "
                                     "declared public (fixed before the data were read)"))
+        if field.basis == Basis.OUTPUT and _shape(a.get(name)) != _shape(b.get(name)) \
+                and name != "mechanism_details":
+            findings.append(Finding("neighbour-diff", f"manifest.{name}",
+                                    "an output field whose shape (keys, types) differs"))
     for name in sorted((set(a) | set(b)) - set(PUBLISHED)):
         if _canonical(a.get(name)) != _canonical(b.get(name)):
             findings.append(Finding("neighbour-diff", f"manifest.{name}",
                                     "an unlisted field that differs between neighbours"))
+    return findings + _details_compared(a, b) + _parquet_compared(without, with_target)
+
+
+def _shape(value: Any) -> Any:
+    """Keys and types, not values (an output may differ between neighbours, its form not)."""
+    if isinstance(value, dict):
+        return {k: _shape(v) for k, v in sorted(value.items())}
+    if isinstance(value, list):
+        return ["list"]
+    return type(value).__name__
+
+
+def _details_compared(a: dict[str, Any], b: dict[str, Any]) -> list[Finding]:
+    """Each mechanism-details entry by its basis: public ones identical, output ones alike."""
+    da, db = a.get("mechanism_details") or {}, b.get("mechanism_details") or {}
+    findings = []
+    for name in sorted(set(da) | set(db)):
+        basis = DETAILS.get(name)
+        if basis is None:
+            continue  # reported by the boundary check of each folder
+        if basis == Basis.PUBLIC and _canonical(da.get(name)) != _canonical(db.get(name)):
+            findings.append(Finding("neighbour-diff", f"manifest.mechanism_details.{name}",
+                                    "a public entry that differs between neighbours"))
+        elif name in da and name in db and _shape(da[name]) != _shape(db[name]) \
+                and not isinstance(da[name], list):
+            findings.append(Finding("neighbour-diff", f"manifest.mechanism_details.{name}",
+                                    "an output entry whose shape (keys, types) differs"))
+    return findings
+
+
+def _parquet_compared(without: Path, with_target: Path) -> list[Finding]:
+    """The decoded Parquet files' schema and key-value metadata, byte for byte."""
+    import pyarrow.parquet as pq
+
+    files = [pq.ParquetFile(find_data_file(f, ".parquet")) for f in (without, with_target)]
+    findings = []
+    if not files[0].schema_arrow.equals(files[1].schema_arrow, check_metadata=False):
+        findings.append(Finding("neighbour-diff", "data.parquet schema",
+                                "column names or types differ between neighbours"))
+    metadata = [dict(f.metadata.metadata or {}) for f in files]
+    for key in sorted(set(metadata[0]) | set(metadata[1])):
+        if metadata[0].get(key) != metadata[1].get(key):
+            findings.append(Finding("neighbour-diff", f"data.parquet metadata {key.decode()!r}",
+                                    "differs between neighbours"))
+    return findings
+
+
+def _statistics_rederived(path: Path) -> list[Finding]:
+    """Each row group's min, max and null count recomputed from its decoded values."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    parquet = pq.ParquetFile(path)
+    findings = []
+    for group in range(parquet.metadata.num_row_groups):
+        table = parquet.read_row_group(group)
+        meta = parquet.metadata.row_group(group)
+        for i in range(meta.num_columns):
+            stats = meta.column(i).statistics
+            column = table.column(i)
+            if stats is None:
+                continue
+            if pa.types.is_dictionary(column.type):  # categories are stored as their values
+                column = column.cast(column.type.value_type)
+            facts = {"null count": (stats.null_count, column.null_count)}
+            if stats.has_min_max and len(column) > column.null_count:
+                low_high = pc.min_max(column)
+                facts["min"] = (stats.min, low_high["min"].as_py())
+                facts["max"] = (stats.max, low_high["max"].as_py())
+            for what, (stated, derived) in facts.items():
+                if stated != derived:
+                    findings.append(Finding("re-derivation", f"{path.name} row group {group} "
+                                            f"column {table.column_names[i]!r}",
+                                            f"statistic {what} is not its values' own"))
     return findings
 
 
@@ -129,11 +220,49 @@ def value_leaks(folder: Path, value: str) -> list[Finding]:
             continue
         if needle in path.read_bytes():
             findings.append(Finding("unique-value", path.name, f"contains {value!r}"))
-    if not public_domain:
-        table = pd.read_parquet(find_data_file(folder, ".parquet"))
-        if table.astype(str).isin([value]).to_numpy().any():
-            findings.append(Finding("unique-value", "data (decoded)", f"holds {value!r}"))
+    for where, texts in decoded_texts(folder, with_data=not public_domain).items():
+        if any(value in text for text in texts):
+            findings.append(Finding("unique-value", f"{where} (decoded)", f"holds {value!r}"))
     return findings
+
+
+def decoded_texts(folder: Path, with_data: bool = True) -> dict[str, list[str]]:
+    """Every string a reader of the folder can decode: the manifest's strings (JSON-decoded,
+    keys included), the report, the Parquet file's key-value metadata and row-group statistics
+    and, ``with_data``, its values and the parsed CSV."""
+    import pyarrow.parquet as pq
+
+    out: dict[str, list[str]] = {"manifest.json": list(_strings(_manifest(folder))),
+                                 "report.md": [(folder / "report.md").read_text("utf-8")]}
+    parquet_path = find_data_file(folder, ".parquet")
+    parquet = pq.ParquetFile(parquet_path)
+    meta = [v.decode("utf-8", "replace") for v in (parquet.metadata.metadata or {}).values()]
+    for group in range(parquet.metadata.num_row_groups):
+        for i in range(parquet.metadata.num_columns):
+            stats = parquet.metadata.row_group(group).column(i).statistics
+            if stats is not None and stats.has_min_max:
+                meta += [str(stats.min), str(stats.max)]
+    out[f"{parquet_path.name} metadata and statistics"] = meta
+    if with_data:
+        table = pd.read_parquet(parquet_path)
+        out[f"{parquet_path.name} values"] = table.astype(str).to_numpy().ravel().tolist()
+        csv_path = find_data_file(folder, ".csv")
+        parsed = pd.read_csv(csv_path, dtype=str, keep_default_na=False)
+        out[f"{csv_path.name} values"] = parsed.to_numpy().ravel().tolist() + list(parsed)
+    return out
+
+
+def _strings(value: Any):
+    """Every string in a decoded JSON value, keys included."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield str(key)
+            yield from _strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
 
 
 AUDIT_VALUES = [f"d{i}" for i in range(5)] + [UNIQUE_VALUE, TIPPING_VALUE]

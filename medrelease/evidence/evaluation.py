@@ -43,6 +43,7 @@ class Evaluation:
     risk_input: dict[str, float | int] = field(default_factory=dict)
     frequency_attack: dict[str, float] = field(default_factory=dict)
     il_by_height: pd.DataFrame | None = None
+    unit_warning: str | None = None  # identifiers declared, no privacy unit: one row protected
 
     def as_json(self) -> dict[str, Any]:
         out = {k: v for k, v in asdict(self).items()
@@ -117,6 +118,7 @@ def evaluate_release(release_dir: str | Path, original: pd.DataFrame, config: Da
     evaluation = Evaluation(
         dataset=manifest["dataset"], release_id=manifest["release_id"], mechanism=mechanism,
         guarantee=manifest["guarantee"]["statement"],
+        unit_warning=config.unit_warning,
         for_publication=not manifest.get("test_release", False),
         budget_steps=manifest["budget_steps"],
         information_loss=record.get("information_loss", {}),

@@ -212,6 +212,8 @@ def render(evaluation: Evaluation, plots: list[tuple[str, str]]) -> str:
         f"<p class='verdict'><b>Verdict:</b> {html.escape(verdict(e))}</p>",
         f"<p><b>Mechanism</b> {html.escape(e.mechanism)} — <b>guarantee</b> "
         f"{html.escape(e.guarantee)}</p>",
+        (f"<p class='internal'><b>Warning:</b> {html.escape(e.unit_warning)}</p>"
+         if e.unit_warning else ""),
         f"<p>{e.input_rows:,} input rows, {e.released_rows:,} released rows"
         + ("" if e.for_publication else " — <b>NOT FOR PUBLICATION (fixed seed)</b>") + "</p>",
         "<h2>Privacy budget</h2>", _table(pd.DataFrame(e.budget_steps)) if e.budget_steps

@@ -54,6 +54,7 @@ class AIMParams(MechanismParams):
                                              "2 up to this many columns")
     # Set by the release driver from the dataset config, never by users (hidden from forms).
     public_domain: SkipJsonSchema[bool] = True
+    unit_rows: SkipJsonSchema[int] = 1  # m: marginals move by m in L2, scores by m * w_r
 
 
 class AIM(MechanismBase):
@@ -72,10 +73,18 @@ class AIM(MechanismBase):
     def rho(self, params: AIMParams) -> float:
         return rho_for(params.epsilon, params.delta)
 
+    def rounds_rho(self, params: AIMParams) -> float:
+        """The rho the rounds calibrate for at row sensitivity: rho / m^2. A unit of m rows
+        moves each marginal by at most m in L2 and each score by m w_r, so Gaussian noise and
+        selections calibrated for one row at rho / m^2 are rho-zCDP for one unit."""
+        return self.rho(params) / params.unit_rows ** 2
+
     def guarantee(self, params: AIMParams) -> Guarantee:
         rho = self.rho(params)
+        per_row = (f"; rounds calibrated at rho / {params.unit_rows}^2 for a unit of "
+                   f"{params.unit_rows} rows" if params.unit_rows > 1 else "")
         notes = (f"rho = {rho:.6g}-zCDP (the largest rho that implies ({params.epsilon:g}, "
-                 f"{params.delta:g})-DP); synthetic rows sampled from a Private-PGM model fitted "
+                 f"{params.delta:g})-DP){per_row}; synthetic rows sampled from a Private-PGM model fitted "
                  "to noisy marginals — no released row describes a real patient")
         if not params.public_domain:
             return Guarantee(self.name, params.epsilon, params.delta, ADD_REMOVE_ONE_ROW, False,

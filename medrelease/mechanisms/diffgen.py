@@ -58,6 +58,7 @@ class DiffGenParams(MechanismParams):
         description="set-valued columns: expected spurious item combinations per split value "
                     "(sets the emptiness threshold; lower = higher threshold)")
     n_numeric: SkipJsonSchema[int] = 0  # set by the release driver from the dataset config
+    unit_rows: SkipJsonSchema[int] = 1  # m: every sensitivity is m times the row's (a unit)
 
     @property
     def eps_call(self) -> float:
@@ -153,7 +154,7 @@ class DiffGen(MechanismBase):
         return steps
 
     def row_bounds(self, params: DiffGenParams, n_rows: int, n_cells: int) -> tuple[int, int]:
-        return 0, n_rows + n_cells * noise_bound(params.epsilon / 2)
+        return 0, n_rows + n_cells * noise_bound(params.epsilon / (2 * params.unit_rows))
 
     def release_frame(self, frame: pd.DataFrame, config: DatasetConfig, params: DiffGenParams,
                       rng: np.random.Generator, draws: StepDraws | None = None
@@ -377,7 +378,9 @@ def _per_call_epsilons(draws: StepDraws, params: DiffGenParams) -> dict[str, flo
         out["split"] = (draws.take("split points / emptiness tests").epsilon
                         / params.specializations)
     out["leaves"] = draws.take("leaf counts").epsilon
-    return out
+    # A unit of m rows moves every score and count by at most m times one row's sensitivity
+    # (one row at a time, triangle inequality): each call draws at eps / m.
+    return {call: eps / params.unit_rows for call, eps in out.items()}
 
 
 def _cell_groups(groups: ChildGroups, n_sets: int, set_cell: np.ndarray

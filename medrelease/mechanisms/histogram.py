@@ -6,7 +6,8 @@ times every informative value, empty cells included — gets discrete Laplace no
 by default, the finest node with at most ``auto_cells`` cells: chosen from the taxonomies alone,
 so the choice costs no budget. Domains over ``cell_limit`` are refused before any allocation.
 Adding or removing one row changes one cell by one: eps-DP, provided the informative domain is
-public (declared in the dataset config). With a domain taken
+public (declared in the dataset config); with a declared unit of at most m rows, the counts move
+by m in L1 and the noise has scale m/eps. With a domain taken
 from the data the set of informative values itself is disclosed, and the label says so.
 """
 
@@ -32,7 +33,7 @@ from medrelease.mechanisms.base import (
     noise_bound,
 )
 from medrelease.privacy.guarantee import ADD_REMOVE_ONE_ROW, BudgetStep, Guarantee, StepDraws
-from medrelease.privacy.randomness import discrete_laplace
+from medrelease.privacy.randomness import discrete_laplace, generator_for
 
 DEFAULT_CELL_LIMIT = 5_000_000
 
@@ -48,6 +49,7 @@ class HistogramParams(MechanismParams):
                                         "cells (each empty cell adds noise rows)")
     # Set by the release driver from the dataset config, never by users (hidden from forms).
     public_domain: SkipJsonSchema[bool] = True
+    unit_rows: SkipJsonSchema[int] = 1  # m: one unit changes the counts by m in L1
 
 
 class Histogram(MechanismBase):
@@ -114,15 +116,15 @@ class Histogram(MechanismBase):
     def expected_noise_rows(self, context: ReleaseContext, params: HistogramParams) -> float:
         """Every cell of the node's full domain is released with its clipped noisy count."""
         cells = self.domain_cells(context, self.fixed_node(context, params))
-        return cells * expected_rows_above(params.epsilon)
+        return cells * expected_rows_above(params.epsilon / params.unit_rows)
 
     def row_bounds(self, params: HistogramParams, cells: ReleasedCells) -> tuple[int, int]:
         return 0, int(cells.true_counts.sum()) + cells.released_counts.size * noise_bound(
-            params.epsilon)
+            params.epsilon / params.unit_rows)
 
     def perturb_node(self, context: ReleaseContext, table: NodeTable,
                      seed: np.random.SeedSequence, params: HistogramParams) -> ReleasedCells:
-        return self._noisy(context, table, np.random.default_rng(seed), params)
+        return self._noisy(context, table, generator_for(seed), params)
 
     def materialize(self, context: ReleaseContext, table: NodeTable,
                     seed: np.random.SeedSequence, params: HistogramParams,
@@ -130,7 +132,7 @@ class Histogram(MechanismBase):
         """The one draw, with the plan's declared step (``draws``)."""
         draws = draws or declared_draws(self, self.budget_steps(params))
         step = draws.take("cell counts")
-        return self._noisy(context, table, np.random.default_rng(seed), params, step.epsilon)
+        return self._noisy(context, table, generator_for(seed), params, step.epsilon)
 
     def _noisy(self, context: ReleaseContext, table: NodeTable, rng: np.random.Generator,
                params: HistogramParams, epsilon: float | None = None) -> ReleasedCells:
@@ -148,7 +150,8 @@ class Histogram(MechanismBase):
         true = np.bincount(dense_class * n_inf + table.inf_codes, weights=table.counts,
                            minlength=size).astype(np.int64)
         epsilon = params.epsilon if epsilon is None else epsilon
-        released = np.maximum(0, true + discrete_laplace(rng, epsilon, size))
+        # L1 sensitivity m (a unit of m rows): noise scale m / eps
+        released = np.maximum(0, true + discrete_laplace(rng, epsilon / params.unit_rows, size))
         keep = np.flatnonzero((true > 0) | (released > 0))  # empty both ways: nothing to show
         class_of = keep // n_inf
         used_classes, class_of = np.unique(class_of, return_inverse=True)

@@ -53,6 +53,7 @@ from medrelease.privacy.guarantee import ADD_REMOVE_ONE_ROW, BudgetStep, Guarant
 from medrelease.privacy.randomness import (
     discrete_laplace,
     exponential_mechanism,
+    generator_for,
     noise_epsilon,
     selection_probabilities,
 )
@@ -121,6 +122,7 @@ class IPAParams(MechanismParams):
     # Set by the release driver from the dataset config, never by users.
     max_rows: SkipJsonSchema[int | None] = None
     public_domain: SkipJsonSchema[bool] = False
+    unit_rows: SkipJsonSchema[int] = 1  # m: a unit of up to m rows, spread over up to m cells
 
 
 def default_delta(max_rows: int | None) -> float:
@@ -134,8 +136,9 @@ def default_delta(max_rows: int | None) -> float:
     return min(DEFAULT_DELTA, 1.0 / (10 * max_rows))
 
 
-def release_threshold(epsilon: float, delta: float, minimum: int) -> int:
-    """Smallest integer tau with P(1 + Z >= tau) <= delta for Z ~ discrete Laplace(eps).
+def release_threshold(epsilon: float, delta: float, minimum: int, unit_rows: int = 1) -> int:
+    """Smallest integer tau with P(1 + Z >= tau) <= delta for Z ~ discrete Laplace(eps); for a
+    unit of ``unit_rows`` m > 1, see ``unit_release_threshold``.
 
     A cell that exists in only one of two neighbouring tables has count 1 there; it is released
     only if 1 + Z >= tau, which this tau makes a delta-probability event. P(Z >= k) =
@@ -143,10 +146,37 @@ def release_threshold(epsilon: float, delta: float, minimum: int) -> int:
     a closed form (no search that could run forever), rounded up with a margin against float
     error, so tau is never one too small.
     """
+    if unit_rows > 1:
+        return unit_release_threshold(epsilon, delta, minimum, unit_rows)
     eps = noise_epsilon(epsilon)
     need = (-math.log(delta) - math.log1p(math.exp(-eps))) / eps
     k = max(1, math.ceil(need * (1 + 1e-12) + 1e-9))
     return max(1 + k, minimum)
+
+
+def unit_release_threshold(epsilon: float, delta: float, minimum: int, unit_rows: int) -> int:
+    """Smallest tau >= m + 1 with sum_i P(k_i + Z >= tau) <= delta for *every* way a unit of m
+    rows can open new cells (counts k_1..k_j >= 1, sum <= m), Z ~ discrete Laplace(eps / m).
+
+    With tau - k_i >= 1, P(k + Z >= tau) = exp(-eps'(tau - k)) / (1 + exp(-eps')), so the sum
+    is exp(-eps' tau) B / (1 + exp(-eps')) with B = max over those counts of sum exp(eps' k_i)
+    (``worst_new_cells``, exact by dynamic programming). Closed form in tau, rounded up with a
+    margin against float error.
+    """
+    eps = noise_epsilon(epsilon / unit_rows)
+    need = (worst_new_cells(eps, unit_rows) - math.log1p(math.exp(-eps)) - math.log(delta)) / eps
+    return max(math.ceil(need * (1 + 1e-12) + 1e-9), unit_rows + 1, minimum)
+
+
+def worst_new_cells(eps: float, unit_rows: int) -> float:
+    """log max over compositions (k_1..k_j) of at most m of sum_i exp(eps k_i).
+
+    best[s] = max_k logaddexp(eps k, best[s - k]): the worst split of s rows into new cells
+    (one cell of m rows when eps m is large, m cells of one row when eps is small)."""
+    best = [-math.inf] * (unit_rows + 1)
+    for s in range(1, unit_rows + 1):
+        best[s] = max(float(np.logaddexp(eps * k, best[s - k])) for k in range(1, s + 1))
+    return max(best)
 
 
 # -- the selection score ----------------------------------------------------------------------
@@ -230,9 +260,10 @@ class IPA:
     def thresholds(self, params: IPAParams) -> tuple[int, int]:
         """(tau of the chosen node's cells, tau of the pooled '*' cells)."""
         d, t = self.step_delta(params), params.suppression_threshold
+        m = params.unit_rows
         tau_pool = (max(params.pool_floor, t) if params.pool_every_value
-                    else release_threshold(params.eps_suppression, d, t))
-        return release_threshold(params.eps_cells, d, t), tau_pool
+                    else release_threshold(params.eps_suppression, d, t, m))
+        return release_threshold(params.eps_cells, d, t, m), tau_pool
 
     def expected_noise_rows(self, context: ReleaseContext, params: IPAParams) -> float:
         """Only the pool of every informative value (``pool_every_value``) releases cells that
@@ -242,11 +273,13 @@ class IPA:
         if not params.pool_every_value:
             return 0.0
         _, tau_pool = self.thresholds(params)
-        return context.n_inf * expected_rows_above(params.eps_suppression, tau_pool)
+        return context.n_inf * expected_rows_above(params.eps_suppression / params.unit_rows,
+                                                   tau_pool)
 
     def rung_threshold(self, params: IPAParams) -> int:
         _, cells = self.rung_epsilons(params)
-        return release_threshold(cells, self.step_delta(params), params.suppression_threshold)
+        return release_threshold(cells, self.step_delta(params), params.suppression_threshold,
+                                 params.unit_rows)
 
     def guarantee(self, params: IPAParams) -> Guarantee:
         tau_cells, tau_sup = self.thresholds(params)
@@ -296,14 +329,16 @@ class IPA:
     def row_bounds(self, params: IPAParams, cells: ReleasedCells) -> tuple[int, int]:
         """No minimum (every cell may be dropped); each cell adds at most ``noise_bound`` rows."""
         widest = noise_bound(min(params.eps_cells, params.eps_suppression,
-                                 self.rung_epsilons(params)[1] or params.eps_cells))
+                                 self.rung_epsilons(params)[1] or params.eps_cells)
+                             / params.unit_rows)
         return 0, int(cells.true_counts.sum()) + int(cells.true_counts.size) * widest
 
     # -- scoring: deterministic, from roll-ups ---------------------------------------------
 
     def selection_utility(self, summaries: list[NodeSummary],
                           params: IPAParams) -> tuple[np.ndarray, float, bool]:
-        return np.array([s.score for s in summaries]), float(WEIGHT_SCALE), True
+        return (np.array([s.score for s in summaries]), float(WEIGHT_SCALE * params.unit_rows),
+                True)
 
     def score_node(self, context: ReleaseContext, table: NodeTable,
                    params: IPAParams) -> NodeSummary:
@@ -318,12 +353,12 @@ class IPA:
         params: IPAParams, draws: StepDraws | None = None,
     ) -> ReleasedCells:
         """Steps 2-4 of the mechanism, each drawn with the plan's declared step (``draws``)."""
-        rng = np.random.default_rng(seed)
+        rng = generator_for(seed)
         draws = draws or declared_draws(self, self.budget_steps(params))
-        t = params.suppression_threshold
+        t, m = params.suppression_threshold, params.unit_rows  # noise at eps / m: L1 <= m
         cells = draws.take("cells")
-        parts = [_noisy_cells(rng, table, cells.epsilon,
-                              release_threshold(cells.epsilon, cells.delta, t))]
+        parts = [_noisy_cells(rng, table, cells.epsilon / m,
+                              release_threshold(cells.epsilon, cells.delta, t, m))]
         left = _dropped(table, parts[-1])
         for rung in range(1, params.ladder_rungs + 1):
             above = [u for u in iter_above(context.lattice, left)
@@ -335,15 +370,15 @@ class IPA:
                 break
             choose, rung_cells = (draws.take(f"ladder rung {rung}: node"),
                                   draws.take(f"ladder rung {rung}: cells"))
-            tau_rung = release_threshold(rung_cells.epsilon, rung_cells.delta, t)
+            tau_rung = release_threshold(rung_cells.epsilon, rung_cells.delta, t, m)
             scores = [selection_score(context, u, tau_rung) for u in above]
-            chosen = above[choose_by_score(rng, scores, choose.epsilon)]
-            parts.append(_noisy_cells(rng, chosen, rung_cells.epsilon, tau_rung))
+            chosen = above[choose_by_score(rng, scores, choose.epsilon / m)]  # sensitivity m
+            parts.append(_noisy_cells(rng, chosen, rung_cells.epsilon / m, tau_rung))
             left = _dropped(chosen, parts[-1])
         pool_step = draws.take("suppressed cells")
         tau_sup = (self.thresholds(params)[1] if params.pool_every_value  # a public floor
-                   else release_threshold(pool_step.epsilon, pool_step.delta, t))
-        pool = _pooled(rng, context.n_inf, left, pool_step.epsilon, tau_sup,
+                   else release_threshold(pool_step.epsilon, pool_step.delta, t, m))
+        pool = _pooled(rng, context.n_inf, left, pool_step.epsilon / m, tau_sup,
                        every_value=params.pool_every_value)
         return _assemble(context, parts, pool)
 

@@ -27,7 +27,7 @@ from medrelease.mechanisms.base import (
     split_budget,
 )
 from medrelease.privacy.guarantee import ADD_REMOVE_ONE_ROW, BudgetStep, Guarantee, StepDraws
-from medrelease.privacy.randomness import discrete_laplace
+from medrelease.privacy.randomness import discrete_laplace, generator_for
 
 PAPER_SHARES = {
     "eps_suppression": 0.1,
@@ -128,7 +128,7 @@ class IPAPaper:
         """One candidate, drawn with the plan's declared steps (``draws``: one set per
         candidate — the paper perturbs every node with the same steps and counts them once)."""
         draws = draws or declared_draws(self, self.budget_steps(params))
-        cells, _ = self._perturb(context, table, np.random.default_rng(seed), params, draws)
+        cells, _ = self._perturb(context, table, generator_for(seed), params, draws)
         return cells
 
     def materialize(
@@ -141,7 +141,7 @@ class IPAPaper:
         replayed from the same seed. Counterfeit rows whose value lies outside their class were
         counted but not yet given a value; that value is uniform over the absent ones, drawn now.
         """
-        rng = np.random.default_rng(seed)
+        rng = generator_for(seed)
         draws = draws or declared_draws(self, self.budget_steps(params))
         cells, absent_draws = self._perturb(context, table, rng, params, draws)
         return _add_absent_values(cells, absent_draws, context.n_inf, rng)

@@ -65,6 +65,8 @@ PUBLISHED: dict[str, PublishedField] = {
                                              "new, the steward's reason), whether a published "
                                              "non-DP release voided the lifetime guarantee"),
     "seed_policy": PublishedField(Basis.PUBLIC, "whether the request fixed a seed"),
+    "randomness": PublishedField(Basis.PUBLIC, "the random source in words (fixed by the seed "
+                                               "policy)"),
     "columns": PublishedField(Basis.PUBLIC, "the released columns' roles, types, taxonomy and "
                                             "domain file names, declared class values"),
     "checks": PublishedField(Basis.PUBLIC, "the output checks, phrased over public values; "
@@ -82,6 +84,23 @@ PUBLISHED: dict[str, PublishedField] = {
     "risk": PublishedField(Basis.RELEASED, "re-identification figures of the released rows"),
 }
 
+# The entries of ``mechanism_details`` that may be published, each with its basis: outputs of
+# the mechanism's private steps (no raw value, no un-noised count), or public notices.
+DETAILS: dict[str, Basis] = {
+    "leaf_partitions": Basis.OUTPUT,       # DiffGen: noisy leaf partitions
+    "cut": Basis.OUTPUT,                   # DiffGen: the cut its private choices reached
+    "set_specializations": Basis.OUTPUT,   # DiffGen: item-set splits (noisy tests)
+    "ladder": Basis.OUTPUT,                # ipa: the rungs' chosen nodes
+    "degenerate": Basis.OUTPUT,            # a warning computed from the released cells
+    "budget_steps_drawn": Basis.OUTPUT,    # which declared steps were drawn / passed over
+    "synthetic": Basis.PUBLIC,             # aim: the notice (a constant)
+    "rho": Basis.PUBLIC,                   # aim: a function of the parameters
+    "rho_used": Basis.OUTPUT,              # aim: the rounds' spend (their private choices)
+    "measurements": Basis.OUTPUT,          # aim: columns, levels, sigma, selection eps
+    "one_way_sigma": Basis.PUBLIC,         # aim: a function of the parameters
+    "merged_rare_values": Basis.OUTPUT,    # aim: from the noisy 1-way marginals
+}
+
 STEWARD_ONLY: dict[str, str] = {
     "flow_run_id": "links the release to Prefect's logs and parameters, which are for stewards",
     "ledger_spend_id": "internal bookkeeping id",
@@ -93,6 +112,7 @@ STEWARD_ONLY: dict[str, str] = {
                     "tables apart with certainty",
     "input_rows": "the exact number of input rows",
     "dropped_rows": "rows missing: drop_rows removed (a count from the input)",
+    "unit_bound": "units, rows before and after the privacy unit's bound (counts of the input)",
     "dataset_config": "the full config, with the machine's paths",
     "information_loss": "compares the released counts with the true ones (Rate x rows is the "
                         "noise itself)",
@@ -187,6 +207,7 @@ def render_public_report(manifest: dict[str, Any]) -> str:
         f"- rows released: {manifest['released_rows']:,}",
         f"- files: {', '.join(f'`{f}`' for f in manifest['files'])}",
         f"- seed policy: {manifest['seed_policy']}",
+        f"- random source: {manifest.get('randomness', 'not recorded')}",
         f"- text cells: {manifest['text_safety']['csv']}",
         "",
         "## Re-identification risk of the released rows",

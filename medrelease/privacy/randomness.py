@@ -1,10 +1,14 @@
 """All randomness of a release comes from one entropy source, drawn by exact samplers.
 
-``RandomSource`` holds one ``numpy.random.SeedSequence``: from OS entropy by default, or from an
-explicit ``seed`` for reproducible tests — which makes the release a TEST release (separate
-store, never published), since anyone who knows the seed can subtract the noise. Independent
-child streams (one per lattice node, one for the selection, one for the final draw) are spawned
-from it, so work can be split across threads or processes without sharing a generator.
+``RandomSource`` is the root. For a release that may be published it draws every stream's key
+from the operating system's CSPRNG (``secrets``, i.e. ``getrandom``) and each stream is a
+ChaCha20 generator (``randomgen.ChaCha``, 20 rounds, 256-bit key, counter from 0): a
+cryptographically secure keystream, as fast here as numpy's PCG64 (measured, docs/PRIVACY.md).
+An explicit ``seed`` makes a TEST release (separate store, never published: anyone who knows the
+seed can subtract the noise) on numpy's seeded PCG64. Independent child streams (one per lattice
+node, one for the selection, one for the final draw, one for the unit bound) are spawned from
+the root, so work can be split across threads or processes without sharing a generator; a
+stream turned into a generator twice gives the same draws twice (a scored candidate replays).
 
 Samplers (docs/PRIVACY.md, "Samplers"): every privacy claim assumes the noise has exactly the
 stated law, so none of them rounds a floating-point draw.
@@ -24,6 +28,7 @@ stated law, so none of them rounds a floating-point draw.
 from __future__ import annotations
 
 import math
+import secrets
 from dataclasses import dataclass, field
 from decimal import Context, Decimal
 from fractions import Fraction
@@ -34,6 +39,43 @@ NOISE_GRID_BITS = 32
 NOISE_GRID = 1 << NOISE_GRID_BITS
 MIN_NOISE_EPSILON = 2.0 ** -20
 INT64_SAFE = 1 << 62
+
+
+CHACHA_ROUNDS = 20
+PUBLICATION_RANDOMNESS = ("OS entropy (secrets/getrandom) keying ChaCha20 streams "
+                          "(randomgen.ChaCha, 20 rounds, 256-bit keys): cryptographically secure")
+TEST_RANDOMNESS = "fixed seed, numpy PCG64 streams (TEST release: NOT FOR PUBLICATION)"
+
+
+@dataclass(frozen=True)
+class CryptoSeed:
+    """One stream of a publishable release: a 256-bit ChaCha20 key from the OS's CSPRNG.
+
+    The key never appears in a repr, a log or a record; it lives as long as the run."""
+
+    key: int = field(repr=False)
+
+    @classmethod
+    def fresh(cls) -> CryptoSeed:
+        return cls(secrets.randbits(256))
+
+    def spawn(self, n: int) -> list[CryptoSeed]:
+        """Independent child streams: fresh keys from the OS (not derived from this key)."""
+        return [CryptoSeed.fresh() for _ in range(n)]
+
+
+StreamSeed = np.random.SeedSequence | CryptoSeed
+
+
+def generator_for(seed: StreamSeed | int | None) -> np.random.Generator:
+    """The generator of one stream: ChaCha20 for a ``CryptoSeed``, PCG64 for a test seed.
+
+    Called twice on the same stream it gives the same draws (the counter starts at 0)."""
+    if isinstance(seed, CryptoSeed):
+        from randomgen import ChaCha
+
+        return np.random.Generator(ChaCha(key=seed.key, counter=0, rounds=CHACHA_ROUNDS))
+    return np.random.default_rng(seed)
 
 
 @dataclass
@@ -63,12 +105,20 @@ class RandomSource:
             return "OS entropy (for publication)"
         return "fixed seed (TEST release: NOT FOR PUBLICATION)"
 
-    def spawn(self, n: int) -> list[np.random.SeedSequence]:
-        """``n`` independent child seed sequences (each becomes its own generator)."""
+    @property
+    def randomness(self) -> str:
+        """The random source in words (the manifest's ``randomness`` field)."""
+        return PUBLICATION_RANDOMNESS if self.seed is None else TEST_RANDOMNESS
+
+    def spawn(self, n: int) -> list[StreamSeed]:
+        """``n`` independent child streams (each becomes its own generator via
+        ``generator_for``): OS-keyed ChaCha20 for publication, seeded PCG64 for a test."""
+        if self.seed is None:
+            return [CryptoSeed.fresh() for _ in range(n)]
         return self._root.spawn(n)
 
     def generator(self) -> np.random.Generator:
-        return np.random.default_rng(self._root.spawn(1)[0])
+        return generator_for(self.spawn(1)[0])
 
 
 # -- the noise epsilon ---------------------------------------------------------------------

@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from medrelease.data.aggregate import value_counts_by
+from medrelease.privacy.randomness import generator_for
 
 ROW_GROUP = 1_000_000   # rows per group written to Parquet / CSV
 SHUFFLE_BLOCK = 1_000_000  # rows whose arrangement is drawn at once (fixed: order = f(seed))
@@ -130,7 +131,7 @@ def shuffled_cell_groups(counts: np.ndarray, seed: np.random.SeedSequence | None
 
 def _shuffled_blocks(counts: np.ndarray, seed: np.random.SeedSequence | None,
                      block: int) -> Iterator[np.ndarray]:
-    rng = np.random.default_rng(seed)
+    rng = generator_for(seed)
     remaining = np.asarray(counts, dtype=np.int64).copy()
     left = int(remaining.sum())
     while left > 0:

@@ -126,9 +126,15 @@ def _next_parquet(thread: ThreadPoolExecutor, pending: Future | None, writer, ar
 
 
 def _arrow(frame: pd.DataFrame):
+    """The frame as Arrow. A text column of an empty release keeps the text type (an empty
+    object column would become Arrow's ``null`` type: a schema that says the release is empty,
+    and one a reader's code would trip on)."""
     import pyarrow as pa
 
-    return pa.Table.from_pandas(frame.reset_index(drop=True), preserve_index=False)
+    frame = frame.reset_index(drop=True)
+    if frame.empty:
+        frame = frame.astype({c: "str" for c in frame.columns if frame[c].dtype == object})
+    return pa.Table.from_pandas(frame, preserve_index=False)
 
 
 def _csv_lines(cells: pd.DataFrame) -> list[str] | None:

@@ -16,6 +16,7 @@ from medrelease.data.aggregate import CountTable
 from medrelease.data.config import DatasetConfig
 from medrelease.mechanisms import get_mechanism
 from medrelease.mechanisms.aim import AIMParams, check_workload, default_workload
+from medrelease.privacy.randomness import generator_for
 from medrelease.release import MaterializedRelease, ReleasePlan
 from medrelease.storage.released_rows import ReleasedRows
 from medrelease.synthetic.aim_rounds import AIMRounds, Settings
@@ -43,12 +44,12 @@ def aim_rounds(counts: CountTable, config: DatasetConfig | None, plan: ReleasePl
     params: AIMParams = plan.params
     taxonomy = config.informative_taxonomy if config is not None else None
     space = MarginalSpace(counts, taxonomy)
-    settings = Settings(rho=get_mechanism("aim").rho(params),
+    settings = Settings(rho=get_mechanism("aim").rounds_rho(params),
                         rounds=params.rounds_per_column * len(space.attributes),
                         max_model_size=params.max_model_size, max_cells=params.max_cells,
                         iters=params.iters, final_iters=params.final_iters,
                         tolerance=params.tolerance or None)
-    rng = np.random.default_rng(plan.release_seed)
+    rng = generator_for(plan.release_seed)
     return AIMRounds(space, workload_of(config, space, params), settings, rng, log)
 
 
@@ -74,7 +75,7 @@ def synthetic_release(run: AIMRounds, counts: CountTable, plan: ReleasePlan) -> 
     state = run.state
     details = {
         "synthetic": SYNTHETIC_NOTICE,
-        "rho": run.settings.rho,
+        "rho": run.settings.rho,  # at row sensitivity: the release's rho / m^2 for a unit of m
         "rho_used": state.rho_used,
         "measurements": [r.as_dict() for r in state.records],
         "one_way_sigma": float(state.measurements[0].stddev),
