@@ -60,3 +60,29 @@ def _with(column: str, value, rows=slice(0, 3)) -> pd.DataFrame:
 ])
 def test_each_broken_release_fails_its_check(broken, check: str) -> None:
     assert check in _failed(broken())
+
+
+@pytest.mark.parametrize("make", [
+    _good,
+    lambda: _with("age", "[0-9]"),
+    lambda: _with("sex", None),
+    lambda: _with("diagnosis", "Z999", rows=slice(0, 40)),
+    lambda: _good().assign(patient_id=1),
+    lambda: _good(1_200),
+])
+def test_the_gate_gives_what_great_expectations_gives_for_the_same_suite(make) -> None:
+    """The release gate evaluates the suite with pandas (no 2.5 s import per run); Great
+    Expectations, run on the same suite and cell table, reports the same outcome."""
+    from schemas.output import check_release_with_gx
+
+    table = make()
+    ours, theirs = check_release(table, EXPECT), check_release_with_gx(table, EXPECT)
+
+    def outcome(report):
+        return [(r["check"], r["column"], r["success"],
+                 r["unexpected"]["count"] if isinstance(r["unexpected"], dict)
+                 else (sorted(r["unexpected"]) if isinstance(r["unexpected"], list)
+                       else r["unexpected"])) for r in report.results]
+
+    assert outcome(ours) == outcome(theirs)
+    assert ours.success == theirs.success
