@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from prefect import get_run_logger, task
-from prefect.artifacts import create_table_artifact
+from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
 from medrelease.data.config import DatasetConfig
@@ -112,12 +112,12 @@ def charge_budget(
     spend_id = ledger.reserve(spend_request(config, release_plan, flow_run_id, content))
     lifetime = ledger.state(config.source_id, config.privacy.lifetime_epsilon,
                             config.privacy.lifetime_delta)
-    create_table_artifact(
-        table=[
-            {"step": s.step, "eps": s.epsilon, "delta": s.delta, "mechanism": s.mechanism,
-             "description": s.description}
-            for s in release_plan.budget_steps
-        ],
+    create_markdown_artifact(  # a narrow table and a list: it fits a laptop screen
+        markdown="\n".join(
+            ["| step | epsilon | delta |", "|---|---|---|"]
+            + [f"| {s.step} | {s.epsilon:.4g} | {s.delta:.3g} |" for s in release_plan.budget_steps]
+            + ["", *(f"- **{s.step}** ({s.mechanism}): {s.description}"
+                     for s in release_plan.budget_steps)]),
         key=artifact_key(config.name, "budget-steps"),
         description=(
             f"Privacy budget spent by this release of {config.name} "

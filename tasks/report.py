@@ -74,14 +74,18 @@ def publish_artifacts(manifest: dict, record: dict, candidates: pd.DataFrame) ->
     if len(candidates):
         scored = "score" in candidates and candidates["score"].notna().any()
         named = named_nodes(candidates, (record.get("selection") or {}).get("chosen_index"))
-        columns = ["chosen", "node", "index", "height", *(["score"] if scored else []), "ncp",
-                   "emd", "rate", "il", "selection_probability", "classes", "suppressed_rows",
-                   "noise_rows", "released_rows"]
+        # The columns a steward compares, narrow enough for a laptop screen; NCP, EMD, Rate,
+        # classes and noise rows per node are in the steward record's candidates.csv.
+        columns = ["chosen", "node", *(["score"] if scored else []), "il",
+                   "selection_probability", "released_rows"]
         create_table_artifact(
-            table=named[columns].round(6).to_dict(orient="records"),
+            table=named[columns].round(4).rename(columns={
+                "selection_probability": "P(chosen)", "released_rows": "rows"}).to_dict(
+                    orient="records"),
             key=artifact_key(dataset, "node-information-loss"),
-            description="Information loss (NCP, EMD, Rate) of every scored lattice node "
-                        "(steward only: computed from the input)",
+            description="Information loss (IL = NCP + EMD + Rate) and selection probability of "
+                        "every scored lattice node (steward only: computed from the input; every "
+                        "column in the steward record's candidates.csv)",
         )
     create_markdown_artifact(
         markdown=steward_summary_markdown(manifest, record, candidates),
@@ -119,10 +123,11 @@ def publish_budget_artifacts(dataset: str) -> None:
                                          f"eps {state.epsilon_spent:g} spent, "
                                          + ("lifetime guarantee VOID" if state.void
                                             else f"{state.epsilon_left:g} left"))
-    create_table_artifact(table=release_catalogue(config.name, spends) or [{"release": "-"}],
-                          key=artifact_key(config.name, "releases"),
-                          description=f"Releases of {config.name}: id, date, mechanism, "
-                                      "guarantee and where the files are")
+    create_markdown_artifact(markdown=catalogue_markdown(config.name,
+                                                         release_catalogue(config.name, spends)),
+                             key=artifact_key(config.name, "releases"),
+                             description=f"Releases of {config.name}: id, date, mechanism, "
+                                         "guarantee and a link to the folder")
 
 
 def budget_markdown(state, spends) -> str:
@@ -135,11 +140,25 @@ def budget_markdown(state, spends) -> str:
              f"{state.epsilon_left:g} |",
              f"| delta | {state.delta_spent:g} | {state.lifetime_delta:g} | "
              f"{state.delta_left:g} |", "", state.statement(), "",
-             "| when | dataset | mechanism | epsilon | delta | status | release |",
-             "|---|---|---|---|---|---|---|"]
+             "## Every spend on this source", ""]
+    # a list, not a seven-column table: it wraps on a laptop screen (issue 27)
     for s in spends:
-        lines.append(f"| {s.created_at[:19]} | {s.dataset} | {s.mechanism} | {s.epsilon:g} | "
-                     f"{s.delta:g} | {s.status_text} | {s.release_id or '-'} |")
+        lines.append(f"- **{s.created_at[:16].replace('T', ' ')}** · {s.dataset} · "
+                     f"{s.mechanism} · epsilon {s.epsilon:g}, delta {s.delta:g} · "
+                     f"{s.status_text} · release `{s.release_id or '-'}`")
+    return "\n".join(lines)
+
+
+def catalogue_markdown(dataset: str, rows: list[dict]) -> str:
+    """The catalogue as a list that wraps on a laptop screen, each folder as a link."""
+    from pathlib import Path
+
+    lines = [f"# Releases of {dataset}", ""] + ([] if rows else ["No release yet."])
+    for row in rows:
+        kind = "TEST release" if row["test"] else "release"
+        lines.append(f"- **`{row['release']}`** ({row['date'][:10]}, {row['mechanism']}, "
+                     f"{kind}) — {row['guarantee']} "
+                     f"[Open the folder]({Path(row['folder']).as_uri()})")
     return "\n".join(lines)
 
 

@@ -222,6 +222,71 @@ def test_submit_with_the_defaults_releases_the_sample(served, browser, tmp_path:
     _keep(tmp_path / "form-defaults.png", request)
 
 
+def test_a_wrong_parameter_from_the_form_is_refused_in_one_sentence_without_traceback(
+        served, browser, tmp_path: Path, request) -> None:
+    """Issue 27: a parameter the mechanism does not take, typed into the form, ends Refused; the
+    run's page in the UI shows the one sentence and no traceback (screenshot at 1440 px), and the
+    budget artifact fits the laptop screen."""
+    with (temporary_settings(updates={PREFECT_API_URL: served.api_url}),
+          get_client(sync_client=True) as client):  # one release first: a ledger to show
+        deployment = client.read_deployment_by_name("medrelease-release/on-demand")
+        first = client.create_flow_run_from_deployment(deployment.id, parameters={
+            "request": {"dataset": "nps-sample", "seed": 3, "evaluate": False}})
+        _final_run(client, first.name, served.log)
+    page, _ = _logged_in_form(served, browser, "", (1440, 1000))
+    page.locator(".schema-form-property__label").first.wait_for(timeout=60_000)
+    _property(page, "Advanced: mechanism parameters").locator("textarea").fill(
+        '{"nonsense": 1}')
+    name = page.locator("input").first.input_value()
+    problems: list[str] = []
+    _submit(page, name, problems)
+    assert _run_created(name), f"no run after Submit; saw {problems[-5:]}"
+    with get_client(sync_client=True) as client:
+        run = _final_run(client, name, served.log)
+    assert run.state.name == "Refused", run.state
+    assert "does not take nonsense" in run.state.message
+    ui = served.api_url.removesuffix("/api")
+    page.goto(f"{ui}/runs/flow-run/{run.id}")
+    page.get_by_text("release refused, nothing spent").first.wait_for(timeout=60_000)
+    page.wait_for_timeout(1000)
+    text = page.locator("body").inner_text()
+    assert "does not take nonsense" in text and "Traceback" not in text
+    page.screenshot(path=str(tmp_path / "refused-run.png"), full_page=True)
+    for key in ("nps-sample-budget", "nps-sample-releases",  # refreshed by the refused run too
+                "nps-sample-budget-steps", "nps-sample-input-rows", "nps-sample-release-summary",
+                "nps-sample-node-information-loss"):
+        page.goto(f"{ui}/artifacts/artifact/{_latest_artifact(served, key)}")
+        page.get_by_text("nps-sample").first.wait_for(timeout=60_000)
+        page.wait_for_timeout(1500)
+        page.screenshot(path=str(tmp_path / f"artifact-{key}.png"), full_page=True)
+        hidden = page.evaluate(CUT_OFF_CELLS)
+        assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1") \
+            and hidden == 0, f"{key}: {hidden} element(s) cut off on a 1440 px screen"
+    page.close()
+    for shot in tmp_path.glob("*.png"):
+        _keep(shot, request)
+
+
+# Table cells, list items and paragraphs whose right edge lies beyond the box that clips them.
+CUT_OFF_CELLS = """[...document.querySelectorAll('td, th, li, p')].filter(e => {
+    let box = e.parentElement;
+    while (box && getComputedStyle(box).overflowX == 'visible') box = box.parentElement;
+    return box && e.getBoundingClientRect().right > box.getBoundingClientRect().right + 1;
+}).length"""
+
+
+def _latest_artifact(served, key: str) -> str:
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+    from prefect.client.schemas.sorting import ArtifactSort
+
+    with (temporary_settings(updates={PREFECT_API_URL: served.api_url}),
+          get_client(sync_client=True) as client):
+        [artifact] = client.read_artifacts(
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])),
+            sort=ArtifactSort.CREATED_DESC, limit=1)
+    return str(artifact.id)
+
+
 def test_the_newer_ui_lists_the_same_labelled_mechanisms(served, browser, tmp_path: Path,
                                                          request) -> None:
     page, url = _logged_in_form(served, browser, "/v2", (1300, 1900))

@@ -187,6 +187,12 @@ def parse(params_model: type[MechanismParams], raw: dict[str, Any], mechanism: s
     try:
         return params_model(**raw)
     except ValidationError as exc:
+        unknown = [".".join(str(p) for p in e["loc"]) for e in exc.errors()
+                   if e["type"] == "extra_forbidden"]
+        if unknown:  # the steward's most likely slip: one sentence that says what is allowed
+            takes = ", ".join(params_model.model_json_schema().get("properties", {}))
+            raise ParameterError(f"{mechanism} does not take {', '.join(unknown)}; it takes: "
+                                 f"{takes}") from None
         lines = []
         for err in exc.errors():
             where = ".".join(str(p) for p in err["loc"]) or "parameters"

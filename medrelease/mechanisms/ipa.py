@@ -303,7 +303,8 @@ class IPA:
         steps = [
             BudgetStep("node selection", params.eps_candidates, 0.0, self.name,
                        "exponential mechanism over lattice nodes, score U (weighted rows in "
-                       "cells above the threshold), sensitivity 1 weight unit, monotone"),
+                       f"cells above the threshold), sensitivity {params.unit_rows} weight "
+                       f"unit{'s' if params.unit_rows > 1 else ''}, monotone"),
             BudgetStep("cells", params.eps_cells, d, self.name,
                        "discrete Laplace per (class, informative value) cell + threshold"),
         ]
