@@ -29,6 +29,9 @@ def server_env(home: Path, api_url: str | None = None) -> dict[str, str]:
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
         "DO_NOT_TRACK": "1",
         "PREFECT_LOGGING_LEVEL": "WARNING",
+        # One UI for the whole walk-through: Prefect's default (Vue) UI at every path, "/"
+        # included; with V2 enabled "/" lands on V2 and deep links on the other (issue 27).
+        "PREFECT_SERVER_UI_V2_ENABLED": "false",
     })
     if api_url:
         env["PREFECT_API_URL"] = api_url

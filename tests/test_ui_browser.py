@@ -246,6 +246,9 @@ def test_a_wrong_parameter_from_the_form_is_refused_in_one_sentence_without_trac
     assert run.state.name == "Refused", run.state
     assert "does not take nonsense" in run.state.message
     ui = served.api_url.removesuffix("/api")
+    page.goto(f"{ui}/")  # one UI for the walk-through: "/" lands where the deep links do
+    page.get_by_text("Switch to V2 UI").first.wait_for(timeout=60_000)
+    assert "/v2" not in page.url
     page.goto(f"{ui}/runs/flow-run/{run.id}")
     page.get_by_text("release refused, nothing spent").first.wait_for(timeout=60_000)
     page.wait_for_timeout(1000)
