@@ -165,6 +165,40 @@ def _parameters_help(schema: dict[str, Any]) -> None:
                              "(`medrelease mechanisms` describes each). " + "; ".join(lines))
 
 
+ENGINEERING_FIELDS = ("batch_size", "destination", "task_runner")
+
+
+class RunSettings(BaseModel):
+    """How the run is carried out, not what is released: for engineers (the steward's form
+    keeps them under one heading, after its own fields; their defaults are right for a steward)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    batch_size: int = Field(
+        default=32, ge=1, le=4096, description="Lattice nodes per scoring task (1 = one per node)"
+    )
+    destination: str | None = Field(
+        default=None, json_schema_extra=_plain("string"),
+        description="Optional sub-folder of the release store for this release",
+    )
+    task_runner: RunnerKind = Field(
+        default="thread", description="Fan-out of lattice scoring: 'thread' (default, fastest on "
+                                      "one machine) or 'dask' (a local cluster, or the scheduler "
+                                      "the deployment names in MEDRELEASE_DASK_ADDRESS)"
+    )
+
+    @field_validator("destination")
+    @classmethod
+    def _destination_inside_store(cls, value: str | None) -> str | None:
+        # Checked here, before any budget is charged, not only when publishing.
+        if value is not None:
+            try:
+                safe_relative(value, "destination")
+            except StoreError as exc:
+                raise ValueError(str(exc)) from None
+        return value
+
+
 class ReleaseRequest(BaseModel):
     """What a steward fills in to release a dataset: the mechanism, its epsilon and, optionally,
     advanced parameters that the chosen mechanism checks. Empty fields fall back to the
@@ -209,22 +243,42 @@ class ReleaseRequest(BaseModel):
                     "this dataset (scheduled runs set this); otherwise finish with 'no new "
                     "data' and spend nothing",
     )
-    batch_size: int = Field(
-        default=32, ge=1, le=4096, description="Lattice nodes per scoring task (1 = one per node)"
-    )
-    destination: str | None = Field(
-        default=None, json_schema_extra=_plain("string"),
-        description="Optional sub-folder of the release store for this release",
-    )
-    task_runner: RunnerKind = Field(
-        default="thread", description="Fan-out of lattice scoring: 'thread' (default, fastest on "
-                                      "one machine) or 'dask' (a local cluster, or the scheduler "
-                                      "the deployment names in MEDRELEASE_DASK_ADDRESS)"
-    )
     evaluate: bool = Field(
         default=True, description="Afterwards, write the internal utility/risk report with plots "
                                   "(evaluations folder, never published)"
     )
+
+    run_settings: RunSettings = Field(
+        default_factory=RunSettings, title="Run settings (for engineers: leave as they are)",
+        description="Scoring batch size, task runner and a destination sub-folder: how the run "
+                    "is carried out, not what is released")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _engineering_fields_flat(cls, data: Any) -> Any:
+        """Also accept ``batch_size``, ``task_runner``, ``destination`` at the top level (the
+        CLI, schedules, API callers and older runs send them there)."""
+        if not isinstance(data, dict) or not set(ENGINEERING_FIELDS) & set(data):
+            return data
+        data = dict(data)
+        settings = dict(data.get("run_settings") or {})
+        for name in ENGINEERING_FIELDS:
+            if name in data:
+                settings[name] = data.pop(name)
+        data["run_settings"] = settings
+        return data
+
+    @property
+    def batch_size(self) -> int:
+        return self.run_settings.batch_size
+
+    @property
+    def task_runner(self) -> str:
+        return self.run_settings.task_runner
+
+    @property
+    def destination(self) -> str | None:
+        return self.run_settings.destination
 
     @model_validator(mode="before")
     @classmethod
@@ -272,16 +326,6 @@ class ReleaseRequest(BaseModel):
             raise ValueError(str(exc)) from None
         return self
 
-    @field_validator("destination")
-    @classmethod
-    def _destination_inside_store(cls, value: str | None) -> str | None:
-        # Checked here, before any budget is charged, not only when publishing.
-        if value is not None:
-            try:
-                safe_relative(value, "destination")
-            except StoreError as exc:
-                raise ValueError(str(exc)) from None
-        return value
 
 
 @flow(

@@ -51,7 +51,12 @@ def test_on_demand_run_with_custom_parameters(served) -> None:
         schema = json.dumps(deployment.parameter_openapi_schema)
         for text in ("TEST ONLY", "Dataset name", "ipa-paper", "suppression_threshold"):
             assert text in schema  # the UI form: fields, defaults and descriptions
-        parameters = {"request": {"dataset": "nps-sample", "seed": 7, "batch_size": 64,
+        # the engineering fields sit in their own object, after the steward's fields
+        properties = deployment.parameter_openapi_schema["definitions"]["ReleaseRequest"][
+            "properties"]
+        assert list(properties)[-1] == "run_settings" and "batch_size" not in properties
+        parameters = {"request": {"dataset": "nps-sample", "seed": 7,
+                                  "run_settings": {"batch_size": 64},
                                   "mechanism": label("ipa-paper"), "epsilon": 0.5}}
         run = client.create_flow_run_from_deployment(deployment.id, parameters=parameters)
         deadline = time.monotonic() + WAIT_S
