@@ -201,6 +201,16 @@ def _logged_in_form(served, browser, ui_path: str, viewport: tuple[int, int]):
     return page, url
 
 
+def _submit_and_finish(page, served):
+    """Submit the form as it stands; the run it created, once final."""
+    name = page.locator("input").first.input_value()
+    problems: list[str] = []
+    _submit(page, name, problems)
+    assert _run_created(name), f"Submit created no run; the browser saw {problems[-5:]}"
+    with get_client(sync_client=True) as client:
+        return _final_run(client, name, served.log)
+
+
 def test_submit_with_the_defaults_releases_the_sample(served, browser, tmp_path: Path,
                                                      request) -> None:
     """The steward's first click (issue 27): the form opens on the dataset default mechanism
@@ -210,12 +220,7 @@ def test_submit_with_the_defaults_releases_the_sample(served, browser, tmp_path:
     mechanism = _property(page, "Mechanism").locator("button.p-select-button__control")
     assert "dataset default" in mechanism.inner_text()
     page.screenshot(path=str(tmp_path / "form-defaults.png"), full_page=True)
-    name = page.locator("input").first.input_value()
-    problems: list[str] = []
-    _submit(page, name, problems)
-    assert _run_created(name), f"Submit with the defaults created no run; saw {problems[-5:]}"
-    with get_client(sync_client=True) as client:
-        run = _final_run(client, name, served.log)
+    run = _submit_and_finish(page, served)
     page.close()
     assert run.state.is_completed(), f"{run.state.name}: {run.state.message}"
     assert run.parameters["request"]["mechanism"].startswith("dataset default")
@@ -237,12 +242,7 @@ def test_a_wrong_parameter_from_the_form_is_refused_in_one_sentence_without_trac
     page.locator(".schema-form-property__label").first.wait_for(timeout=60_000)
     _property(page, "Advanced: mechanism parameters").locator("textarea").fill(
         '{"nonsense": 1}')
-    name = page.locator("input").first.input_value()
-    problems: list[str] = []
-    _submit(page, name, problems)
-    assert _run_created(name), f"no run after Submit; saw {problems[-5:]}"
-    with get_client(sync_client=True) as client:
-        run = _final_run(client, name, served.log)
+    run = _submit_and_finish(page, served)
     assert run.state.name == "Refused", run.state
     assert "does not take nonsense" in run.state.message
     ui = served.api_url.removesuffix("/api")
