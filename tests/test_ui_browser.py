@@ -278,6 +278,38 @@ CUT_OFF_CELLS = """[...document.querySelectorAll('td, th, li, p')].filter(e => {
 }).length"""
 
 
+def test_a_repeat_under_a_new_name_is_visible_in_the_event_feed(served, browser, tmp_path: Path,
+                                                                 request) -> None:
+    """Issue 27: a file whose content the inbox already had, dropped under a new name, used to
+    vanish into duplicates/; it now shows in the UI's Event Feed with its reason. (Content that
+    fails validation, so nothing is spent: the first copy gives a Refused run.)"""
+    bad = ("patient_id,age,sex,length_of_stay,surgery,region,diagnosis\n"
+           "1,34,F,3,N,913578,A001\n")
+    (served.inbox / "visits-a.csv").write_text(bad)
+    _wait_for_file(served.inbox / "rejected" / "visits-a.csv", served.log)
+    (served.inbox / "visits-a-again.csv").write_text(bad)
+    _wait_for_file(served.inbox / "duplicates" / "visits-a-again.csv.reason.txt", served.log)
+    ui = served.api_url.removesuffix("/api")
+    page = browser.new_page(viewport={"width": 1440, "height": 1000})
+    _log_in(page, f"{ui}/events", served.auth)
+    deadline = time.monotonic() + 60
+    while "visits-a-again.csv" not in page.locator("body").inner_text():  # no live refresh
+        assert time.monotonic() < deadline, "the filed event never showed in the Event Feed"
+        page.wait_for_timeout(2000)
+        page.reload()
+    assert "medrelease.extract.filed" in page.locator("body").inner_text()
+    page.screenshot(path=str(tmp_path / "duplicate-event.png"), full_page=True)
+    page.close()
+    _keep(tmp_path / "duplicate-event.png", request)
+
+
+def _wait_for_file(path: Path, log: Path, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        assert time.monotonic() < deadline, f"no {path.name}:\n{log.read_text()[-3000:]}"
+        time.sleep(0.5)
+
+
 def _latest_artifact(served, key: str) -> str:
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
     from prefect.client.schemas.sorting import ArtifactSort
