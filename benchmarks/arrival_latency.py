@@ -10,10 +10,7 @@ prints for each: seconds from the copy to the arrival run's completion.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -35,48 +32,37 @@ def main() -> None:
     from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    from deployments.local_server import running_server, server_env
+    from deployments.local_server import running_serve, running_server
 
     sample = pd.read_csv(ROOT / "datasets/nps-sample/nps_sample.csv")
     base = Path(tempfile.mkdtemp(prefix="medrelease-latency-"))
-    with running_server(base) as api_url, temporary_settings(updates={PREFECT_API_URL: api_url}):
-        env = server_env(base, api_url)
-        env.update({"MEDRELEASE_HOME": str(base / "home"), "PREFECT_RUNNER_POLL_FREQUENCY": "1"})
-        inbox = base / "inbox"
-        log = (base / "serve.log").open("w")
-        serve = subprocess.Popen(
-            [str(Path(sys.executable).with_name("medrelease")), "serve", "--inbox", str(inbox),
-             "--interval", "0.5"], env=env, stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True, cwd=ROOT)
-        try:
-            with get_client(sync_client=True) as client:
-                while True:
-                    try:
-                        deployment = client.read_deployment_by_name(
-                            "medrelease-on-arrival/on-arrival")
-                        break
-                    except Exception:  # not registered yet
-                        time.sleep(1)
-                time.sleep(3)  # let the runner start polling
-                for drop in range(args.drops):
-                    extract = base / f"extract-{drop}.csv"
-                    sample.sample(args.rows, random_state=drop).to_csv(extract, index=False)
-                    started = time.monotonic()
-                    shutil.copy(extract, inbox / extract.name)
-                    while True:
-                        runs = client.read_flow_runs(deployment_filter=DeploymentFilter(
-                            id=DeploymentFilterId(any_=[deployment.id])))
-                        done = [r for r in runs if r.state and r.state.is_final()]
-                        if len(done) > drop:
-                            break
-                        time.sleep(0.25)
-                    state = sorted(done, key=lambda r: r.start_time)[-1].state.name
-                    print(f"drop {drop + 1}: {args.rows} rows -> {state} after "
-                          f"{time.monotonic() - started:.1f} s")
-        finally:
-            os.killpg(serve.pid, signal.SIGTERM)
-            serve.wait(timeout=30)
-            log.close()
+    inbox = base / "inbox"
+    with (running_server(base) as api_url,
+          temporary_settings(updates={PREFECT_API_URL: api_url}),
+          running_serve(base, api_url, ("--inbox", str(inbox), "--interval", "0.5")),
+          get_client(sync_client=True) as client):
+        while True:
+            try:
+                deployment = client.read_deployment_by_name("medrelease-on-arrival/on-arrival")
+                break
+            except Exception:  # not registered yet
+                time.sleep(1)
+        time.sleep(3)  # let the runner start polling
+        for drop in range(args.drops):
+            extract = base / f"extract-{drop}.csv"
+            sample.sample(args.rows, random_state=drop).to_csv(extract, index=False)
+            started = time.monotonic()
+            shutil.copy(extract, inbox / extract.name)
+            while True:
+                runs = client.read_flow_runs(deployment_filter=DeploymentFilter(
+                    id=DeploymentFilterId(any_=[deployment.id])))
+                done = [r for r in runs if r.state and r.state.is_final()]
+                if len(done) > drop:
+                    break
+                time.sleep(0.25)
+            state = sorted(done, key=lambda r: r.start_time)[-1].state.name
+            print(f"drop {drop + 1}: {args.rows} rows -> {state} after "
+                  f"{time.monotonic() - started:.1f} s")
     shutil.rmtree(base, ignore_errors=True)
 
 

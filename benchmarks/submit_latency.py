@@ -15,8 +15,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -64,30 +62,20 @@ def main() -> None:
     from prefect.client.orchestration import get_client
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    from deployments.local_server import running_server, server_env
+    from deployments.local_server import running_serve, running_server
 
     base = Path(tempfile.mkdtemp(prefix="medrelease-submit-"))
-    with running_server(base) as api_url, temporary_settings(updates={PREFECT_API_URL: api_url}):
-        env = server_env(base, api_url)
-        env["MEDRELEASE_HOME"] = str(base / "home")
-        log = (base / "serve.log").open("w")
-        serve = subprocess.Popen([str(Path(sys.executable).with_name("medrelease")), "serve"],
-                                 env=env, stdout=log, stderr=subprocess.STDOUT,
-                                 start_new_session=True, cwd=ROOT)
-        try:
-            with get_client(sync_client=True) as client:
-                deployment = _wait_for_deployment(client, "medrelease-release/on-demand")
-                time.sleep(5)  # the runner is polling: a warm serve
-                print("| submit | run started (s) | release folder (s) | run completed (s) |")
-                print("|---|---|---|---|")
-                for i in range(args.runs):
-                    running, folder, done = _one_submit(client, deployment,
-                                                        base / "home" / "releases")
-                    print(f"| {i + 1} | {running:.1f} | {folder:.1f} | {done:.1f} |", flush=True)
-        finally:
-            os.killpg(serve.pid, signal.SIGTERM)
-            serve.wait(timeout=30)
-            log.close()
+    with (running_server(base) as api_url,
+          temporary_settings(updates={PREFECT_API_URL: api_url}),
+          running_serve(base, api_url),
+          get_client(sync_client=True) as client):
+        deployment = _wait_for_deployment(client, "medrelease-release/on-demand")
+        time.sleep(5)  # the runner is polling: a warm serve
+        print("| submit | run started (s) | release folder (s) | run completed (s) |")
+        print("|---|---|---|---|")
+        for i in range(args.runs):
+            running, folder, done = _one_submit(client, deployment, base / "home" / "releases")
+            print(f"| {i + 1} | {running:.1f} | {folder:.1f} | {done:.1f} |", flush=True)
     shutil.rmtree(base, ignore_errors=True)
 
 

@@ -112,3 +112,21 @@ def running_server(home: Path, auth_string: str | None = None) -> Iterator[str]:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=10)
         log.close()
+
+
+@contextlib.contextmanager
+def running_serve(home: Path, api_url: str, args: tuple[str, ...] = (),
+                  env: dict[str, str] | None = None) -> Iterator[subprocess.Popen]:
+    """``medrelease serve`` against ``api_url`` (benchmarks), its log in ``home/serve.log``,
+    with ``MEDRELEASE_HOME`` under ``home``; stopped with SIGTERM afterwards."""
+    full_env = {**server_env(home, api_url), "MEDRELEASE_HOME": str(home / "home"), **(env or {})}
+    log = (home / "serve.log").open("w")
+    serve = subprocess.Popen([str(Path(sys.executable).with_name("medrelease")), "serve", *args],
+                             env=full_env, stdout=log, stderr=subprocess.STDOUT,
+                             start_new_session=True, cwd=Path(__file__).resolve().parents[1])
+    try:
+        yield serve
+    finally:
+        os.killpg(serve.pid, signal.SIGTERM)
+        serve.wait(timeout=30)
+        log.close()
