@@ -2,12 +2,14 @@
 
 Generates the table (default 1,361,000 rows, the IPA paper's size) as CSV under
 ``var/bench/`` and a dataset config for it, then prints, in one run: the floor (DuckDB reading
-the file and grouping it by the same columns), the project's input side, the engine alone, and
-the whole flow (Prefect's ephemeral API, evaluation included) with its time per task and
-outside tasks — each as a ratio to the floor.
+the file and grouping it by the same columns), the project's input side, the engine alone, the
+whole flow in this process (evaluation included) with its time per task and outside tasks, and
+the CLI as a steward runs it (``medrelease release``, a fresh process): against a running
+Prefect server (started here), until the release folder is published and until the command
+returns with the evidence report, and with Prefect's ephemeral API — each as a ratio to the floor.
 
     python benchmarks/flow_bench.py [--rows 1361000] [--mechanism ipa] [--batch-size 32]
-                                    [--no-evaluate] [--row-wise]
+                                    [--no-evaluate] [--row-wise] [--no-cli]
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import argparse
 import os
 import shutil
 import statistics
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -91,23 +95,71 @@ def row_wise(config) -> float:
     return time.perf_counter() - started
 
 
+def cli_release(config_path: Path, env: dict[str, str], mechanism: str) -> tuple[float, float]:
+    """``medrelease release`` in a fresh process: seconds until it says the release folder is
+    published, and until it returns (the evidence report written)."""
+    command = [str(Path(sys.executable).with_name("medrelease")), "release", str(config_path),
+               "--mechanism", mechanism, "--epsilon", "1"]
+    started = time.perf_counter()
+    published = float("nan")
+    with subprocess.Popen(command, env=env, cwd=ROOT, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True) as proc:
+        output = []
+        for line in proc.stdout:
+            output.append(line)
+            if line.startswith("published ") and published != published:
+                published = time.perf_counter() - started
+    total = time.perf_counter() - started
+    if proc.returncode != 0:
+        raise RuntimeError("medrelease release failed:\n" + "".join(output[-20:]))
+    return published, total
+
+
+def cli_timings(config_path: Path, args, bench: Path) -> dict[str, tuple[float, float]]:
+    """The CLI against a running server (second run: the first warms the server) and with the
+    ephemeral API (second run: the first may migrate a new database)."""
+    from deployments.local_server import running_server, server_env
+
+    base = {"MEDRELEASE_HOME": os.environ["MEDRELEASE_HOME"],
+            "MEDRELEASE_DATASETS": os.environ["MEDRELEASE_DATASETS"], "COLUMNS": "200"}
+    home = bench / "server"
+    shutil.rmtree(home, ignore_errors=True)
+    home.mkdir(parents=True)
+    out: dict[str, tuple[float, float]] = {}
+
+    def cli_env(prefect_home: Path, api_url: str | None = None) -> dict[str, str]:
+        env = {**server_env(prefect_home, api_url), **base}
+        env.pop("PREFECT_LOGGING_LEVEL")  # the server's; the CLI reads its runs' INFO lines
+        return env
+
+    with running_server(home) as api_url:
+        env = cli_env(home, api_url)
+        cli_release(config_path, env, args.mechanism)
+        out["server"] = cli_release(config_path, env, args.mechanism)
+    # Its own Prefect home: this process's ephemeral API still holds bench/prefect's database.
+    env = cli_env(bench / "cli-prefect")
+    cli_release(config_path, env, args.mechanism)
+    out["ephemeral"] = cli_release(config_path, env, args.mechanism)
+    return out
+
+
 def run_flow(config_path: Path, args) -> tuple[float, dict, dict[str, float]]:
     """One release through the flow; its wall time, result and task time per task name."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 
+    from deployments.prefect_defaults import without_heartbeats
     from flows.release import ReleaseRequest, release_flow
 
     started = time.perf_counter()
-    result = release_flow(ReleaseRequest(
-        dataset=str(config_path), seed=1, batch_size=args.batch_size,
-        mechanism=args.mechanism, epsilon=1.0, evaluate=args.evaluate))
+    with without_heartbeats():  # as the CLI runs it
+        result = release_flow(ReleaseRequest(
+            dataset=str(config_path), seed=1, mechanism=args.mechanism, epsilon=1.0,
+            evaluate=args.evaluate, run_settings={"batch_size": args.batch_size}))
     wall = time.perf_counter() - started
     ids = [result["flow_run_id"]]
     with get_client(sync_client=True) as client:
         runs = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=ids)))
-        subflows = client.read_flow_runs(flow_run_filter=FlowRunFilter(
-            parent_task_run_id={"any_": [r.id for r in runs]})) if args.evaluate else []
     per_task: dict[str, float] = {}
     for run in runs:
         name = run.name.rsplit("-", 1)[0]
@@ -116,10 +168,11 @@ def run_flow(config_path: Path, args) -> tuple[float, dict, dict[str, float]]:
     if scoring:  # the batches run side by side: their wall span, not their sum, is spent
         per_task["score-node-batch (wall span)"] = (
             max(r.end_time for r in scoring) - min(r.start_time for r in scoring)).total_seconds()
-    per_task.pop("medrelease-evaluate", None)  # the subflow's wrapper task, counted below
-    for sub in subflows:
-        per_task["evaluate (subflow)"] = sub.total_run_time.total_seconds()
+    per_task["evaluation (its three tasks)"] = sum(per_task.get(name, 0.0) for name in EVALUATION)
     return wall, result, per_task
+
+
+EVALUATION = ("load-release-and-input", "evaluate-release", "write-evaluation-report")
 
 
 def main() -> None:
@@ -129,6 +182,8 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--no-evaluate", dest="evaluate", action="store_false")
     parser.add_argument("--row-wise", action="store_true", help="also time the row-wise pass")
+    parser.add_argument("--no-cli", dest="cli", action="store_false",
+                        help="skip the CLI runs (a server and four fresh processes)")
     parser.add_argument("--rounds", type=int, default=5,
                         help="interleaved rounds of floor / input side, and engine runs")
     args = parser.parse_args()
@@ -171,8 +226,10 @@ def main() -> None:
     del counts
     cold, _, _ = run_flow(config_path, args)  # includes the ephemeral API's start
     wall, result, per_task = run_flow(config_path, args)
+    evaluation = per_task.pop("evaluation (its three tasks)")
     in_tasks = sum(v for k, v in per_task.items()
-                   if k not in ("evaluate (subflow)", "score-node-batch"))
+                   if k not in (*EVALUATION, "score-node-batch"))
+    cli = cli_timings(config_path, args, bench) if args.cli else {}
 
     print(f"rows {args.rows:,} ({groups:,} distinct rows), mechanism {args.mechanism}, "
           f"batch size {args.batch_size}, {os.cpu_count()} cores")
@@ -190,8 +247,15 @@ def main() -> None:
     print(f"whole flow, warm (evaluation {'on' if args.evaluate else 'off'}):          "
           f"{wall:5.2f} s  = {wall / floor:.1f}x the floor   (cold, with API start: {cold:.1f} s)")
     print(f"  release tasks {in_tasks:.2f} s (scoring by its wall span), evaluation "
-          f"{per_task.get('evaluate (subflow)', 0.0):.2f} s; flow code and Prefect outside "
-          f"tasks {wall - in_tasks - per_task.get('evaluate (subflow)', 0.0):.2f} s")
+          f"{evaluation:.2f} s; flow code and Prefect outside tasks "
+          f"{wall - in_tasks - evaluation:.2f} s")
+    for name, label in (("server", "against a running server"),
+                        ("ephemeral", "with Prefect's ephemeral API")):
+        if name in cli:
+            published, total = cli[name]
+            print(f"CLI `medrelease release`, {label}: published {published:5.2f} s = "
+                  f"{published / floor:.1f}x the floor; returned (evidence report written) "
+                  f"{total:5.2f} s = {total / floor:.1f}x")
     print(pd.Series(per_task).sort_values(ascending=False).round(2).to_string())
     print(f"released rows: {result['manifest']['released_rows']:,} -> {result['path']}")
 

@@ -14,6 +14,7 @@ every task argument looking for futures, and a dataset's taxonomies (a 5-digit z
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from typing import Any
 
@@ -34,7 +35,7 @@ from pydantic import (
     model_validator,
 )
 
-from flows.evaluate import evaluate_flow
+from flows.evaluate import evaluate_steps
 from flows.states import REFUSALS, quiet_refusals, refused, skipped
 from medrelease.errors import ParameterError
 from medrelease.mechanisms import (
@@ -105,15 +106,35 @@ SHORT_REASONS = (("class", "no class column with declared values"),
                  ("set-valued", "a set-valued column"), ("public domains", "no declared domain"))
 
 
+def _bundled_configs() -> list[Any]:
+    """The bundled datasets' configs for the form's descriptions, read once per version of
+    their files: Prefect builds the form's schema at import, and reading every config for every
+    mechanism cost 0.4 s of each CLI run (issue 27)."""
+    from medrelease.data.config import project_root
+
+    paths = sorted((project_root() / "datasets").glob("*/dataset.yaml"))
+    return list(_configs_of(tuple((str(p), p.stat().st_mtime_ns) for p in paths)))
+
+
+@functools.lru_cache(maxsize=4)
+def _configs_of(versions: tuple[tuple[str, int], ...]) -> tuple[Any, ...]:
+    from medrelease.data.config import load_config
+
+    configs = []
+    for path, _ in versions:
+        try:
+            configs.append(load_config(path))
+        except Exception:  # a broken config is reported when it is released, not in the form
+            continue
+    return tuple(configs)
+
+
 def _not_for(mechanism: str) -> str:
     """" *(not for adult-ipa, nps-sample: no class column …)*" for the bundled datasets the
     mechanism cannot release (``check_fits``), so the form says why beside the option."""
-    from medrelease.data.config import load_config, project_root
-
     by_reason: dict[str, list[str]] = {}
-    for path in sorted((project_root() / "datasets").glob("*/dataset.yaml")):
+    for config in _bundled_configs():
         try:
-            config = load_config(path)
             check_fits(config, mechanism)
         except ParameterError as exc:
             reason = next((short for key, short in SHORT_REASONS if key in str(exc)), str(exc))
@@ -127,14 +148,8 @@ def _not_for(mechanism: str) -> str:
 def _dataset_units(schema: dict[str, Any]) -> None:
     """The privacy unit of each bundled dataset beside the dataset box, with a warning where a
     config declares identifiers but no unit (the guarantee then protects one row)."""
-    from medrelease.data.config import load_config, project_root
-
     units = []
-    for path in sorted((project_root() / "datasets").glob("*/dataset.yaml")):
-        try:
-            config = load_config(path)
-        except Exception:
-            continue
+    for config in _bundled_configs():
         privacy = config.privacy
         if config.unit_column:
             units.append(f"{config.name}: one {privacy.unit_noun} (at most "
@@ -547,11 +562,12 @@ def _result(request: ReleaseRequest, published: PublishResult, run_id: str | Non
 
 
 def _evaluate_after(request: ReleaseRequest, release_path: str) -> str | None:
-    """Run the evaluate flow as a subflow; the release stands even if its evaluation fails."""
+    """Evaluate the release (the evaluate flow's tasks, run in this flow); the release stands
+    even if its evaluation fails."""
     if not request.evaluate:
         return None
     try:
-        return evaluate_flow(release_path=release_path)["report"]
+        return evaluate_steps(release_path)["report"]
     except Exception as exc:  # evidence is best effort; the release is already published
         get_run_logger().warning("evaluation of %s failed: %s: %s", release_path,
                                  type(exc).__name__, exc)

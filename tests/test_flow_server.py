@@ -59,7 +59,10 @@ def test_release_run_records_artifacts_on_a_real_server(api_url, tmp_path: Path,
     by_key = {a.key: a for a in artifacts}
     assert set(by_key) == {"nps-sample-budget-steps", "nps-sample-node-information-loss",
                            "nps-sample-release-summary", "nps-sample-scoring-progress",
-                           "nps-sample-input-rows", "nps-sample-budget", "nps-sample-releases"}
+                           "nps-sample-input-rows", "nps-sample-budget", "nps-sample-releases",
+                           # the evaluation's tasks run in the release's flow run (no subflow)
+                           "nps-sample-evaluation", "nps-sample-evaluation-queries",
+                           "nps-sample-evaluation-risk"}
     nodes = by_key["nps-sample-node-information-loss"].data
     nodes = json.loads(nodes) if isinstance(nodes, str) else nodes
     assert nodes[0]["chosen"] == "◀ chosen" and [n["chosen"] for n in nodes[1:]] == [""] * 255

@@ -204,7 +204,9 @@ def _logged_in_form(served, browser, ui_path: str, viewport: tuple[int, int]):
 def _submit_and_finish(page, served):
     """Submit the form as it stands; the run it created, once final."""
     name = page.locator("input").first.input_value()
-    problems: list[str] = []
+    problems: list[str] = []  # the server's refusals, so a 503 "database is locked" is retried
+    page.on("response", lambda r: r.status >= 400 and problems.append(
+        f"{r.request.method} {r.url} -> {r.status}"))
     _submit(page, name, problems)
     assert _run_created(name), f"Submit created no run; the browser saw {problems[-5:]}"
     with get_client(sync_client=True) as client:
@@ -292,11 +294,16 @@ def test_a_repeat_under_a_new_name_is_visible_in_the_event_feed(served, browser,
     ui = served.api_url.removesuffix("/api")
     page = browser.new_page(viewport={"width": 1440, "height": 1000})
     _log_in(page, f"{ui}/events", served.auth)
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
     deadline = time.monotonic() + 60
-    while "visits-a-again.csv" not in page.locator("body").inner_text():  # no live refresh
-        assert time.monotonic() < deadline, "the filed event never showed in the Event Feed"
-        page.wait_for_timeout(2000)
-        page.reload()
+    while True:  # the feed does not refresh itself: reload until the event is listed
+        try:  # each load renders the feed a moment after it loads: wait for the text
+            page.get_by_text("visits-a-again.csv").first.wait_for(timeout=5000)
+            break
+        except PlaywrightTimeout:
+            assert time.monotonic() < deadline, "the filed event never showed in the Event Feed"
+            page.reload()
     assert "medrelease.extract.filed" in page.locator("body").inner_text()
     page.screenshot(path=str(tmp_path / "duplicate-event.png"), full_page=True)
     page.close()

@@ -406,6 +406,34 @@ def value_counts_by(table: pd.DataFrame, columns: list[str], name: str = "n",
     """
     if not columns:
         return pd.DataFrame({name: [len(table)]})
+    parts, texts, counts = _distinct_codes(table, columns, keep_missing)
+    frame = pd.DataFrame({c: t[p] for c, t, p in zip(columns, texts, parts, strict=True)})
+    frame[name] = counts.astype(np.int64)
+    if _texts_repeat(texts):
+        frame = frame.groupby(columns, sort=False, as_index=False)[name].sum()
+    return frame
+
+
+def class_sizes(table: pd.DataFrame, columns: list[str]) -> np.ndarray:
+    """Rows per distinct combination of ``columns`` (as ``value_counts_by(...)["n"]``) without
+    forming the text of each combination: risk figures need only the sizes."""
+    if not columns:
+        return np.asarray([len(table)], dtype=np.int64)
+    _, texts, counts = _distinct_codes(table, columns, keep_missing=False)
+    if _texts_repeat(texts):
+        return value_counts_by(table, columns)["n"].to_numpy()
+    return counts.astype(np.int64)
+
+
+def _texts_repeat(texts: list[np.ndarray]) -> bool:
+    """Two raw values with one text (1 and "1"): their rows are one combination as text."""
+    return any(len(set(t)) < len(t) for t in texts)
+
+
+def _distinct_codes(table: pd.DataFrame, columns: list[str], keep_missing: bool
+                    ) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray]:
+    """Per column, the code of each distinct combination and the text of each code; and the
+    rows of each combination."""
     codes, texts = [], []
     present = np.ones(len(table), dtype=bool)
     for column in columns:
@@ -420,9 +448,10 @@ def value_counts_by(table: pd.DataFrame, columns: list[str], name: str = "n",
             code = np.where(code < 0, len(text), code)
             text = [*text, None]
         present &= code >= 0
-        codes.append(code.astype(np.int64))
+        codes.append(code.astype(np.int64, copy=False))
         texts.append(np.asarray(text, dtype=object))
-    codes = [code[present] for code in codes]
+    if not present.all():
+        codes = [code[present] for code in codes]
     sizes = [max(len(t), 1) for t in texts]
     if float(np.prod(np.asarray(sizes, dtype=np.float64))) < MAX_KEY:
         keys = np.zeros(int(present.sum()), dtype=np.int64)
@@ -437,11 +466,7 @@ def value_counts_by(table: pd.DataFrame, columns: list[str], name: str = "n",
     else:
         stacked, counts = np.unique(np.stack(codes, axis=1), axis=0, return_counts=True)
         parts = [stacked[:, i] for i in range(len(columns))]
-    frame = pd.DataFrame({c: t[p] for c, t, p in zip(columns, texts, parts, strict=True)})
-    frame[name] = counts.astype(np.int64)
-    if any(len(set(t)) < len(t) for t in texts):  # two raw values with one text (1 and "1")
-        frame = frame.groupby(columns, sort=False, as_index=False)[name].sum()
-    return frame
+    return parts, texts, counts
 
 
 def merge_count_tables(parts: list[CountTable]) -> CountTable:

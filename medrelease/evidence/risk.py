@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from medrelease.data.aggregate import value_counts_by
+from medrelease.data.aggregate import class_sizes
 
 
 def risk_report(table: pd.DataFrame, dimensions: list[str]) -> dict[str, float | int]:
@@ -19,7 +19,7 @@ def risk_report(table: pd.DataFrame, dimensions: list[str]) -> dict[str, float |
     columns = [c for c in dimensions if c in table.columns]
     if table.empty or not columns:
         return _no_classes(len(table))
-    return _risk_of_sizes(value_counts_by(table, columns)["n"].to_numpy(), len(table))
+    return _risk_of_sizes(class_sizes(table, columns), len(table))
 
 
 def risk_of_cells(cells: pd.DataFrame, dimensions: list[str], rows_column: str
