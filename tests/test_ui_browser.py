@@ -221,6 +221,9 @@ def test_submit_with_the_defaults_releases_the_sample(served, browser, tmp_path:
     page.locator(".schema-form-property__label").first.wait_for(timeout=60_000)
     mechanism = _property(page, "Mechanism").locator("button.p-select-button__control")
     assert "dataset default" in mechanism.inner_text()
+    labels_shown = page.locator(".schema-form-property__label").all_inner_texts()
+    assert labels_shown[0].strip() == "Release request", labels_shown[:3]  # not "request
+    assert not any(t.strip().startswith("request") for t in labels_shown)  # (Optional)"
     page.screenshot(path=str(tmp_path / "form-defaults.png"), full_page=True)
     run = _submit_and_finish(page, served)
     page.close()

@@ -109,7 +109,7 @@ def run_queries(table: pd.DataFrame, config: DatasetConfig, query: AnalysisQuery
     # Only the chosen diagnosis and "*" weigh anything: count those rows alone (on the input
     # a few percent of the rows, so the evaluation does not pay for a million-row grouping).
     wanted = table[query.diagnosis].astype(str).isin([diagnosis, SUPPRESSED]).to_numpy()
-    counted = value_counts_by(table[wanted], query.columns())
+    counted = value_counts_by(table.loc[wanted, query.columns()], query.columns())
     weights = _weights(config, query, counted, diagnosis, domain_size)
     grouped = counted.rename(columns={query.age: "age", query.sex: "sex",
                                       query.surgery: "surgery", query.diagnosis: "diagnosis",
