@@ -300,3 +300,22 @@ def test_parquet_schema_and_metadata_are_compared_between_neighbours(tmp_path) -
     found = {f.where for f in _parquet_compared(a, b)}
     assert "data.parquet schema" in found  # an empty release's null-typed column
     assert _statistics_rederived(b / "data.parquet") == []
+
+
+def test_cli_release_says_when_the_folder_is_published_then_shows_the_evidence(home: Path
+                                                                             ) -> None:
+    """Issue 27: the CLI prints the release folder as soon as it is published (the evidence
+    report is written after it), then the release with its evidence report."""
+    from typer.testing import CliRunner
+
+    from deployments.cli import app
+
+    shown = CliRunner().invoke(app, ["release", "nps-sample", "--seed", "5"],
+                               env={"COLUMNS": "200"})
+    assert shown.exit_code == 0, shown.output
+    published = [line for line in shown.output.splitlines() if line.startswith("published ")]
+    assert len(published) == 1 and "writing the evidence report" in published[0]
+    folder = Path(published[0].split()[1])
+    assert (folder / "manifest.json").is_file() and folder.is_relative_to(home)
+    assert shown.output.index("published ") < shown.output.index("released nps-sample")
+    assert "report.html" in shown.output.replace("\n", "").replace("│", "").replace(" ", "")
