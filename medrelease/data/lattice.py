@@ -198,7 +198,10 @@ def _digit_change(keys: np.ndarray, radix: int, size: int, code_map: np.ndarray)
     """How much each key moves when one dimension's digit d becomes ``code_map[d]``; in place
     where numpy allows (one key array and one temporary, not four: 112 MB each at 14M cells)."""
     change = keys // radix
-    change %= size
+    high = change // size  # the digit is change % size; numpy's remainder by a scalar is 4x
+    high *= size           # slower than its division (libdivide), so subtract the multiple
+    change -= high
+    del high
     np.subtract(code_map[change], change, out=change)
     change *= radix
     return change
