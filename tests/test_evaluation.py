@@ -81,14 +81,22 @@ class _Images(HTMLParser):
 
 
 def check_report(report: Path) -> _Images:
-    """Every plot the page shows exists, is a non-empty PNG; returns the parsed page."""
+    """Every plot the page shows exists and is a well-formed SVG with a title and data marks
+    (lines, points or bars); returns the parsed page."""
+    from xml.etree import ElementTree
+
     parser = _Images()
     parser.feed(report.read_text(encoding="utf-8"))
     assert parser.sources, "the report shows no plot"
     for source in parser.sources:
         image = report.parent / source
-        data = image.read_bytes()
-        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 2000, source
+        root = ElementTree.fromstring(image.read_text(encoding="utf-8"))
+        svg = "{http://www.w3.org/2000/svg}"
+        assert root.tag == f"{svg}svg", source
+        assert (root.findtext(f"{svg}title") or "").strip(), f"{source} has no title"
+        marks = [e for e in root.iter() if e.tag in (f"{svg}polyline", f"{svg}circle")
+                 or (e.tag == f"{svg}rect" and e.get("fill") != "white")]
+        assert marks, f"{source} draws no data"
     return parser
 
 
@@ -114,7 +122,7 @@ def test_report_for_a_real_release(tmp_path, nps_config, nps_sample) -> None:
                                   candidates=result.candidates)
     target = write_report(evaluation, tmp_path / "evaluation")
     parser = check_report(target / "report.html")
-    assert {"plots/query_stays.png", "plots/il_by_height.png", "plots/budget.png"} <= set(
+    assert {"plots/query_stays.svg", "plots/il_by_height.svg", "plots/budget.svg"} <= set(
         parser.sources)
     side, _ = compare_queries(nps_sample.head(4000), result.table, nps_config)
     assert np.allclose(evaluation.queries["released_stays"], side["released_stays"])
@@ -168,5 +176,5 @@ def test_classification_evidence_for_a_diffgen_release(tmp_path) -> None:
     direct = information_gain(frame, "salary-class", ["sex"])["sex"]
     assert gain.loc["sex", "before"] == pytest.approx(direct)
     page = check_report(write_report(evaluation, tmp_path / "ev") / "report.html")
-    assert "plots/classification.png" in page.sources
-    assert "plots/information_gain.png" in page.sources
+    assert "plots/classification.svg" in page.sources
+    assert "plots/information_gain.svg" in page.sources

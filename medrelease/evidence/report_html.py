@@ -1,4 +1,4 @@
-"""One HTML page per release evaluation, with plots (matplotlib, PNG files beside the page).
+"""One HTML page per release evaluation, with plots (SVG files beside the page).
 
 Readable without the code: every plot has a title, axis labels and a caption, and every number
 shown in a plot is also in a table. Written atomically (a hidden partial folder, then rename).
@@ -16,109 +16,79 @@ from pathlib import Path
 import pandas as pd
 
 from medrelease.evidence.evaluation import Evaluation
+from medrelease.evidence.svg_charts import (
+    COLOURS,
+    Series,
+    horizontal_bars,
+    line_panels,
+    vertical_bars,
+)
 
 INTERNAL = ("INTERNAL — this page compares the release with the raw input. It is evidence for "
             "the data steward and must not be published with the release.")
 
 
-def _figure():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def _plot_queries(evaluation: Evaluation, folder: Path) -> list[tuple[str, str]]:
-    plt = _figure()
     side = evaluation.queries
     out = []
     for metric, title, ylabel in (
         ("stays", "Stays per 5-year age group", "stays"),
         ("avg_los", "Average length of stay per 5-year age group", "days"),
     ):
-        sexes = list(dict.fromkeys(side["sex"]))
-        fig, axes = plt.subplots(1, len(sexes), figsize=(5 * len(sexes), 3.6), sharey=True,
-                                 squeeze=False)
-        for ax, sex in zip(axes[0], sexes, strict=True):
+        panels = []
+        for sex in dict.fromkeys(side["sex"]):
             part = side[side["sex"] == sex]
-            ax.plot(part["age_group"], part[f"original_{metric}"], marker="o", label="original")
-            ax.plot(part["age_group"], part[f"released_{metric}"], marker="s",
-                    linestyle="--", label="release")
-            ax.set_title(f"sex = {sex}")
-            ax.set_xlabel("age group (start)")
-            ax.set_ylabel(ylabel)
-            ax.legend()
-        fig.suptitle(f"{title} — diagnosis {evaluation.query_summary['diagnosis']}, "
-                     "non-surgical")
-        fig.tight_layout()
-        name = f"query_{metric}.png"
-        fig.savefig(folder / name, dpi=90)
-        plt.close(fig)
+            ages = part["age_group"].tolist()
+            panels.append((f"sex = {sex}", [
+                Series("original", ages, part[f"original_{metric}"].tolist()),
+                Series("release", ages, part[f"released_{metric}"].tolist(), dashed=True,
+                       square=True)]))
+        name = f"query_{metric}.svg"
+        (folder / name).write_text(line_panels(
+            f"{title} — diagnosis {evaluation.query_summary['diagnosis']}, non-surgical",
+            panels, "age group (start)", ylabel), encoding="utf-8")
         out.append((name, f"{title}: original (solid) vs release (dashed)"))
     return out
 
 
 def _plot_il(evaluation: Evaluation, folder: Path) -> list[tuple[str, str]]:
-    plt = _figure()
     frame = evaluation.il_by_height
-    fig, ax = plt.subplots(figsize=(6, 3.6))
-    for part in [c for c in ("il", "ncp", "emd", "rate") if c in frame.columns]:
-        ax.plot(frame["height"], frame[part], marker="o", label=part.upper())
-    ax.set_xlabel("lattice node height (sum of generalization levels)")
-    ax.set_ylabel("mean information loss")
-    ax.set_title("Information loss per lattice height (cf. IPA paper Fig. 8)")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(folder / "il_by_height.png", dpi=90)
-    plt.close(fig)
-    return [("il_by_height.png", "Mean IL and its parts over the lattice nodes of each height")]
+    heights = frame["height"].tolist()
+    series = [Series(part.upper(), heights, frame[part].tolist())
+              for part in ("il", "ncp", "emd", "rate") if part in frame.columns]
+    (folder / "il_by_height.svg").write_text(line_panels(
+        "Information loss per lattice height (cf. IPA paper Fig. 8)", [("", series)],
+        "lattice node height (sum of generalization levels)", "mean information loss",
+        panel_width=600), encoding="utf-8")
+    return [("il_by_height.svg", "Mean IL and its parts over the lattice nodes of each height")]
 
 
 def _plot_budget(evaluation: Evaluation, folder: Path) -> list[tuple[str, str]]:
     steps = [s for s in evaluation.budget_steps if s["epsilon"] > 0]
     if not steps:
         return []
-    plt = _figure()
-    fig, ax = plt.subplots(figsize=(6, 0.6 + 0.5 * len(steps)))
-    ax.barh([s["step"] for s in steps], [s["epsilon"] for s in steps], color="#4c72b0")
-    ax.invert_yaxis()
-    ax.set_xlabel("epsilon")
-    ax.set_title(f"Budget split (total {sum(s['epsilon'] for s in steps):.4g})")
-    fig.tight_layout()
-    fig.savefig(folder / "budget.png", dpi=90)
-    plt.close(fig)
-    return [("budget.png", "How the release's epsilon is split over its steps")]
+    total = sum(s["epsilon"] for s in steps)
+    (folder / "budget.svg").write_text(horizontal_bars(
+        f"Budget split (total {total:.4g})", [s["step"] for s in steps],
+        [s["epsilon"] for s in steps], "epsilon"), encoding="utf-8")
+    return [("budget.svg", "How the release's epsilon is split over its steps")]
 
 
 def _plot_classification(evaluation: Evaluation, folder: Path) -> list[tuple[str, str]]:
-    plt = _figure()
     names = list(evaluation.classification)
     values = [evaluation.classification[n]["accuracy"] * 100 for n in names]
-    fig, ax = plt.subplots(figsize=(6, 3.2))
-    ax.bar(names, values, color=["#999999"] + ["#4c72b0"] * (len(names) - 1))
-    ax.set_ylabel("accuracy %")
-    ax.set_ylim(0, 100)
-    ax.set_title("Classification: LA, BA (raw) and CA (release)")
-    fig.tight_layout()
-    fig.savefig(folder / "classification.png", dpi=90)
-    plt.close(fig)
-    out = [("classification.png", "Accuracy of a decision tree and a random forest")]
+    (folder / "classification.svg").write_text(vertical_bars(
+        "Classification: LA, BA (raw) and CA (release)", names, [("accuracy", values)],
+        "accuracy %", top_value=100, width=max(560, 90 * len(names)),
+        category_colours=["#999999"] + [COLOURS[0]] * (len(names) - 1)), encoding="utf-8")
+    out = [("classification.svg", "Accuracy of a decision tree and a random forest")]
     if evaluation.information_gain is not None:
         gain = evaluation.information_gain
-        fig, ax = plt.subplots(figsize=(6, 3.2))
-        x = range(len(gain))
-        ax.bar([i - 0.2 for i in x], gain["before"], width=0.4, label="input")
-        ax.bar([i + 0.2 for i in x], gain["after"], width=0.4, label="release")
-        ax.set_xticks(list(x), gain["attribute"], rotation=30, ha="right")
-        ax.set_ylabel("bits")
-        ax.set_title("Information gain on the class per attribute")
-        ax.legend()
-        fig.tight_layout()
-        fig.savefig(folder / "information_gain.png", dpi=90)
-        plt.close(fig)
-        out.append(("information_gain.png", "Information gain before and after release"))
+        (folder / "information_gain.svg").write_text(vertical_bars(
+            "Information gain on the class per attribute", gain["attribute"].tolist(),
+            [("input", gain["before"].tolist()), ("release", gain["after"].tolist())], "bits",
+            width=max(560, 90 * len(gain))), encoding="utf-8")
+        out.append(("information_gain.svg", "Information gain before and after release"))
     return out
 
 
