@@ -10,6 +10,7 @@ from typing import Any
 from prefect import flow
 from prefect.utilities.annotations import quote
 
+from medrelease.data.aggregate import CountTable
 from tasks.evaluate import evaluate, load_release_and_input, write_evaluation_report
 
 
@@ -21,11 +22,13 @@ def evaluate_flow(release_path: str, input_path: str | None = None) -> dict[str,
     return evaluate_steps(release_path, input_path)
 
 
-def evaluate_steps(release_path: str, input_path: str | None = None) -> dict[str, Any]:
+def evaluate_steps(release_path: str, input_path: str | None = None,
+                   counts: CountTable | None = None) -> dict[str, Any]:
     """The evaluation's tasks, in whichever flow calls them: the release flow runs them as its
     last tasks rather than as a subflow, whose start and end (Prefect joins its heartbeat
-    thread, which sleeps in whole seconds) cost up to 1.2 s of every release (issue 27)."""
-    loaded = load_release_and_input(release_path, input_path)
+    thread, which sleeps in whole seconds) cost up to 1.2 s of every release (issue 27), and
+    hands over its count table (``counts``) instead of reading the file again."""
+    loaded = load_release_and_input(release_path, input_path, quote(counts))
     evaluation = evaluate(release_path, quote(loaded))  # quote: see flows/release.py
     folder = write_evaluation_report(quote(evaluation), str(loaded.steward_folder / "evaluation"))
     return {"report": str(Path(folder) / "report.html"), "folder": folder,

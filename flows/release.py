@@ -453,7 +453,7 @@ def _release(request: ReleaseRequest) -> Any:
     finally:
         fan_out.close()  # no-op when the fan-out already closed it
     publish_artifacts(published.manifest, published.record, candidates)
-    return _result(request, published, run_id)
+    return _result(request, published, run_id, counts)
 
 
 def _choose_and_materialize(request: ReleaseRequest, config, context: ReleaseContext,
@@ -553,21 +553,22 @@ def _score_candidates(request: ReleaseRequest, config, context: ReleaseContext, 
     return summaries
 
 
-def _result(request: ReleaseRequest, published: PublishResult, run_id: str | None
-            ) -> dict[str, Any]:
+def _result(request: ReleaseRequest, published: PublishResult, run_id: str | None,
+            counts: Any = None) -> dict[str, Any]:
     return {"release_id": published.release_id, "path": published.path,
             "manifest": published.manifest, "record": published.record,
             "test_release": published.test_release, "flow_run_id": run_id,
-            "evaluation": _evaluate_after(request, published.path)}
+            "evaluation": _evaluate_after(request, published.path, counts)}
 
 
-def _evaluate_after(request: ReleaseRequest, release_path: str) -> str | None:
-    """Evaluate the release (the evaluate flow's tasks, run in this flow); the release stands
-    even if its evaluation fails."""
+def _evaluate_after(request: ReleaseRequest, release_path: str, counts: Any = None
+                    ) -> str | None:
+    """Evaluate the release (the evaluate flow's tasks, run in this flow, from the run's count
+    table when it has one); the release stands even if its evaluation fails."""
     if not request.evaluate:
         return None
     try:
-        return evaluate_steps(release_path)["report"]
+        return evaluate_steps(release_path, counts=counts)["report"]
     except Exception as exc:  # evidence is best effort; the release is already published
         get_run_logger().warning("evaluation of %s failed: %s: %s", release_path,
                                  type(exc).__name__, exc)

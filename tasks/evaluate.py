@@ -11,9 +11,10 @@ from prefect import get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
+from medrelease.data.aggregate import CountTable
 from medrelease.data.config import DatasetConfig
 from medrelease.errors import InputValidationError
-from medrelease.evidence.evaluation import Evaluation, evaluate_release
+from medrelease.evidence.evaluation import Evaluation, InputRows, evaluate_release
 from medrelease.evidence.report_html import INTERNAL, write_report
 from medrelease.settings import steward_root
 from medrelease.storage.io import file_sha256, read_validated_input
@@ -28,16 +29,18 @@ class ReleaseUnderEvaluation:
     manifest: dict
     record: dict
     config: DatasetConfig
-    frame: pd.DataFrame
+    input_rows: InputRows
     candidates: pd.DataFrame
     steward_folder: Path
 
 
 @task(name="load-release-and-input", cache_policy=NO_CACHE)
-def load_release_and_input(release_path: str, input_path: str | None
-                           ) -> ReleaseUnderEvaluation:
-    """The manifest, its steward record, the config it was made with, and the input (checked
-    against the hash the steward record keeps)."""
+def load_release_and_input(release_path: str, input_path: str | None,
+                           counts: CountTable | None = None) -> ReleaseUnderEvaluation:
+    """The manifest, its steward record, the config it was made with, and the input: from
+    ``counts`` when the release's own run hands over its count table (of the bytes it hashed)
+    and that table describes the input's rows, else read from the file (checked against the
+    hash the steward record keeps)."""
     folder = Path(release_path)
     manifest_file = folder / "manifest.json"
     if not manifest_file.is_file():
@@ -47,6 +50,12 @@ def load_release_and_input(release_path: str, input_path: str | None
     record = records.for_release(folder)
     steward_folder = records.folder(manifest["dataset"], manifest["release_id"])
     config = DatasetConfig(**record["dataset_config"])
+    candidates_file = steward_folder / "candidates.csv"
+    candidates = (pd.read_csv(candidates_file) if candidates_file.is_file()
+                  and candidates_file.stat().st_size > 1 else pd.DataFrame())
+    given = InputRows.from_counts(counts, config) if counts is not None else None
+    if given is not None:
+        return ReleaseUnderEvaluation(manifest, record, config, given, candidates, steward_folder)
     source = Path(input_path or record["input_file"])
     if not source.is_file():
         raise InputValidationError(f"the release's input {source} is gone; pass --input")
@@ -54,17 +63,15 @@ def load_release_and_input(release_path: str, input_path: str | None
         raise InputValidationError(
             f"{source} is not the file this release was made from (sha256 differs from the "
             "steward record): evaluating against it would be misleading")
-    candidates_file = steward_folder / "candidates.csv"
-    candidates = (pd.read_csv(candidates_file) if candidates_file.is_file()
-                  and candidates_file.stat().st_size > 1 else pd.DataFrame())
     # Same bytes as the release's input, which passed validation then: read, not re-validated.
     frame = read_validated_input(config, source)
-    return ReleaseUnderEvaluation(manifest, record, config, frame, candidates, steward_folder)
+    return ReleaseUnderEvaluation(manifest, record, config, InputRows(frame), candidates,
+                                  steward_folder)
 
 
 @task(name="evaluate-release", cache_policy=NO_CACHE)
 def evaluate(release_path: str, loaded: ReleaseUnderEvaluation) -> Evaluation:
-    evaluation = evaluate_release(release_path, loaded.frame, loaded.config,
+    evaluation = evaluate_release(release_path, loaded.input_rows, loaded.config,
                                   record=loaded.record, candidates=loaded.candidates)
     get_run_logger().info("evaluated release %s (%s)", evaluation.release_id,
                           evaluation.mechanism)

@@ -140,6 +140,41 @@ def test_report_for_a_real_release(tmp_path, nps_config, nps_sample) -> None:
     assert "most frequent one" in page and "midpoint" in page
 
 
+def test_evaluation_from_the_count_table_equals_the_rows(tmp_path, nps_config,
+                                                          nps_sample) -> None:
+    """The release flow evaluates from its count table instead of reading the input again:
+    every figure must be what the rows give, and a table that does not describe the rows
+    (rows dropped, or bounded per patient) is refused so the file is read instead."""
+    import dataclasses
+    import json
+
+    from medrelease.data.aggregate import aggregate
+    from medrelease.evidence.evaluation import InputRows, evaluate_release
+    from medrelease.release import release
+
+    rows = nps_sample.head(6000)
+    result = release(rows, nps_config, seed=5)
+    folder = tmp_path / "rel"
+    folder.mkdir()
+    result.table.to_parquet(folder / "data.parquet")
+    (folder / "manifest.json").write_text(json.dumps({
+        "dataset": "nps-sample", "release_id": "r1", "mechanism": "ipa",
+        "guarantee": {"statement": "s"}, "test_release": True, "budget_steps": [],
+        "released_rows": len(result.table)}))
+    counts = aggregate(rows, nps_config)
+    given = InputRows.from_counts(counts, nps_config)
+    assert given is not None and given.n_rows == len(rows) and len(given.table) < len(rows)
+    from_rows = evaluate_release(folder, rows, nps_config)
+    from_counts = evaluate_release(folder, given, nps_config)
+    pd.testing.assert_frame_equal(from_counts.queries, from_rows.queries)
+    assert from_counts.query_summary == from_rows.query_summary
+    assert from_counts.risk_input == from_rows.risk_input
+    assert from_counts.input_rows == len(rows)
+    assert InputRows.from_counts(dataclasses.replace(counts, dropped_rows=3), nps_config) is None
+    assert InputRows.from_counts(dataclasses.replace(counts, unit_bound=object()),
+                                 nps_config) is None
+
+
 def _release_folder(folder: Path, result, dataset: str, mechanism: str, details=None) -> Path:
     import json
 

@@ -14,12 +14,14 @@ import pandas as pd
 from medrelease.data.aggregate import class_sizes
 
 
-def risk_report(table: pd.DataFrame, dimensions: list[str]) -> dict[str, float | int]:
-    """Risk figures of a table of rows."""
+def risk_report(table: pd.DataFrame, dimensions: list[str],
+                weights: np.ndarray | None = None) -> dict[str, float | int]:
+    """Risk figures of a table of rows (``weights``: the rows each row stands for)."""
     columns = [c for c in dimensions if c in table.columns]
+    rows = len(table) if weights is None else int(np.sum(weights))
     if table.empty or not columns:
-        return _no_classes(len(table))
-    return _risk_of_sizes(class_sizes(table, columns), len(table))
+        return _no_classes(rows)
+    return _risk_of_sizes(class_sizes(table, columns, weights), rows)
 
 
 def risk_of_cells(cells: pd.DataFrame, dimensions: list[str], rows_column: str
