@@ -123,15 +123,25 @@ class CountTable:
     def dimension_codes(self, keys: np.ndarray | None = None) -> np.ndarray:
         """Leaf (or node-level) codes per dimension, shape (cells, q)."""
         keys = self.cell_keys if keys is None else keys
-        radices = self.radices
         sizes = [t.n_leaves for t in self.taxonomies]
-        return np.stack(
-            [(keys // radices[i]) % sizes[i] for i in range(len(sizes))], axis=1
-        ) if sizes else np.zeros((len(keys), 0), dtype=np.int64)
+        return mixed_radix_digits(np.asarray(keys, dtype=np.int64) // max(self.n_inf, 1), sizes)
 
     def inf_codes(self, keys: np.ndarray | None = None) -> np.ndarray:
         keys = self.cell_keys if keys is None else keys
         return keys % self.n_inf
+
+
+def mixed_radix_digits(numbers: np.ndarray, sizes: list[int] | np.ndarray) -> np.ndarray:
+    """The digits of non-negative ``numbers`` in the mixed radix ``sizes`` (most significant
+    first), shape (len(numbers), len(sizes)). A division and a multiply-subtract per digit:
+    numpy's ``%`` and ``divmod`` on int64 take three times as long as ``//``."""
+    out = np.empty((len(numbers), len(sizes)), dtype=np.int64)
+    rest = np.asarray(numbers, dtype=np.int64)
+    for i in range(len(sizes) - 1, -1, -1):
+        quotient = rest // int(sizes[i])
+        np.subtract(rest, quotient * int(sizes[i]), out=out[:, i])
+        rest = quotient
+    return out
 
 
 def place_values(taxonomies: tuple[Taxonomy, ...], n_inf: int) -> np.ndarray:

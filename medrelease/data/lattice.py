@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from medrelease.data.aggregate import CountTable, group_sum
+from medrelease.data.aggregate import CountTable, group_sum, mixed_radix_digits
 from medrelease.data.taxonomy import Taxonomy
 
 Node = tuple[int, ...]
@@ -128,13 +128,7 @@ class Lattice:
         return self.class_codes_from_keys(class_keys)
 
     def class_codes_from_keys(self, class_keys: np.ndarray) -> np.ndarray:
-        keys = np.asarray(class_keys, dtype=np.int64) * self.counts.n_inf
-        if not self.taxonomies:
-            return np.zeros((len(keys), 0), dtype=np.int64)
-        return np.stack(
-            [(keys // self._radices[i]) % self._sizes[i] for i in range(len(self.taxonomies))],
-            axis=1,
-        )
+        return mixed_radix_digits(class_keys, self._sizes)
 
     def source_of(self, node: Node) -> Node | None:
         """The finer node a node is stepped up from: its last generalized attribute one lower.
