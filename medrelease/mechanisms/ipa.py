@@ -431,25 +431,31 @@ class HeavyClasses:
 
 
 def _heavy_classes(table: NodeTable, tau: int) -> HeavyClasses:
-    """A few passes over the node's cells, then work on the kept cells only (at the lattice's
-    lower nodes almost every cell is below tau: 1M cells, a few thousand kept)."""
+    """Two passes over the node's cells (which reach tau), then work on the kept cells and
+    their classes only: at the lattice's lower nodes almost every cell is below tau (1M cells,
+    a few thousand kept), so each kept class's cells are found by binary search on the sorted
+    keys rather than by dividing every key by the informative radix (0.25 s of 2.5 s of
+    scoring the NPS-like table)."""
     counts = table.counts
     kept = np.flatnonzero(counts >= tau)
     if kept.size == 0:
         empty = np.zeros(0, dtype=np.int64)
         return HeavyClasses(empty, empty, empty, empty)
-    starts, class_keys = table.class_bounds()
-    class_of_kept = np.searchsorted(starts, kept, side="right") - 1
-    first = np.flatnonzero(np.diff(class_of_kept, prepend=-1))
-    shown = class_of_kept[first]
+    kept_class = table.cell_keys[kept] // table.n_inf  # sorted: the keys are
+    first = np.flatnonzero(np.diff(kept_class, prepend=-1))
+    class_keys = kept_class[first]
+    bounds = np.empty(2 * class_keys.size, dtype=np.intp)
+    bounds[0::2] = np.searchsorted(table.cell_keys, class_keys * table.n_inf)
+    bounds[1::2] = np.searchsorted(table.cell_keys, (class_keys + 1) * table.n_inf)
+    # Sums over [first cell, last cell + 1) of each class; the odd segments (between classes)
+    # are dropped. A bound at the table's end is left out: reduceat's last segment runs there.
+    ends_at_table_end = bounds[-1] == counts.size
+    segment_sums = np.add.reduceat(counts.astype(np.int64, copy=False),
+                                   bounds[:-1] if ends_at_table_end else bounds)
     kept_counts = counts[kept].astype(np.int64)
-    first_cell = starts[shown]
-    last_cell = np.append(starts, counts.size)[shown + 1] - 1
-    running = np.cumsum(counts, dtype=np.int64)
-    before = np.where(first_cell > 0, running[np.maximum(first_cell - 1, 0)], 0)
     return HeavyClasses(
-        class_keys=class_keys[shown],
-        class_rows=running[last_cell] - before,
+        class_keys=class_keys,
+        class_rows=segment_sums[0::2],
         kept_rows=np.add.reduceat(kept_counts, first),
         surplus=np.add.reduceat(kept_counts - (tau - 1), first),
     )
