@@ -18,6 +18,8 @@ import sys
 import time
 from pathlib import Path
 
+from medrelease.data.lattice import DEFAULT_BATCH_SIZE
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -61,7 +63,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, nargs="*", default=[100_000, 1_361_000])
     parser.add_argument("--mechanisms", nargs="*", default=["ipa-paper", "ipa"])
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:

@@ -8,7 +8,7 @@ the CLI as a steward runs it (``medrelease release``, a fresh process): against 
 Prefect server (started here), until the release folder is published and until the command
 returns with the evidence report, and with Prefect's ephemeral API — each as a ratio to the floor.
 
-    python benchmarks/flow_bench.py [--rows 1361000] [--mechanism ipa] [--batch-size 32]
+    python benchmarks/flow_bench.py [--rows 1361000] [--mechanism ipa] [--batch-size 64]
                                     [--no-evaluate] [--row-wise] [--no-cli]
 """
 
@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 
 import yaml
+
+from medrelease.data.lattice import DEFAULT_BATCH_SIZE
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -179,7 +181,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_361_000)
     parser.add_argument("--mechanism", default="ipa")
-    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE)
     parser.add_argument("--no-evaluate", dest="evaluate", action="store_false")
     parser.add_argument("--row-wise", action="store_true", help="also time the row-wise pass")
     parser.add_argument("--no-cli", dest="cli", action="store_false",

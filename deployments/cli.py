@@ -23,6 +23,7 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 from rich.table import Table
 
 from medrelease.data.config import find_config
+from medrelease.data.lattice import DEFAULT_BATCH_SIZE
 from medrelease.errors import MedreleaseError
 from medrelease.privacy.ledger import Ledger
 from medrelease.settings import ledger_path, store_root
@@ -167,7 +168,7 @@ def release(
     input_path: Path | None = typer.Option(None, "--input", help="release this file instead"),
     seed: int | None = typer.Option(None, help="TEST ONLY: fixed seed; the release goes to the "
                                                "test store, never published"),
-    batch_size: int = typer.Option(32, help="lattice nodes per scoring task"),
+    batch_size: int = typer.Option(DEFAULT_BATCH_SIZE, help="lattice nodes per scoring task"),
     destination: str | None = typer.Option(None, help="sub-folder of the release store"),
 ) -> None:
     """Release a dataset through the Prefect flow (the same request the UI form sends)."""

@@ -37,6 +37,7 @@ from pydantic import (
 
 from flows.evaluate import evaluate_steps
 from flows.states import REFUSALS, quiet_refusals, refused, skipped
+from medrelease.data.lattice import DEFAULT_BATCH_SIZE
 from medrelease.errors import ParameterError
 from medrelease.mechanisms import (
     MECHANISMS,
@@ -190,7 +191,8 @@ class RunSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     batch_size: int = Field(
-        default=32, ge=1, le=4096, description="Lattice nodes per scoring task (1 = one per node)"
+        default=DEFAULT_BATCH_SIZE, ge=1, le=4096,
+        description="Lattice nodes per scoring task (1 = one per node)"
     )
     destination: str | None = Field(
         default=None, json_schema_extra=_plain("string"),

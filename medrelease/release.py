@@ -18,7 +18,7 @@ import pandas as pd
 
 from medrelease.data.aggregate import CountTable, aggregate, prepare_table
 from medrelease.data.config import DatasetConfig
-from medrelease.data.lattice import Lattice, Node
+from medrelease.data.lattice import DEFAULT_BATCH_SIZE, Lattice, Node
 from medrelease.data.taxonomy import SUPPRESSED
 from medrelease.data.units import UnitBound, bound_frame, unit_relation
 from medrelease.errors import ParameterError, PolicyError
@@ -590,7 +590,7 @@ def release_from_counts(
     mechanism: str = DEFAULT_MECHANISM,
     params: dict[str, Any] | None = None,
     seed: int | None = None,
-    batch_size: int = 32,
+    batch_size: int = DEFAULT_BATCH_SIZE,
     workers: int = 1,
     progress: Progress | None = None,
     facts: PublicFacts | None = None,
@@ -691,7 +691,7 @@ def release(
     mechanism: str | None = None,
     params: dict[str, Any] | None = None,
     seed: int | None = None,
-    batch_size: int = 32,
+    batch_size: int = DEFAULT_BATCH_SIZE,
     workers: int = 1,
     progress: Progress | None = None,
     key: bytes | None = None,

@@ -19,6 +19,11 @@ from medrelease.data.taxonomy import Taxonomy
 
 Node = tuple[int, ...]
 
+# Lattice nodes per scoring task. The NPS-like lattice has 256 nodes: 64 a task makes four tasks
+# for two workers, each rolled up from the finest cells once (engine on 1,361,000 rows: 1.27 s
+# against 1.36 s at 32 and 1.69 s at 128, where one worker waits for the other's last batch).
+DEFAULT_BATCH_SIZE = 64
+
 
 @dataclass(frozen=True)
 class NodeTable:
