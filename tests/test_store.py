@@ -66,3 +66,22 @@ def test_destinations_cannot_escape(tmp_path: Path, destination: str) -> None:
     published = ReleaseStore(tmp_path / "store").publish("ds", "r", _table(), {},
                                                          destination="monthly/2026-11")
     assert published.path == tmp_path / "store" / "monthly" / "2026-11" / "ds" / "r"
+
+
+def test_csv_groups_join_the_same_bytes_with_32_and_64_bit_offsets() -> None:
+    """Rows are joined from a take of the distinct lines; the faster 32-bit-offset binary is
+    used only while no group can reach 2 GiB, and both give the same bytes."""
+    import numpy as np
+    import pyarrow as pa
+
+    from medrelease.storage.store import _binary_type, _joined
+
+    lines = [f"{i},F,{i % 7}\n".encode() for i in range(1000)]
+    assert _binary_type(lines, 1_000_000) == pa.binary()
+    assert _binary_type(lines, 2**31 // 8) == pa.large_binary()  # 8-byte lines, 2 GiB group
+    picks = np.random.default_rng(3).integers(0, len(lines), 5000)
+    expected = b"".join(lines[i] for i in picks)
+    for kind in (pa.binary(), pa.large_binary()):
+        taken = pa.array(lines, type=kind).take(picks).slice(100)  # a slice: offset 100
+        assert bytes(_joined(taken)) == b"".join(lines[i] for i in picks[100:])
+    assert bytes(_joined(pa.array(lines, type=pa.binary()).take(picks))) == expected
