@@ -515,6 +515,10 @@ def _exit_now(code: int | str | None) -> None:
     import atexit
 
     if "prefect" in sys.modules:
+        # Waiting for them is the point here: Prefect's "Still processing items: n items
+        # remaining..." (its workers' loggers, named after them) is noise under a refusal.
+        for worker in ("EventsWorker", "APILogWorker"):
+            logging.getLogger(worker).setLevel(logging.ERROR)
         with contextlib.suppress(Exception):
             from deployments.local_server import drain_prefect_workers
 
