@@ -117,9 +117,9 @@ def cli_release(config_path: Path, env: dict[str, str], mechanism: str) -> tuple
     return published, total
 
 
-def cli_timings(config_path: Path, args, bench: Path) -> dict[str, tuple[float, float]]:
-    """The CLI against a running server (second run: the first warms the server) and with the
-    ephemeral API (second run: the first may migrate a new database)."""
+def cli_timings(config_path: Path, args, bench: Path) -> dict[str, list[tuple[float, float]]]:
+    """The CLI against a running server and with the ephemeral API, ``args.rounds`` runs each
+    after one that is not counted (it warms the server, or migrates a new database)."""
     from deployments.local_server import running_server, server_env
 
     base = {"MEDRELEASE_HOME": os.environ["MEDRELEASE_HOME"],
@@ -127,21 +127,21 @@ def cli_timings(config_path: Path, args, bench: Path) -> dict[str, tuple[float, 
     home = bench / "server"
     shutil.rmtree(home, ignore_errors=True)
     home.mkdir(parents=True)
-    out: dict[str, tuple[float, float]] = {}
+    out: dict[str, list[tuple[float, float]]] = {}
 
     def cli_env(prefect_home: Path, api_url: str | None = None) -> dict[str, str]:
         env = {**server_env(prefect_home, api_url), **base}
         env.pop("PREFECT_LOGGING_LEVEL")  # the server's; the CLI reads its runs' INFO lines
         return env
 
-    with running_server(home) as api_url:
-        env = cli_env(home, api_url)
+    def runs(env: dict[str, str]) -> list[tuple[float, float]]:
         cli_release(config_path, env, args.mechanism)
-        out["server"] = cli_release(config_path, env, args.mechanism)
+        return [cli_release(config_path, env, args.mechanism) for _ in range(args.rounds)]
+
+    with running_server(home) as api_url:
+        out["server"] = runs(cli_env(home, api_url))
     # Its own Prefect home: this process's ephemeral API still holds bench/prefect's database.
-    env = cli_env(bench / "cli-prefect")
-    cli_release(config_path, env, args.mechanism)
-    out["ephemeral"] = cli_release(config_path, env, args.mechanism)
+    out["ephemeral"] = runs(cli_env(bench / "cli-prefect"))
     return out
 
 
@@ -187,7 +187,7 @@ def main() -> None:
     parser.add_argument("--no-cli", dest="cli", action="store_false",
                         help="skip the CLI runs (a server and four fresh processes)")
     parser.add_argument("--rounds", type=int, default=5,
-                        help="interleaved rounds of floor / input side, and engine runs")
+                        help="interleaved rounds of floor / input side; engine runs; CLI runs of each kind")
     args = parser.parse_args()
     bench = ROOT / "var" / "bench"
     os.environ.setdefault("MEDRELEASE_HOME", str(bench / "home"))
@@ -254,10 +254,12 @@ def main() -> None:
     for name, label in (("server", "against a running server"),
                         ("ephemeral", "with Prefect's ephemeral API")):
         if name in cli:
-            published, total = cli[name]
-            print(f"CLI `medrelease release`, {label}: published {published:5.2f} s = "
-                  f"{published / floor:.1f}x the floor; returned (evidence report written) "
-                  f"{total:5.2f} s = {total / floor:.1f}x")
+            published = statistics.median(run[0] for run in cli[name])
+            total = statistics.median(run[1] for run in cli[name])
+            print(f"CLI `medrelease release`, {label} (median of {len(cli[name])}): published "
+                  f"{published:5.2f} s = {published / floor:.1f}x the floor; returned (evidence "
+                  f"report written) {total:5.2f} s = {total / floor:.1f}x  (runs: "
+                  + ", ".join(f"{p:.2f}/{t:.2f}" for p, t in cli[name]) + ")")
     print(pd.Series(per_task).sort_values(ascending=False).round(2).to_string())
     print(f"released rows: {result['manifest']['released_rows']:,} -> {result['path']}")
 

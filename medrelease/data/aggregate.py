@@ -19,7 +19,10 @@ from medrelease.data.taxonomy import Taxonomy
 from medrelease.errors import InputValidationError, format_rows, position_numbers
 
 MAX_KEY = 2**62
-SORT_KIND = "stable"
+# numpy's default sort of int64 (x86-simd-sort where the CPU has AVX2/AVX-512): packed values
+# need no stability (equal values are equal keys and weights). Measured on 1.17M values: random
+# 6.7 ms against timsort's ("stable") 78 ms; a roll-up's 1,170 sorted runs 7 ms against 42 ms.
+SORT_KIND = "quicksort"
 
 
 def group_sum(keys: np.ndarray, weights: np.ndarray,
@@ -32,9 +35,8 @@ def group_sum(keys: np.ndarray, weights: np.ndarray,
     Three strategies, fastest first (measured on 1M-cell roll-ups: dense 4 ms, packed sort
     20 ms, pandas hashing 100-160 ms):
     * dense counting when the key range is small (output comes out sorted);
-    * otherwise, when ``key * (max weight + 1) + weight`` fits in 63 bits, one in-place stable
-      sort of that packed value; roll-ups of sorted tables are concatenations of sorted runs,
-      which timsort merges in near-linear time;
+    * otherwise, when ``key * (max weight + 1) + weight`` fits in 63 bits, one in-place sort of
+      that packed value (``SORT_KIND``);
     * else an argsort.
     """
     keys = np.asarray(keys, dtype=np.int64)
