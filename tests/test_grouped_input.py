@@ -67,6 +67,17 @@ def test_nps_sample_counts_equal_the_row_wise_pass(nps_config) -> None:
     _assert_same(grouped, _row_wise(nps_config, path, 3_000))
 
 
+def test_streamed_batches_give_the_table_of_the_whole_fetch(nps_config, monkeypatch) -> None:
+    """A large extract's groups arrive in batches (here of 997 groups, so the sample's arrive
+    in many), a small one's at once: the same count table either way."""
+    from medrelease.data import grouped_input
+
+    whole = grouped_count_table(nps_config, nps_config.input_path)
+    monkeypatch.setattr(grouped_input, "WHOLE_FETCH_MAX_BYTES", 0)
+    monkeypatch.setattr(grouped_input, "GROUP_BATCH", 997)
+    _assert_same(grouped_count_table(nps_config, nps_config.input_path), whole)
+
+
 def test_observed_informative_values_get_the_same_codes(paper_config) -> None:
     grouped = grouped_count_table(paper_config, paper_config.input_path)
     assert grouped is not None and not grouped.public_domain
