@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from medrelease.data.aggregate import CountTable, group_sum, mixed_radix_digits
+from medrelease.data.aggregate import CountTable, group_sum, mixed_radix_digits, stacked
 from medrelease.data.taxonomy import Taxonomy
 
 Node = tuple[int, ...]
@@ -133,7 +133,7 @@ class Lattice:
         return self.class_codes_from_keys(class_keys)
 
     def class_codes_from_keys(self, class_keys: np.ndarray) -> np.ndarray:
-        return mixed_radix_digits(class_keys, self._sizes)
+        return stacked(mixed_radix_digits(class_keys, self._sizes), len(class_keys))
 
     def source_of(self, node: Node) -> Node | None:
         """The finer node a node is stepped up from: its last generalized attribute one lower.

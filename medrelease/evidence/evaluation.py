@@ -55,11 +55,10 @@ class InputRows:
                 or set(config.declared) - set(columns)):
             return None
         data: dict[str, Any] = {}
-        codes = counts.dimension_codes()
-        for i, (column, taxonomy) in enumerate(zip(counts.dimensions, counts.taxonomies,
-                                                    strict=True)):
+        for column, taxonomy, codes in zip(counts.dimensions, counts.taxonomies,
+                                           counts.dimension_columns(), strict=True):
             data[column] = pd.Categorical.from_codes(
-                codes[:, i], categories=[str(leaf) for leaf in taxonomy.leaves])
+                codes, categories=[str(leaf) for leaf in taxonomy.leaves])
         informative_codes = counts.cell_keys % max(counts.n_inf, 1)
         for column in counts.informative.columns:
             per_code, uniques = pd.factorize(counts.informative[column])
