@@ -16,10 +16,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from medrelease.data.aggregate import CountTable
+from medrelease.data.aggregate import CountTable, mixed_radix_digits
 from medrelease.data.config import DatasetConfig
 from medrelease.evidence.classification import information_gain, model_scores, split
-from medrelease.evidence.risk import frequency_attack, risk_report
+from medrelease.evidence.risk import frequency_attack, risk_of_sizes, risk_report
 from medrelease.evidence.utility import AnalysisQuery, compare_queries
 from medrelease.mechanisms import capabilities, get_mechanism
 from medrelease.storage.store import find_data_file
@@ -33,6 +33,9 @@ class InputRows:
 
     table: pd.DataFrame
     weights: np.ndarray | None = None
+    # Rows per combination of ``sized_dimensions``, when known from the counts (their classes)
+    class_sizes: np.ndarray | None = None
+    sized_dimensions: frozenset[str] = frozenset()
 
     @property
     def n_rows(self) -> int:
@@ -44,6 +47,13 @@ class InputRows:
             return self.table
         return self.table.loc[self.table.index.repeat(self.weights)].reset_index(drop=True)
 
+    def risk(self, dimensions: list[str]) -> dict[str, float | int]:
+        """Re-identification risk on ``dimensions``: from the class sizes when they are of
+        exactly these dimensions, else from the table."""
+        if self.class_sizes is not None and set(dimensions) == self.sized_dimensions:
+            return risk_of_sizes(self.class_sizes, self.n_rows)
+        return risk_report(self.table, dimensions, self.weights)
+
     @classmethod
     def from_counts(cls, counts: CountTable, config: DatasetConfig) -> InputRows | None:
         """The count table as cells, when it describes the input's rows exactly: no rows
@@ -54,17 +64,25 @@ class InputRows:
                 or any(config.columns[c].missing is not None for c in counts.dimensions)
                 or set(config.declared) - set(columns)):
             return None
+        radix = max(counts.n_inf, 1)
+        class_keys = counts.cell_keys // radix  # sorted: cells of a class are contiguous
+        informative_codes = counts.cell_keys - class_keys * radix
         data: dict[str, Any] = {}
-        for column, taxonomy, codes in zip(counts.dimensions, counts.taxonomies,
-                                           counts.dimension_columns(), strict=True):
+        for column, taxonomy, codes in zip(
+                counts.dimensions, counts.taxonomies,
+                mixed_radix_digits(class_keys, [t.n_leaves for t in counts.taxonomies]),
+                strict=True):
             data[column] = pd.Categorical.from_codes(
                 codes, categories=[str(leaf) for leaf in taxonomy.leaves])
-        informative_codes = counts.cell_keys % max(counts.n_inf, 1)
         for column in counts.informative.columns:
             per_code, uniques = pd.factorize(counts.informative[column])
             data[column] = pd.Categorical.from_codes(
                 per_code[informative_codes], categories=[str(v) for v in uniques])
-        return cls(pd.DataFrame(data, columns=columns), np.asarray(counts.counts, np.int64))
+        weights = np.asarray(counts.counts, np.int64)
+        starts = np.flatnonzero(np.diff(class_keys, prepend=-1)) if class_keys.size else []
+        return cls(pd.DataFrame(data, columns=columns), weights,
+                   class_sizes=np.add.reduceat(weights, starts) if len(starts) else None,
+                   sized_dimensions=frozenset(counts.dimensions))
 
 
 @dataclass
@@ -188,7 +206,7 @@ def evaluate_release(release_dir: str | Path, original: pd.DataFrame | InputRows
             "after": [after[a] for a in attrs]})
     dims = [c for c in config.dimensions + config.set_valued if c in released.columns]
     evaluation.risk_release = risk_report(released, dims)
-    evaluation.risk_input = risk_report(given.table, dims, given.weights)
+    evaluation.risk_input = given.risk(dims)
     if capabilities(mechanism).needs_secret:  # a keyed mapping keeps frequencies
         evaluation.frequency_attack = frequency_attack(given.rows(), dims)
     evaluation.il_by_height = _il_by_height(candidates)

@@ -21,7 +21,7 @@ def risk_report(table: pd.DataFrame, dimensions: list[str],
     rows = len(table) if weights is None else int(np.sum(weights))
     if table.empty or not columns:
         return _no_classes(rows)
-    return _risk_of_sizes(class_sizes(table, columns, weights), rows)
+    return risk_of_sizes(class_sizes(table, columns, weights), rows)
 
 
 def risk_of_cells(cells: pd.DataFrame, dimensions: list[str], rows_column: str
@@ -32,7 +32,7 @@ def risk_of_cells(cells: pd.DataFrame, dimensions: list[str], rows_column: str
     if rows == 0 or not columns:
         return _no_classes(rows)
     sizes = cells.groupby(columns, observed=True, dropna=False, sort=False)[rows_column].sum()
-    return _risk_of_sizes(sizes[sizes > 0].to_numpy(), rows)
+    return risk_of_sizes(sizes[sizes > 0].to_numpy(), rows)
 
 
 def _no_classes(rows: int) -> dict[str, float | int]:
@@ -40,7 +40,7 @@ def _no_classes(rows: int) -> dict[str, float | int]:
             "k_achieved": 0, "prosecutor_risk_max": 0.0, "prosecutor_risk_mean": 0.0}
 
 
-def _risk_of_sizes(sizes: np.ndarray, rows: int) -> dict[str, float | int]:
+def risk_of_sizes(sizes: np.ndarray, rows: int) -> dict[str, float | int]:
     smallest = int(sizes.min())
     return {
         "rows": rows,
