@@ -488,7 +488,6 @@ def show(release: Path = typer.Argument(..., help="a release folder or its manif
 
 def main() -> None:  # pragma: no cover - console entry point
     code: int | str | None = 0
-    _without_test_tools()
     try:
         app()
     except MedreleaseError as exc:
@@ -497,15 +496,6 @@ def main() -> None:  # pragma: no cover - console entry point
     except SystemExit as exc:
         code = exc.code
     _exit_now(code)
-
-
-def _without_test_tools() -> None:
-    """Keep ``hypothesis`` (a test tool, installed beside the product for the suite) out of
-    the command's process: pandera imports it, when present, to offer data-synthesis
-    strategies the product never uses, which cost 0.1 s of every release's first input check
-    (issue 27). A module set to None in ``sys.modules`` makes its import fail, and pandera
-    then runs without the strategies. Only in the console command, never where tests run."""
-    sys.modules.setdefault("hypothesis", None)  # type: ignore[arg-type]
 
 
 def _exit_now(code: int | str | None) -> None:

@@ -319,3 +319,25 @@ def test_cli_release_says_when_the_folder_is_published_then_shows_the_evidence(h
     assert (folder / "manifest.json").is_file() and folder.is_relative_to(home)
     assert shown.output.index("published ") < shown.output.index("released nps-sample")
     assert "report.html" in shown.output.replace("\n", "").replace("│", "").replace(" ", "")
+
+
+def test_the_console_command_releases_and_exits_cleanly(home: Path) -> None:
+    """The installed ``medrelease`` command, through its entry point (no collector passes while
+    it imports, pandera without the test tool's strategies), releases the sample on the
+    session's Prefect API and exits 0 with the folder published."""
+    import os
+    import subprocess
+    import sys
+
+    from prefect.settings import PREFECT_API_URL
+
+    env = {**os.environ, "MEDRELEASE_HOME": str(home), "PREFECT_API_URL": PREFECT_API_URL.value(),
+           "COLUMNS": "200"}
+    done = subprocess.run([str(Path(sys.executable).with_name("medrelease")), "release",
+                           "nps-sample", "--seed", "4"], env=env, cwd=ROOT, text=True,
+                          capture_output=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    published = [line for line in done.stdout.splitlines() if line.startswith("published ")]
+    assert len(published) == 1, done.stdout[-2000:]
+    assert (Path(published[0].split()[1]) / "manifest.json").is_file()
+    assert "Traceback" not in done.stdout + done.stderr
