@@ -147,6 +147,8 @@ def mixed_radix_digits(numbers: np.ndarray, sizes: list[int] | np.ndarray
     rows)."""
     digits: list[np.ndarray] = [np.empty(0, dtype=np.int64)] * len(sizes)
     rest = np.asarray(numbers, dtype=np.int64)
+    if rest.size and int(rest.min()) >= 0 and int(rest.max()) < 2**31:
+        rest = rest.astype(np.int32)  # half the memory to touch: the same digits, faster
     for i in range(len(sizes) - 1, -1, -1):
         quotient = rest // int(sizes[i])
         quotient_times_size = quotient * int(sizes[i])
@@ -157,7 +159,9 @@ def mixed_radix_digits(numbers: np.ndarray, sizes: list[int] | np.ndarray
 
 def stacked(columns: list[np.ndarray], rows: int) -> np.ndarray:
     """Columns as one (rows, len(columns)) array."""
-    return np.stack(columns, axis=1) if columns else np.zeros((rows, 0), dtype=np.int64)
+    if not columns:
+        return np.zeros((rows, 0), dtype=np.int64)
+    return np.stack([np.asarray(c, dtype=np.int64) for c in columns], axis=1)
 
 
 def place_values(taxonomies: tuple[Taxonomy, ...], n_inf: int) -> np.ndarray:
