@@ -42,7 +42,7 @@ def group_sum(keys: np.ndarray, weights: np.ndarray,
     keys = np.asarray(keys, dtype=np.int64)
     weights = np.asarray(weights, dtype=np.int64)
     if keys.size == 0:
-        return keys, weights
+        return keys, np.zeros(0, dtype=np.int64)
     low = int(keys.min())
     span = int(keys.max()) - low + 1
     if span <= max(4 * keys.size, 1 << 20):
@@ -470,11 +470,11 @@ def _distinct_codes(table: pd.DataFrame, columns: list[str], keep_missing: bool,
     """Per column, the code of each distinct combination and the text of each code; and the
     rows of each combination (summing ``weights`` when given)."""
     codes, texts = [], []
-    present = np.ones(len(table), dtype=bool)
+    present = None  # rows with no missing value, once one is seen
     for column in columns:
         values = table[column]
         if isinstance(values.dtype, pd.CategoricalDtype):
-            code = values.cat.codes.to_numpy().astype(np.int64)
+            code = values.cat.codes.to_numpy()  # int8/int16: widened where keys are formed
             text = [str(v) for v in values.cat.categories]
         else:
             code, uniques = pd.factorize(values)
@@ -482,20 +482,24 @@ def _distinct_codes(table: pd.DataFrame, columns: list[str], keep_missing: bool,
         if keep_missing and (code < 0).any():
             code = np.where(code < 0, len(text), code)
             text = [*text, None]
-        present &= code >= 0
-        codes.append(code.astype(np.int64, copy=False))
+        if (code < 0).any():
+            present = (code >= 0) if present is None else present & (code >= 0)
+        codes.append(code)
         texts.append(np.asarray(text, dtype=object))
-    weights = (np.ones(len(table), dtype=np.int64) if weights is None
+    # Unweighted: one row each, as a read-only view of a single 1 (no array of the table's size)
+    weights = (np.broadcast_to(np.int64(1), (len(table),)) if weights is None
                else np.asarray(weights, dtype=np.int64))
-    if not present.all():
+    if present is not None:
         codes = [code[present] for code in codes]
         weights = weights[present]
+    rows = len(weights)
     sizes = [max(len(t), 1) for t in texts]
     if float(np.prod(np.asarray(sizes, dtype=np.float64))) < MAX_KEY:
-        keys = np.zeros(int(present.sum()), dtype=np.int64)
+        keys = np.zeros(rows, dtype=np.int64)
         for code, size in zip(codes, sizes, strict=True):
-            keys = keys * size + code
-        distinct, counts = group_sum(keys, weights)
+            keys *= size
+            keys += code
+        distinct, counts = group_sum(keys, weights, scratch=True)
         parts = []
         for size in reversed(sizes):
             distinct, part = np.divmod(distinct, size)
