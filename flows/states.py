@@ -29,11 +29,19 @@ REFUSALS = (ConfigError, TaxonomyError, InputValidationError, ParameterError, Po
             BudgetExceededError, LedgerSourceError, LedgerIntegrityError, LedgerLockedError)
 
 
+# Flows that log every refusal themselves, in one line (``refused``): what their tasks' engine
+# says about the same refusal is dropped from their logs.
+SAYS_ITS_REFUSALS = ("medrelease-release", "medrelease-on-arrival")
+
+
 class RefusalsWithoutTracebacks(logging.Filter):
     """A refusal is an answer, not a crash: Prefect's task and flow engines log the exception
-    that ends a refused task or run with its traceback, at ERROR. This filter, on every handler
-    of Prefect's loggers (console and API), turns such records into one WARNING line without a
-    traceback; every other record passes unchanged."""
+    that ends a refused task or run with its traceback, at ERROR, twice ("Task run failed with
+    exception" and "Finished in state Failed"). This filter, on every handler of Prefect's
+    loggers (console and API), drops those records from the tasks of a flow that logs the
+    refusal itself (``SAYS_ITS_REFUSALS``: the run's log then holds the one WARNING line
+    ``refused`` writes), and turns them into WARNING lines without a traceback elsewhere; every
+    other record passes unchanged."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         error = record.exc_info[1] if record.exc_info else None
@@ -41,6 +49,9 @@ class RefusalsWithoutTracebacks(logging.Filter):
         if isinstance(error, REFUSALS) or any(f"exception {cls.__name__}:" in text
                                                or f"with exception: {cls.__name__}(" in text
                                                for cls in REFUSALS):
+            if (getattr(record, "task_run_id", None)
+                    and getattr(record, "flow_name", None) in SAYS_ITS_REFUSALS):
+                return False
             record.exc_info, record.exc_text, record.stack_info = None, None, None
             record.levelno, record.levelname = logging.WARNING, "WARNING"
         return True

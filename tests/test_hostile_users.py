@@ -269,6 +269,11 @@ def test_a_refused_run_logs_one_warning_and_no_traceback(home: Path, tmp_path: P
     assert any("release refused, nothing spent" in r.getMessage() for r in records)
     loud = [r.getMessage()[:80] for r in records if r.levelno >= logging.ERROR or r.exc_info]
     assert not loud, f"a refusal logged as an error or with a traceback: {loud}"
+    # One line: the task engine's "Task run failed with exception ..." and "Finished in state
+    # Failed(...)" about the same refusal are not repeated in the run's log.
+    said = [r.getMessage()[:80] for r in records if r.levelno >= logging.WARNING and (
+        "release refused" in r.getMessage() or PolicyError.__name__ in r.getMessage())]
+    assert len(said) == 1 and said[0].startswith("release refused"), said
 
 
 @pytest.mark.usefixtures("prefect_harness")
