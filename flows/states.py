@@ -12,6 +12,7 @@ import logging
 from typing import Any
 
 from prefect import get_run_logger
+from prefect.runtime import flow_run as current_run
 from prefect.states import Completed, Failed, State
 
 from medrelease.errors import (
@@ -30,18 +31,21 @@ REFUSALS = (ConfigError, TaxonomyError, InputValidationError, ParameterError, Po
 
 
 # Flows that log every refusal themselves, in one line (``refused``): what their tasks' engine
-# says about the same refusal is dropped from their logs.
+# says about the same refusal is dropped from their logs, and so is what the engine says after
+# a run that said its refusal (its records name the run, not the flow).
 SAYS_ITS_REFUSALS = ("medrelease-release", "medrelease-on-arrival")
+_RUNS_THAT_SAID_IT: set[str] = set()
 
 
 class RefusalsWithoutTracebacks(logging.Filter):
     """A refusal is an answer, not a crash: Prefect's task and flow engines log the exception
-    that ends a refused task or run with its traceback, at ERROR, twice ("Task run failed with
-    exception" and "Finished in state Failed"). This filter, on every handler of Prefect's
-    loggers (console and API), drops those records from the tasks of a flow that logs the
-    refusal itself (``SAYS_ITS_REFUSALS``: the run's log then holds the one WARNING line
-    ``refused`` writes), and turns them into WARNING lines without a traceback elsewhere; every
-    other record passes unchanged."""
+    that ends a refused task or run with its traceback, at ERROR ("Task run failed with
+    exception", "Finished in state Failed", and in a served run "Engine execution exited with
+    unexpected exception"). This filter, on every handler of Prefect's loggers (console and
+    API), drops those records from the runs of a flow that logs the refusal itself
+    (``SAYS_ITS_REFUSALS``: the run's log then holds the one WARNING line ``refused`` writes),
+    and turns them into WARNING lines without a traceback elsewhere; every other record passes
+    unchanged."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         error = record.exc_info[1] if record.exc_info else None
@@ -49,8 +53,8 @@ class RefusalsWithoutTracebacks(logging.Filter):
         if isinstance(error, REFUSALS) or any(f"exception {cls.__name__}:" in text
                                                or f"with exception: {cls.__name__}(" in text
                                                for cls in REFUSALS):
-            if (getattr(record, "task_run_id", None)
-                    and getattr(record, "flow_name", None) in SAYS_ITS_REFUSALS):
+            if (getattr(record, "flow_name", None) in SAYS_ITS_REFUSALS
+                    or getattr(record, "flow_run_id", None) in _RUNS_THAT_SAID_IT):
                 return False
             record.exc_info, record.exc_text, record.stack_info = None, None, None
             record.levelno, record.levelname = logging.WARNING, "WARNING"
@@ -71,6 +75,8 @@ def refused(exc: BaseException) -> State:
     """A FAILED state named 'Refused' carrying the reason (messages never hold raw values)."""
     quiet_refusals()
     get_run_logger().warning("release refused, nothing spent: %s", exc)
+    if current_run.id:
+        _RUNS_THAT_SAID_IT.add(str(current_run.id))
     return Failed(name="Refused", message=f"{type(exc).__name__}: {exc}"[:2000], data=exc)
 
 

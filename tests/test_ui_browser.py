@@ -11,6 +11,7 @@ Screenshots go to the test's output folder (``pytest --basetemp`` or the printed
 from __future__ import annotations
 
 import json
+import logging
 import re
 import shutil
 import time
@@ -18,7 +19,12 @@ from pathlib import Path
 
 import pytest
 from prefect.client.orchestration import get_client
-from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName
+from prefect.client.schemas.filters import (
+    FlowRunFilter,
+    FlowRunFilterName,
+    LogFilter,
+    LogFilterFlowRunId,
+)
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
 from medrelease.mechanisms import label, labels
@@ -270,6 +276,12 @@ def test_a_wrong_parameter_from_the_form_is_refused_in_one_sentence_without_trac
     text = page.locator("body").inner_text()
     assert "does not take nonsense" in text and "Traceback" not in text
     page.screenshot(path=str(tmp_path / "refused-run.png"), full_page=True)
+    with (temporary_settings(updates={PREFECT_API_URL: served.api_url}),
+          get_client(sync_client=True) as client):
+        logs = client.read_logs(log_filter=LogFilter(
+            flow_run_id=LogFilterFlowRunId(any_=[run.id])))
+    loud = [entry.message[:80] for entry in logs if entry.level >= logging.WARNING]
+    assert len(loud) == 1 and loud[0].startswith("release refused"), loud  # one line
     for key in ("nps-sample-budget", "nps-sample-releases",  # refreshed by the refused run too
                 "nps-sample-budget-steps", "nps-sample-input-rows", "nps-sample-release-summary",
                 "nps-sample-node-information-loss"):
