@@ -8,6 +8,7 @@ for the steward and is written outside the release folder, never published with 
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -41,8 +42,10 @@ class InputRows:
     def n_rows(self) -> int:
         return len(self.table) if self.weights is None else int(self.weights.sum())
 
+    @functools.cached_property
     def rows(self) -> pd.DataFrame:
-        """One row per input row (cells repeated by their counts), for the models."""
+        """One row per input row (cells repeated by their counts), for the models: expanded
+        once however many measures read it."""
         if self.weights is None:
             return self.table
         return self.table.loc[self.table.index.repeat(self.weights)].reset_index(drop=True)
@@ -122,7 +125,7 @@ def _classification(given: InputRows, released: pd.DataFrame, config: DatasetCon
     label = config.class_columns[0] if config.class_columns else None
     if label is None or label not in released.columns:
         return {}, "the release carries no class column: classification does not apply"
-    original = given.rows()
+    original = given.rows
     predictors = [c for c in config.dimensions if c in released.columns]
     raw_train, raw_test = split(original, 0.3, seed=0)
     scores: dict[str, dict[str, float]] = {}
@@ -211,7 +214,7 @@ def evaluate_release(release_dir: str | Path, original: pd.DataFrame | InputRows
     label = config.class_columns[0] if config.class_columns else None
     if evaluation.classification and label:
         attrs = [c for c in config.dimensions if c in released.columns]
-        before = information_gain(given.rows(), label, attrs)
+        before = information_gain(given.rows, label, attrs)
         after = information_gain(released, label, attrs)
         evaluation.information_gain = pd.DataFrame({
             "attribute": attrs, "before": [before[a] for a in attrs],
@@ -220,6 +223,6 @@ def evaluate_release(release_dir: str | Path, original: pd.DataFrame | InputRows
     evaluation.risk_release = risk_report(released, dims)
     evaluation.risk_input = given.risk(dims)
     if capabilities(mechanism).needs_secret:  # a keyed mapping keeps frequencies
-        evaluation.frequency_attack = frequency_attack(given.rows(), dims)
+        evaluation.frequency_attack = frequency_attack(given.rows, dims)
     evaluation.il_by_height = _il_by_height(candidates)
     return evaluation
