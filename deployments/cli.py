@@ -129,6 +129,11 @@ def _show_result(result: dict[str, Any], seconds: float) -> None:
         body.insert(5, f"[bold]ladder {rung}[/]  {node}  (rows of cells too small at the node)")
     if details.get("degenerate"):
         body.append(f"[red bold]{details['degenerate']}[/]")
+    accuracy = result.get("accuracy") or {}
+    if accuracy.get("verdict"):  # steward only: it compares with the input
+        body.insert(4, f"[bold]accuracy[/]  {escape(accuracy['verdict'])}")
+        for line in accuracy.get("warnings", []):
+            body.insert(5, f"[yellow bold]{escape(line)}[/]")
     if result.get("evaluation"):
         body.append(f"[bold]evidence[/]  {result['evaluation']}  (internal: compares with raw data)")
     if manifest["test_release"]:
@@ -312,19 +317,38 @@ def ledger_set_cap(
 
 @app.command()
 def demo(
-    mechanism: str = typer.Option("ipa", help="ipa or ipa-paper"),
+    mechanism: str | None = typer.Option(
+        None, help="a registered mechanism (see `medrelease mechanisms`); default: the sample's "
+                   "dataset default"),
     epsilon: float = typer.Option(1.0, help="total privacy budget"),
 ) -> None:
     """Release the bundled NPS-like sample with Prefect's ephemeral API and show what came out."""
     _defaults()
-    from flows.release import ReleaseRequest, artifacts_of_run
+    from pydantic import ValidationError
 
+    from flows.release import ReleaseRequest, artifacts_of_run
+    from medrelease.mechanisms import DEFAULT_RULE
+    from medrelease.release import resolve_mechanism
+
+    try:
+        request = ReleaseRequest(mechanism=mechanism, epsilon=epsilon)
+        config = find_config(request.dataset)
+        chosen = resolve_mechanism(config, request.mechanism).name
+    except MedreleaseError as exc:
+        _fail(exc)
+    except ValidationError as exc:  # an unregistered mechanism, or one that takes no epsilon
+        _fail(MedreleaseError("; ".join(f"{'.'.join(map(str, e['loc'])) or 'request'}: "
+                                        f"{e['msg']}" for e in exc.errors())))
+    why = ("as asked" if request.mechanism else
+           f"the dataset's default, named in {config.name}'s dataset.yaml" if config.mechanism.name
+           else f"the dataset's default: {DEFAULT_RULE}")
     console.print("[bold]medrelease demo[/]: releasing the bundled NPS-like sample "
-                  f"(20,000 synthetic admissions) with [bold]{mechanism}[/], epsilon {epsilon}")
+                  f"(20,000 synthetic admissions) with [bold]{chosen}[/] ({why}), "
+                  f"epsilon {epsilon}")
     console.print(f"ledger: {ledger_path()}   release store: {store_root()}")
     started = time.perf_counter()
     try:
-        result = _run_flow(ReleaseRequest(mechanism=mechanism, epsilon=epsilon))
+        result = _run_flow(request)
     except MedreleaseError as exc:
         _fail(exc)
     _show_result(result, time.perf_counter() - started)

@@ -32,5 +32,6 @@ def evaluate_steps(release_path: str, input_path: str | None = None,
     evaluation = evaluate(release_path, quote(loaded))  # quote: see flows/release.py
     folder = write_evaluation_report(quote(evaluation), str(loaded.steward_folder / "evaluation"))
     return {"report": str(Path(folder) / "report.html"), "folder": folder,
+            "verdict": evaluation.verdict, "warnings": evaluation.warnings,
             "query_summary": evaluation.query_summary,
             "classification": evaluation.classification}

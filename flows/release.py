@@ -41,6 +41,7 @@ from flows.states import REFUSALS, quiet_refusals, refused, skipped
 from medrelease.data.lattice import DEFAULT_BATCH_SIZE
 from medrelease.errors import ParameterError
 from medrelease.mechanisms import (
+    DEFAULT_RULE,
     MECHANISMS,
     capabilities,
     check_fits,
@@ -57,6 +58,7 @@ from medrelease.release import (
     enforce_noise_rows,
     fixed_index,
     node_batches,
+    resolve_mechanism,
 )
 from medrelease.request import ResolvedRequest
 from medrelease.settings import ledger_path
@@ -85,7 +87,7 @@ from tasks.lattice import (
     select_candidate,
 )
 from tasks.publish import PublishResult, RunFacts, publish_release
-from tasks.report import publish_artifacts, publish_budget_artifacts
+from tasks.report import publish_artifacts, publish_budget_artifacts, publish_release_summary
 from tasks.request import resolve_request
 from tasks.runners import RunnerKind, connect, fan_out_runner
 from tasks.synthetic import sample_rows, score_batch, select_and_measure, start_rounds
@@ -98,10 +100,22 @@ def _mechanism_dropdown(schema: dict[str, Any]) -> None:
     mechanism's line says what it gives and, where it cannot release a bundled dataset, why."""
     schema.pop("anyOf", None)
     schema.update(type="string", enum=[DATASET_DEFAULT, *labels()])
-    schema["description"] = "Release mechanism, labelled with its privacy guarantee. What each " \
-        "gives a researcher:\n\n" + "\n\n".join(
+    schema["description"] = "Release mechanism, labelled with its privacy guarantee. " \
+        f"*Dataset default*: the mechanism its dataset.yaml names; {_default_rule()}. " \
+        "What each gives a researcher:\n\n" + "\n\n".join(
             f"- **{name}**: {capabilities(name).gives}{_not_for(name)}"
             for name in sorted(MECHANISMS))
+
+
+def _default_rule() -> str:
+    """``DEFAULT_RULE``'s choice, and each bundled dataset's default (``resolve_mechanism``)."""
+    defaults = []
+    for config in _bundled_configs():
+        try:
+            defaults.append(f"{config.name}: {resolve_mechanism(config).name}")
+        except Exception:  # a broken config is reported when it is released, not in the form
+            continue
+    return f"{DEFAULT_RULE} ({'; '.join(defaults)})" if defaults else DEFAULT_RULE
 
 
 SHORT_REASONS = (("class", "no class column with declared values"),
@@ -220,7 +234,8 @@ class RunSettings(BaseModel):
 class ReleaseRequest(BaseModel):
     """What a steward fills in to release a dataset: the mechanism, its epsilon and, optionally,
     advanced parameters that the chosen mechanism checks. Empty fields fall back to the
-    dataset's own config, then to the mechanism's defaults."""
+    dataset's own config, then to the registry's default for the dataset (``aim`` where it
+    declares an informative domain, else ``ipa``) and the mechanism's own defaults."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -570,21 +585,25 @@ def _score_candidates(request: ReleaseRequest, config, context: ReleaseContext, 
 
 
 def _result(request: ReleaseRequest, published: PublishResult, run_id: str | None,
-            counts: Any = None) -> dict[str, Any]:
+            evaluated: dict[str, Any] | None) -> dict[str, Any]:
+    evaluated = evaluated or {}
     return {"release_id": published.release_id, "path": published.path,
             "manifest": published.manifest, "record": published.record,
             "test_release": published.test_release, "flow_run_id": run_id,
-            "evaluation": _evaluate_after(request, published.path, counts)}
+            "evaluation": evaluated.get("report"),
+            "accuracy": {"verdict": evaluated.get("verdict"),
+                         "warnings": evaluated.get("warnings", [])} if evaluated else None}
 
 
 def _evaluate_after(request: ReleaseRequest, release_path: str, counts: Any = None
-                    ) -> str | None:
+                    ) -> dict[str, Any] | None:
     """Evaluate the release (the evaluate flow's tasks, run in this flow, from the run's count
-    table when it has one); the release stands even if its evaluation fails."""
+    table when it has one): the report's path, the accuracy verdict and its warnings. The
+    release stands even if its evaluation fails."""
     if not request.evaluate:
         return None
     try:
-        return evaluate_steps(release_path, counts=counts)["report"]
+        return evaluate_steps(release_path, counts=counts)
     except Exception as exc:  # evidence is best effort; the release is already published
         get_run_logger().warning("evaluation of %s failed: %s: %s", release_path,
                                  type(exc).__name__, exc)
@@ -613,12 +632,17 @@ def _with_artifacts(request: ReleaseRequest, published: PublishResult, run_id: s
                     candidates: pd.DataFrame, budget: BudgetInView,
                     counts: Any = None) -> dict[str, Any]:
     """The release's artifacts and the budget's, written on the flow's task runner while the
-    evaluation runs here: their calls wait on the API while the evaluation computes."""
+    evaluation runs here: their calls wait on the API while the evaluation computes. The
+    release summary comes after the evaluation, so that it opens with the accuracy verdict
+    and its warnings."""
     artifacts = publish_artifacts.submit(published.manifest, published.record, quote(candidates))
     budget.start()
-    result = _result(request, published, run_id, counts)
+    evaluated = _evaluate_after(request, published.path, counts)
+    summary = publish_release_summary.submit(published.manifest, published.record,
+                                             quote(candidates), evaluated)
     artifacts.result()  # their failure, if any, is the run's
-    return result
+    summary.result()
+    return _result(request, published, run_id, evaluated)
 
 
 def artifacts_of_run(flow_run_id: str) -> list[tuple[str, str, str]]:

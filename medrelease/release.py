@@ -24,8 +24,8 @@ from medrelease.data.units import UnitBound, bound_frame, unit_relation
 from medrelease.errors import ParameterError, PolicyError
 from medrelease.evidence.metrics import ILParts, ReleasedCells, information_loss
 from medrelease.mechanisms import (
-    DEFAULT_MECHANISM,
     check_fits,
+    default_mechanism,
     get_mechanism,
     uses_counts,
     uses_lattice,
@@ -116,12 +116,13 @@ def resolve_mechanism(config: DatasetConfig, mechanism: str | None = None,
                       epsilon: float | None = None,
                       params: dict[str, Any] | None = None) -> ResolvedMechanism:
     """The one resolution used by the flow, the CLI, schedules and arrivals: what the request
-    says, else the dataset config's ``mechanism``, else the registry's defaults.
+    says, else the dataset config's ``mechanism``, else the registry's rule for the dataset
+    (``default_mechanism``: ``aim`` with a declared informative domain, else ``ipa``).
 
     The config's parameters apply when the request names no mechanism or names the config's
     own; a request's ``epsilon`` and ``params`` override them key by key.
     """
-    own = config.mechanism.name or DEFAULT_MECHANISM
+    own = config.mechanism.name or default_mechanism(config)
     name = mechanism or own
     impl = get_mechanism(name)
     merged = dict(config.mechanism.params) if name == own else {}
@@ -489,6 +490,10 @@ class MaterializedRelease:
     details: dict[str, Any] = field(default_factory=dict)
     summary: NodeSummary | None = None
     nodes: tuple[Node, ...] = ()  # every node whose labels appear (ipa's ladder), else (node,)
+    # For the researcher (published): 95 % intervals / bounds from the mechanism's outputs and
+    # public parameters only, and tables published beside the data (aim's measurements).
+    error_bars: dict[str, Any] = field(default_factory=dict)
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
 
     @property
     def table(self) -> pd.DataFrame:
@@ -520,7 +525,17 @@ def materialize_table(context: ReleaseContext, plan: ReleasePlan, index: int) ->
         details=details,
         summary=summarize(index, node, cells),
         nodes=tuple(nodes),
+        error_bars=error_bars_of(impl, plan.params, context, node),
     )
+
+
+def error_bars_of(impl: Any, params: MechanismParams, context: ReleaseContext | None = None,
+                  node: Node | None = None) -> dict[str, Any]:
+    """The mechanism's published error bars (public parameters and the node's public domain
+    only); {} for a mechanism that declares none. (``IPA`` and ``IPAPaper`` do not share
+    ``MechanismBase`` yet, hence the lookup: issue 41 makes the contract one protocol.)"""
+    declared = getattr(impl, "error_bars", None)
+    return declared(params, context, node) if declared is not None else {}
 
 
 def degenerate_reason(rows: ReleasedRows, dimensions: Sequence[str],
@@ -587,7 +602,7 @@ def candidates_frame(
 
 def release_from_counts(
     counts: CountTable,
-    mechanism: str = DEFAULT_MECHANISM,
+    mechanism: str,
     params: dict[str, Any] | None = None,
     seed: int | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
@@ -675,7 +690,7 @@ def release_without_lattice(
                                    il=None,
                                    row_bounds=impl.row_bounds(plan.params, len(frame),
                                                               summary["cells"]),
-                                   details=summary)
+                                   details=summary, error_bars=error_bars_of(impl, plan.params))
     else:
         frame = prepare_table(table, config, include_class=True)
         released = impl.release_table(frame, config.dimensions, config.informative,
@@ -696,7 +711,8 @@ def release(
     progress: Progress | None = None,
     key: bytes | None = None,
 ) -> Release:
-    """Release ``table`` under ``config`` with a lattice mechanism (default: the config's, else ``ipa``).
+    """Release ``table`` under ``config`` (mechanism default: the config's, else the registry's
+    rule for the dataset, ``default_mechanism``).
 
     Parameters not given come from the config's ``mechanism.params`` when the mechanism is the
     config's default. A ``seed`` makes the run reproducible and marks it not for publication.

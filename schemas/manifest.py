@@ -80,6 +80,9 @@ class PublicManifest(BaseModel):
     mechanism_details: dict[str, Any] = Field(
         default_factory=dict,
         description="the mechanism's own released summary (diffgen: final cut, set-valued splits)")
+    error_bars: dict[str, Any] = Field(
+        description="95 % intervals and bounds for the researcher, from the mechanism's "
+                    "outputs and public parameters only (docs/PRIVACY.md, \"Error bars\")")
     released_rows: int
     risk: dict[str, float | int]
 

@@ -11,9 +11,10 @@ from prefect import get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
-from medrelease.data.aggregate import CountTable
+from medrelease.data.aggregate import CountTable, prepare_table
 from medrelease.data.config import DatasetConfig
 from medrelease.errors import InputValidationError
+from medrelease.evidence.accuracy import accuracy_markdown
 from medrelease.evidence.evaluation import Evaluation, InputRows, evaluate_release
 from medrelease.evidence.report_html import INTERNAL, write_report
 from medrelease.settings import steward_root
@@ -63,18 +64,27 @@ def load_release_and_input(release_path: str, input_path: str | None,
         raise InputValidationError(
             f"{source} is not the file this release was made from (sha256 differs from the "
             "steward record): evaluating against it would be misleading")
-    # Same bytes as the release's input, which passed validation then: read, not re-validated.
-    frame = read_validated_input(config, source)
+    # Same bytes as the release's input, which passed validation then: read, not re-validated;
+    # its missing-value policy applied as the release applied it, so every section of the
+    # evaluation compares with the rows the release was made from (one input size).
+    frame = prepare_table(read_validated_input(config, source), config,
+                          include_class=True).reset_index(drop=True)
     return ReleaseUnderEvaluation(manifest, record, config, InputRows(frame), candidates,
                                   steward_folder)
 
 
 @task(name="evaluate-release", cache_policy=NO_CACHE)
 def evaluate(release_path: str, loaded: ReleaseUnderEvaluation) -> Evaluation:
+    """The evaluation, and its verdict and warnings in the run's log (the first thing the run
+    page shows): a value dropped or shrunk by more than 10 % is a WARNING line, never silent.
+    Names of informative values are the dataset's declared categories, not patients' rows."""
     evaluation = evaluate_release(release_path, loaded.input_rows, loaded.config,
                                   record=loaded.record, candidates=loaded.candidates)
-    get_run_logger().info("evaluated release %s (%s)", evaluation.release_id,
-                          evaluation.mechanism)
+    logger = get_run_logger()
+    logger.info("evaluated release %s (%s): %s", evaluation.release_id, evaluation.mechanism,
+                evaluation.verdict)
+    for line in evaluation.warnings:  # the record's level says WARNING already
+        logger.warning("%s", line.removeprefix("WARNING: "))
     return evaluation
 
 
@@ -82,9 +92,15 @@ def evaluate(release_path: str, loaded: ReleaseUnderEvaluation) -> Evaluation:
 def write_evaluation_report(evaluation: Evaluation, target: str) -> str:
     """report.html + plots + evaluation.json, and the same numbers as Prefect artifacts."""
     folder = write_report(evaluation, target)
+    if evaluation.accuracy:
+        create_markdown_artifact(accuracy_markdown(evaluation.accuracy, evaluation.release_id),
+                                 key=artifact_key(evaluation.dataset, "accuracy"),
+                                 description=f"Accuracy (steward only): {evaluation.verdict}"[:200])
     lines = [f"# Evaluation of {evaluation.release_id}", "", f"_{INTERNAL}_", "",
+             f"- **accuracy: {evaluation.verdict}**",
+             *[f"- **{line}**" for line in evaluation.warnings],
              f"- mechanism: **{evaluation.mechanism}** — {evaluation.guarantee}",
-             f"- rows: {evaluation.input_rows:,} in, {evaluation.released_rows:,} out",
+             f"- rows: {evaluation.input_note}; {evaluation.released_rows:,} released",
              f"- report: `{folder / 'report.html'}`"]
     if evaluation.query_summary:
         s = evaluation.query_summary
@@ -104,8 +120,15 @@ def write_evaluation_report(evaluation: Evaluation, target: str) -> str:
         create_table_artifact(json.loads(evaluation.queries.round(3).to_json(orient="records")),
                               key=artifact_key(evaluation.dataset, "evaluation-queries"),
                               description="IPA paper queries, original vs release")
-    risk = [{"measure": k, "release": evaluation.risk_release.get(k),
-             "input": evaluation.risk_input.get(k)} for k in evaluation.risk_release]
-    create_table_artifact(risk, key=artifact_key(evaluation.dataset, "evaluation-risk"),
-                          description="Re-identification risk, release vs input")
+    if evaluation.risk_synthetic:
+        create_table_artifact([{"measure": k, "value": v}
+                               for k, v in evaluation.risk_synthetic.items()],
+                              key=artifact_key(evaluation.dataset, "evaluation-risk"),
+                              description="Synthetic rows matching a unique input record, "
+                                          "against rows drawn from the 1-way marginals")
+    else:
+        risk = [{"measure": k, "release": evaluation.risk_release.get(k),
+                 "input": evaluation.risk_input.get(k)} for k in evaluation.risk_release]
+        create_table_artifact(risk, key=artifact_key(evaluation.dataset, "evaluation-risk"),
+                              description="Re-identification risk, release vs input")
     return str(folder)

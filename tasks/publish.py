@@ -19,9 +19,11 @@ from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from medrelease.data.config import DatasetConfig
+from medrelease.mechanisms import capabilities
 from medrelease.mechanisms.base import ReleaseContext
 from medrelease.privacy.publication import (
     DETAILS,
+    BoundaryError,
     public_columns,
     published_file_names,
     released_figures,
@@ -126,12 +128,34 @@ def public_facts(run: RunFacts, release_id: str) -> dict[str, Any]:
         "randomness": plan.random.randomness,
         "columns": public_columns(config, columns),
         "checks": {"passed": run.checks.success, "checks": run.checks.public},
-        "files": published_file_names(plan.random.test_release),
+        "files": published_file_names(plan.random.test_release, tuple(chosen.tables)),
         "text_safety": {"csv": CSV_TEXT_SAFETY, "parquet": "raw values"},
         "chosen_node": node, "chosen_node_height": int(sum(chosen.node)),
         "mechanism_details": {k: v for k, v in chosen.details.items() if k in PUBLIC_DETAILS},
+        "error_bars": chosen.error_bars or no_error_bars(plan.mechanism),
         **released_figures(chosen.rows, dims),
     }
+
+
+def declared_tables(chosen: MaterializedRelease, mechanism: str) -> dict[str, pd.DataFrame]:
+    """The tables the mechanism declares it publishes, exactly those (a missing or an extra
+    one stops the release before anything is written)."""
+    declared = set(capabilities(mechanism).published_tables)
+    if set(chosen.tables) != declared:
+        raise BoundaryError(f"{mechanism} declares published tables {sorted(declared)} but its "
+                            f"release made {sorted(chosen.tables)}")
+    return dict(chosen.tables)
+
+
+def no_error_bars(mechanism: str) -> dict[str, Any]:
+    """What a release without intervals says instead (a mechanism that adds no noise, or one
+    whose intervals are not derived here)."""
+    caps = capabilities(mechanism)
+    statement = ("no noise is added: released counts are the input's for the rows released; "
+                 "rows suppressed or withheld are missing from them (see the checks)"
+                 if not caps.draws_declared_steps and caps.kind != "synthetic" else
+                 "no error bars are derived for this mechanism")
+    return {"level": None, "statement": statement}
 
 
 def steward_facts(run: RunFacts) -> dict[str, Any]:
@@ -185,7 +209,7 @@ def publish_release(run: RunFacts, destination: str | None) -> PublishResult:
         published = store.publish(
             dataset=run.config.name, release_id=release_id, table=run.chosen.rows,
             manifest=manifest, extra_files={"report.md": render_public_report(manifest)},
-            destination=destination)
+            destination=destination, tables=declared_tables(run.chosen, run.release_plan.mechanism))
     except BaseException as exc:
         records.update(run.config.name, release_id, status="failed",
                        error=f"{type(exc).__name__}: {exc}"[:500])

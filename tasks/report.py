@@ -12,9 +12,17 @@ from medrelease.privacy.publication import render_public_report
 from tasks.budget import artifact_key
 
 
-def steward_summary_markdown(manifest: dict, record: dict, candidates: pd.DataFrame) -> str:
-    """The public report plus what only stewards see (input, information loss, selection)."""
-    lines = [render_public_report(manifest), "## For the steward (not published)", ""]
+def steward_summary_markdown(manifest: dict, record: dict, candidates: pd.DataFrame,
+                             evaluated: dict | None = None) -> str:
+    """What only stewards see first — the accuracy verdict and its warnings — then the public
+    report and the rest of the steward's facts (input, information loss, selection)."""
+    lines = []
+    if evaluated and evaluated.get("verdict"):
+        lines += ["## Accuracy (steward only: compares with the input)", "",
+                  f"**{evaluated['verdict']}**", ""]
+        lines += [f"- **{line}**" for line in evaluated.get("warnings", [])]
+        lines += ["", f"Evidence report: `{evaluated.get('report')}`", ""]
+    lines += [render_public_report(manifest), "## For the steward (not published)", ""]
     il = record.get("information_loss") or {}
     lines.append(f"- input: `{record['input_file']}` (sha256 `{record['input_sha256'][:16]}…`), "
                  f"{record['input_rows']:,} rows")
@@ -87,10 +95,19 @@ def publish_artifacts(manifest: dict, record: dict, candidates: pd.DataFrame) ->
                         "every scored lattice node (steward only: computed from the input; every "
                         "column in the steward record's candidates.csv)",
         )
+
+
+@task(name="release-summary", cache_policy=NO_CACHE)
+def publish_release_summary(manifest: dict, record: dict, candidates: pd.DataFrame,
+                            evaluated: dict | None) -> None:
+    """The release summary artifact, opening with the accuracy verdict when the release was
+    evaluated (``evaluated``: what the evaluation returned)."""
+    verdict = (evaluated or {}).get("verdict")
     create_markdown_artifact(
-        markdown=steward_summary_markdown(manifest, record, candidates),
-        key=artifact_key(dataset, "release-summary"),
-        description=f"Release {manifest['release_id']}: {manifest['guarantee']['statement']}",
+        markdown=steward_summary_markdown(manifest, record, candidates, evaluated),
+        key=artifact_key(manifest["dataset"], "release-summary"),
+        description=(f"Release {manifest['release_id']}: "
+                     + (f"{verdict}" if verdict else manifest["guarantee"]["statement"]))[:500],
     )
 
 

@@ -424,12 +424,14 @@ def corpus_home(tmp_path: Path, monkeypatch) -> Path:
 
 
 def _dataset(base: Path, case: Case) -> Path:
-    """The NPS sample's config with the default policy, in its own folder, plus the case's edits."""
+    """The NPS sample's config with the default policy and ipa, in its own folder, plus the
+    case's edits."""
     spec = yaml.safe_load((ROOT / "datasets/nps-sample/dataset.yaml").read_text())
     spec["name"] = "corpus"
     spec.pop("policy")
     spec.pop("schedule")
     spec["columns"]["diagnosis"] = {"role": "informative"}
+    spec["mechanism"] = {"name": "ipa", "params": {"epsilon": 1.0}}  # (no domain: aim cannot run)
     for column in spec["columns"].values():
         if "taxonomy" in column:
             column["taxonomy"] = str((ROOT / "datasets/nps-sample" / column["taxonomy"]).resolve())

@@ -92,6 +92,9 @@ def test_inbox_drop_releases_exactly_that_file_once(served, nps_sample) -> None:
         records = [json.loads(p.read_text())
                    for p in (served.home / "steward").rglob("record.json")]
         assert [r["input_sha256"] for r in records if not r["test_release"]].count(sha) == 1
+        [record] = [r for r in records if r["input_sha256"] == sha and not r["test_release"]]
+        manifest = json.loads((Path(record["published_path"]) / "manifest.json").read_text())
+        assert manifest["mechanism"] == "aim"  # the arrival follows the dataset's default
         assert (served.inbox / "released" / "extract-2026-11.csv").exists()
         print(f"inbox drop -> completed release: {latency:.1f} s")
 

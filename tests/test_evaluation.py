@@ -106,7 +106,7 @@ def test_report_for_a_real_release(tmp_path, nps_config, nps_sample) -> None:
     from medrelease.release import release
 
     # A release folder as the flow publishes it (manifest, data, candidates), built directly.
-    result = release(nps_sample.head(4000), nps_config, seed=3)
+    result = release(nps_sample.head(4000), nps_config, mechanism="ipa", seed=3)  # IL by node
     folder = tmp_path / "rel"
     folder.mkdir()
     result.table.to_parquet(folder / "data.parquet")
@@ -153,7 +153,7 @@ def test_evaluation_from_the_count_table_equals_the_rows(tmp_path, nps_config,
     from medrelease.release import release
 
     rows = nps_sample.head(6000)
-    result = release(rows, nps_config, seed=5)
+    result = release(rows, nps_config, mechanism="ipa", seed=5)
     folder = tmp_path / "rel"
     folder.mkdir()
     result.table.to_parquet(folder / "data.parquet")

@@ -39,7 +39,8 @@ KILLERS = {
 
 
 def _run_child(home: Path, patch: str) -> subprocess.CompletedProcess:
-    """Run a release in a child process (own session); kill whatever it left running.
+    """Run an ipa release of the sample (the killers patch its lattice scoring) in a child
+    process (own session); kill whatever it left running.
 
     The child talks to the session's Prefect API (``prefect_harness``) instead of starting an
     ephemeral one of its own (15-20 s each on 2 cores). Output goes to a file, not a pipe: a
@@ -53,7 +54,7 @@ def _run_child(home: Path, patch: str) -> subprocess.CompletedProcess:
             os.kill(os.getpid(), signal.SIGKILL)
         {patch}
         from flows.release import ReleaseRequest, release_flow
-        release_flow(ReleaseRequest(seed=1, batch_size=16))
+        release_flow(ReleaseRequest(seed=1, batch_size=16, mechanism="ipa"))
     """).format(patch=textwrap.indent(patch, "").strip())
     env = {"MEDRELEASE_HOME": str(home), "PREFECT_HOME": str(home / "prefect"),
            "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PATH": "/usr/bin:/bin",
@@ -98,7 +99,8 @@ def test_destination_escaping_the_store_is_refused_before_the_run(destination: s
 
 @pytest.mark.usefixtures("prefect_harness")
 def test_logs_and_artifacts_carry_no_raw_rows(tmp_path: Path) -> None:
-    """Run the demo flow in a child process and scan everything it logged and recorded."""
+    """Run the sample's release (ipa: real rows) in a child process and scan everything it
+    logged and recorded."""
     result = _run_child(tmp_path, "pass")
     assert result.returncode == 0, result.stderr[-2000:]
     sample = pd.read_csv(ROOT / "datasets/nps-sample/nps_sample.csv")

@@ -47,7 +47,8 @@ def test_release_run_records_artifacts_on_a_real_server(api_url, tmp_path: Path,
         # pytest-xdist: the harness, or a server already stopped). Task runs are recorded from
         # events, so start a fresh worker for this server, and flush it before reading back.
         drain_prefect_workers()
-        result = release_flow(ReleaseRequest(seed=6, batch_size=32))
+        # ipa named: this test reads the lattice's artifacts (node table, scoring progress)
+        result = release_flow(ReleaseRequest(seed=6, batch_size=32, mechanism="ipa"))
         drain_prefect_workers()
         with get_client(sync_client=True) as client:
             run = client.read_flow_run(result["flow_run_id"])
@@ -62,7 +63,7 @@ def test_release_run_records_artifacts_on_a_real_server(api_url, tmp_path: Path,
                            "nps-sample-input-rows", "nps-sample-budget", "nps-sample-releases",
                            # the evaluation's tasks run in the release's flow run (no subflow)
                            "nps-sample-evaluation", "nps-sample-evaluation-queries",
-                           "nps-sample-evaluation-risk"}
+                           "nps-sample-evaluation-risk", "nps-sample-accuracy"}
     nodes = by_key["nps-sample-node-information-loss"].data
     nodes = json.loads(nodes) if isinstance(nodes, str) else nodes
     assert nodes[0]["chosen"] == "◀ chosen" and [n["chosen"] for n in nodes[1:]] == [""] * 255

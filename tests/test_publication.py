@@ -120,7 +120,9 @@ def test_a_seeded_release_is_a_test_release_and_never_blocks_the_arrival(home: P
     from medrelease.storage.io import file_sha256
 
     extract = _extract(tmp_path / "extract.csv")
-    test = release_flow(ReleaseRequest(input_path=str(extract), seed=4, evaluate=False))
+    config = str(_config_copy(tmp_path, "nps-arrivals"))  # the sample, releasing with ipa
+    test = release_flow(ReleaseRequest(dataset=config, input_path=str(extract), seed=4,
+                                       evaluate=False))
     folder = Path(test["path"])
     assert folder.is_relative_to(home / "test-releases") and not (home / "releases").exists()
     assert folder.name.startswith("TEST-") and (folder / "TEST-data.csv").is_file()
@@ -134,22 +136,24 @@ def test_a_seeded_release_is_a_test_release_and_never_blocks_the_arrival(home: P
     shutil.copy(extract, inbox / "extract.csv")
     (inbox / "extract.csv.done").write_text("")
     [arrival] = InboxWatcher(inbox).poll()
-    real = arrival_release_flow("nps-sample", str(arrival.path), arrival.sha256)
+    real = arrival_release_flow(config, str(arrival.path), arrival.sha256)
     assert Path(real["path"]).is_relative_to(home / "releases")
     assert arrival.sha256 == file_sha256(extract)
     shutil.copy(extract, inbox / "again.csv")
     (inbox / "again.csv.done").write_text("")
     [again] = InboxWatcher(inbox).poll() or [None]
     if again is not None:  # the watcher may already file it as a duplicate by its hash
-        state = arrival_release_flow("nps-sample", str(again.path), again.sha256,
-                                     return_state=True)
+        state = arrival_release_flow(config, str(again.path), again.sha256, return_state=True)
         assert state.name == "Duplicate" and state.result()["release_id"] is None
 
 
 def _config_copy(folder: Path, name: str, **privacy) -> Path:
+    """nps-sample's config under another name, naming ipa (fast; the sample's default, aim,
+    takes ~25 s a release and these tests are about budgets and stores, not the mechanism)."""
     spec = yaml.safe_load((ROOT / "datasets/nps-sample/dataset.yaml").read_text())
     spec["name"] = name
     spec["privacy"].update(privacy)
+    spec["mechanism"] = {"name": "ipa", "params": {"epsilon": 1.0}}
     for column in spec["columns"].values():  # taxonomies from the project's taxonomies/
         if "taxonomy" in column:
             column["taxonomy"] = str((ROOT / "datasets/nps-sample" / column["taxonomy"]).resolve())
@@ -188,10 +192,10 @@ def test_the_cap_cannot_be_raised_by_editing_the_yaml(home: Path, tmp_path) -> N
 
 
 def test_a_kanon_release_voids_the_lifetime_guarantee_of_later_releases(home: Path) -> None:
-    before = release_flow(ReleaseRequest(evaluate=False))
+    before = release_flow(ReleaseRequest(evaluate=False, mechanism="ipa"))  # (ipa: fast)
     assert not before["manifest"]["lifetime"]["void"]
     release_flow(ReleaseRequest(evaluate=False, mechanism={"mechanism": "kanon", "k": 10}))
-    after = release_flow(ReleaseRequest(evaluate=False))
+    after = release_flow(ReleaseRequest(evaluate=False, mechanism="ipa"))
     lifetime = after["manifest"]["lifetime"]
     assert lifetime["void"] and "kanon" in lifetime["void_reason"]
     assert "Lifetime guarantee VOID" in (Path(after["path"]) / "report.md").read_text()
@@ -239,7 +243,7 @@ def test_show_prints_public_facts_and_the_steward_record(home: Path) -> None:
 
     from deployments.cli import app
 
-    result = release_flow(ReleaseRequest(evaluate=False))
+    result = release_flow(ReleaseRequest(evaluate=False, mechanism="ipa"))  # (ipa: fast)
     shown = CliRunner().invoke(app, ["show", result["path"]])
     assert shown.exit_code == 0, shown.output
     assert result["release_id"] in shown.output and "steward record" in shown.output
@@ -310,7 +314,7 @@ def test_cli_release_says_when_the_folder_is_published_then_shows_the_evidence(h
 
     from deployments.cli import app
 
-    shown = CliRunner().invoke(app, ["release", "nps-sample", "--seed", "5"],
+    shown = CliRunner().invoke(app, ["release", "nps-sample", "--mechanism", "ipa", "--seed", "5"],
                                env={"COLUMNS": "200"})
     assert shown.exit_code == 0, shown.output
     published = [line for line in shown.output.splitlines() if line.startswith("published ")]
@@ -334,8 +338,8 @@ def test_the_console_command_releases_and_exits_cleanly(home: Path) -> None:
     env = {**os.environ, "MEDRELEASE_HOME": str(home), "PREFECT_API_URL": PREFECT_API_URL.value(),
            "COLUMNS": "200"}
     done = subprocess.run([str(Path(sys.executable).with_name("medrelease")), "release",
-                           "nps-sample", "--seed", "4"], env=env, cwd=ROOT, text=True,
-                          capture_output=True, timeout=300)
+                           "nps-sample", "--mechanism", "ipa", "--seed", "4"], env=env, cwd=ROOT,
+                          text=True, capture_output=True, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     published = [line for line in done.stdout.splitlines() if line.startswith("published ")]
     assert len(published) == 1, done.stdout[-2000:]

@@ -1,6 +1,7 @@
 """The registry is the single list: a mechanism registered from a test shows up in the form
 schema, the CLI and a flow run without touching another file; and every trigger resolves the
-mechanism the same way (request -> dataset YAML -> defaults)."""
+mechanism the same way (request -> dataset YAML -> the registry's rule for the dataset: aim
+with a declared informative domain, else ipa -> the mechanism's defaults)."""
 
 from __future__ import annotations
 
@@ -18,9 +19,9 @@ from medrelease.data.config import find_config
 from medrelease.errors import ParameterError
 from medrelease.mechanisms import Capabilities, label, register, unregister
 from medrelease.mechanisms.histogram import Histogram
-from medrelease.release import resolve_mechanism
+from medrelease.release import release, resolve_mechanism
 
-from .conftest import write_paper_dataset
+from .conftest import PAPER_TABLE_5, write_paper_dataset
 
 MIMIC = Path(__file__).resolve().parents[2] / "shared" / "data" / "mimic-iii-demo"
 
@@ -91,6 +92,48 @@ def test_resolution_request_then_yaml_then_defaults() -> None:
     assert other.params == {"k": 12} and other.source == "request"  # no ipa params carried
     with pytest.raises(ParameterError, match="kanon takes no epsilon"):
         resolve_mechanism(find_config("nps-sample"), "kanon", 1.0)
+
+
+def _without_mechanism(config, **update):
+    """``config`` as a YAML that names no mechanism (plus ``update``)."""
+    from medrelease.data.config import config_from_dict
+
+    raw = config.model_dump(exclude={"base_dir", "config_file", "mechanism"}) | update
+    return config_from_dict(raw, config.base_dir)
+
+
+def test_a_dataset_naming_no_mechanism_gets_aim_with_a_declared_domain_else_ipa(
+        paper_config) -> None:
+    """No default publishes silent bias: ipa drops rare informative values without saying so,
+    so aim is the default wherever it can run (a declared informative domain)."""
+    from medrelease.mechanisms import DEFAULT_RULE, capabilities, default_mechanism, labels
+
+    sample = find_config("nps-sample")
+    own = resolve_mechanism(sample)  # the bundled sample names aim in its YAML
+    assert (own.name, own.params, own.source) == ("aim", {"epsilon": 1.0}, "dataset config")
+    assert default_mechanism(sample) == "aim"
+    unnamed = _without_mechanism(sample)
+    assert unnamed.mechanism.name is None and unnamed.informative_domain
+    assert resolve_mechanism(unnamed).name == "aim"
+    no_domain = paper_config  # no mechanism, no domain (Disease: {role: informative})
+    assert no_domain.mechanism.name is None and no_domain.informative_domain is None
+    assert default_mechanism(no_domain) == resolve_mechanism(no_domain).name == "ipa"
+    assert release(PAPER_TABLE_5, no_domain, seed=1).mechanism == "ipa"  # (the driver too)
+    columns = {**{c: s.model_dump(exclude_none=True) for c, s in sample.columns.items()},
+               "diagnosis": {"role": "informative"}}
+    assert default_mechanism(_without_mechanism(sample, columns=columns)) == "ipa"
+    # a domain, but a policy without aim: the default is one the policy lets run
+    no_aim = _without_mechanism(sample, policy={"mechanisms": ["ipa", "histogram"]})
+    assert default_mechanism(no_aim) == "ipa"
+    # the params of a YAML that names no mechanism go to the default
+    params = _without_mechanism(sample, mechanism={"params": {"epsilon": 0.5}})
+    assert resolve_mechanism(params).params == {"epsilon": 0.5}
+    # nothing calls one mechanism "the default": the form derives it per dataset
+    assert not any("default" in text for text in labels())
+    assert "default" not in capabilities("ipa").summary
+    described = ReleaseRequest.model_json_schema()["properties"]["mechanism"]["description"]
+    assert DEFAULT_RULE in described and "nps-sample: aim" in described
+    assert "adult: diffgen" in described
 
 
 @pytest.mark.skipif(not MIMIC.is_dir(), reason="MIMIC-III demo not beside the checkout")

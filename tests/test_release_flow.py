@@ -34,7 +34,9 @@ def _release_dirs(home: Path) -> list[Path]:
 
 
 def test_full_run_publishes_release_and_ledger(home: Path) -> None:
-    result = release_flow(ReleaseRequest(batch_size=64))
+    # ipa named: the lattice, its risk figures and the IPA paper's queries (the sample's default
+    # is aim, tested in tests/test_registry.py)
+    result = release_flow(ReleaseRequest(batch_size=64, mechanism="ipa"))
     folder = Path(result["path"])
     assert folder.parent == home / "releases" / "nps-sample"
     assert {p.name for p in folder.iterdir()} == {"data.parquet", "data.csv", "manifest.json",
@@ -116,10 +118,11 @@ def test_budget_and_catalogue_artifacts_after_a_release_and_after_a_refusal(home
 
     from medrelease.privacy.ledger import SpendRequest
 
-    released = release_flow(ReleaseRequest(seed=4, evaluate=False))
+    released = release_flow(ReleaseRequest(seed=4, mechanism="ipa", evaluate=False))  # (fast)
     Ledger(home / "ledger.sqlite").reserve(
         SpendRequest("nps-sample", "nps-sample", "ipa", 8.5, 0.0, 10.0, 1e-4))
-    refusal = release_flow(ReleaseRequest(seed=5, evaluate=False), return_state=True)
+    refusal = release_flow(ReleaseRequest(seed=5, mechanism="ipa", evaluate=False),
+                           return_state=True)
     assert refusal.name == "Refused" and "requested 1 > total 10" in refusal.message
 
     def artifacts(flow_run_id) -> dict:
@@ -160,8 +163,8 @@ def test_failure_after_charge_keeps_reservation_and_publishes_nothing(
 
         monkeypatch.setattr(medrelease.storage.store, "_write_json", disk_full)
         expected = StoreError
-    with pytest.raises(expected):
-        release_flow(ReleaseRequest(seed=5))
+    with pytest.raises(expected):  # ipa: its lattice scoring is what breaks
+        release_flow(ReleaseRequest(seed=5, mechanism="ipa"))
     [spend] = _spends(home)
     assert spend.status == "failed" and spend.epsilon == 1.0
     assert Ledger(home / "ledger.sqlite").state("nps-sample", 10, 1e-4).epsilon_spent == 1.0
@@ -242,8 +245,8 @@ def test_malformed_config_and_one_row_table(home: Path) -> None:
     one = home / "one.csv"
     one.write_text("patient_id,age,sex,length_of_stay,surgery,region,diagnosis\n"
                    "1,34,F,3,N,11,A001\n")
-    result = release_flow(ReleaseRequest(input_path=str(one), seed=2))
-    # The sound mechanism cannot show a single person: no cell reaches its threshold.
+    result = release_flow(ReleaseRequest(input_path=str(one), seed=2, mechanism="ipa"))
+    # ipa cannot show a single person: no cell reaches its threshold.
     assert result["manifest"]["released_rows"] == 0
     assert result["manifest"]["checks"]["passed"]
 
@@ -290,7 +293,7 @@ def test_dask_runner_gives_the_same_release_as_threads(home: Path, tmp_path: Pat
     pd.read_csv(Path(__file__).resolve().parent.parent / "datasets/nps-sample/nps_sample.csv",
                 nrows=3000).to_csv(extract, index=False)
     results = [release_flow(ReleaseRequest(input_path=str(extract), seed=5, batch_size=64,
-                                           task_runner=runner, evaluate=False))
+                                           mechanism="ipa", task_runner=runner, evaluate=False))
                for runner in ("thread", "dask")]
     thread, dask = (pd.read_parquet(Path(r["path"]) / "TEST-data.parquet") for r in results)
     assert results[0]["manifest"]["chosen_node"] == results[1]["manifest"]["chosen_node"]
@@ -303,7 +306,7 @@ def test_unreachable_dask_scheduler_fails_before_any_spend(home: Path, monkeypat
     monkeypatch.setenv("MEDRELEASE_DASK_ADDRESS", "tcp://127.0.0.1:9")  # deployment-level only
     monkeypatch.setenv("MEDRELEASE_DASK_CONNECT_TIMEOUT", "2s")
     with pytest.raises(RunnerUnavailableError, match="no budget was spent"):
-        release_flow(ReleaseRequest(seed=1, task_runner="dask", evaluate=False))
+        release_flow(ReleaseRequest(seed=1, mechanism="ipa", task_runner="dask", evaluate=False))
     assert _spends(home) == []
     assert _release_dirs(home) == []
 
@@ -330,9 +333,9 @@ def test_dask_workers_aggregate_the_files_of_an_extract_to_the_same_release(
 
     pattern = _partitions(tmp_path)
     whole = release_flow(ReleaseRequest(input_path=str(tmp_path / "whole.csv"), seed=5,
-                                        batch_size=64, evaluate=False))
+                                        mechanism="ipa", batch_size=64, evaluate=False))
     parts = release_flow(ReleaseRequest(input_path=str(pattern), seed=5, batch_size=64,
-                                        task_runner="dask", evaluate=False))
+                                        mechanism="ipa", task_runner="dask", evaluate=False))
     assert parts["record"]["input_rows"] == whole["record"]["input_rows"] == 3000
     assert parts["record"]["input_file"] == str(pattern)
     assert parts["manifest"]["chosen_node"] == whole["manifest"]["chosen_node"]
@@ -368,7 +371,7 @@ def test_a_mechanism_straying_from_its_declared_steps_publishes_nothing(home: Pa
     monkeypatch.setattr(IPA, "budget_steps", lambda self, params: [
         *declared(self, params), BudgetStep("forgotten", 0.0, 0.0, "ipa")])
     with pytest.raises(StepAccountingError, match="'forgotten' were neither drawn"):
-        release_flow(ReleaseRequest(seed=2, batch_size=64, evaluate=False))
+        release_flow(ReleaseRequest(seed=2, mechanism="ipa", batch_size=64, evaluate=False))
     assert [p for p in _release_dirs(home) if p.name != "nps-sample"] == []
     [spend] = _spends(home)
     assert spend.status == "failed" and "StepAccountingError" in spend.note

@@ -257,7 +257,8 @@ def test_a_wrong_parameter_from_the_form_is_refused_in_one_sentence_without_trac
           get_client(sync_client=True) as client):  # one release first: a ledger to show
         deployment = client.read_deployment_by_name("medrelease-release/on-demand")
         first = client.create_flow_run_from_deployment(deployment.id, parameters={
-            "request": {"dataset": "nps-sample", "seed": 3, "evaluate": False}})
+            "request": {"dataset": "nps-sample", "mechanism": label("ipa"), "seed": 3,
+                        "evaluate": False}})  # ipa: the node table artifact read below
         _final_run(client, first.name, served.log)
     page, _ = _logged_in_form(served, browser, "", (1440, 1000))
     page.locator(".schema-form-property__label").first.wait_for(timeout=60_000)

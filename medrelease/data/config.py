@@ -1,7 +1,8 @@
 """Dataset config: one YAML per dataset, validated by pydantic.
 
 The config says where the input is, what role each column plays, how missing values are
-handled, the dataset's lifetime privacy budget and the default mechanism. Relative paths in the
+handled, the dataset's lifetime privacy budget and its mechanism (when it names none, the
+registry's rule picks one: ``medrelease.mechanisms.default_mechanism``). Relative paths in the
 YAML are resolved against the YAML file's folder, so a config and its taxonomies move together.
 """
 
@@ -134,7 +135,10 @@ class WorkloadSet(_Strict):
 
 
 class MechanismSpec(_Strict):
-    name: str = "ipa"
+    """The dataset's own mechanism; no ``name`` means the registry's rule for a dataset
+    (``default_mechanism``: ``aim`` with a declared informative domain, else ``ipa``)."""
+
+    name: str | None = Field(default=None, min_length=1)
     params: dict[str, Any] = Field(default_factory=dict)
 
 

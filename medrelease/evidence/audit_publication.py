@@ -32,6 +32,7 @@ from typing import Any
 import pandas as pd
 from pydantic import ValidationError
 
+from medrelease.errors import ParameterError
 from medrelease.evidence.audit import TIPPING_VALUE, UNIQUE_VALUE
 from medrelease.mechanisms import capabilities
 from medrelease.privacy.publication import (
@@ -41,6 +42,7 @@ from medrelease.privacy.publication import (
     published_file_names,
     released_figures,
     render_public_report,
+    table_columns_allowed,
 )
 from medrelease.storage.store import find_data_file, neutralise_formulas
 
@@ -70,7 +72,8 @@ def inspect_folder(folder: Path) -> list[Finding]:
     folder = Path(folder)
     manifest = _manifest(folder)
     findings: list[Finding] = []
-    expected = set(published_file_names(bool(manifest.get("test_release"))))
+    expected = set(published_file_names(bool(manifest.get("test_release")),
+                                        published_tables(manifest)))
     for name in sorted({p.name for p in folder.iterdir()} ^ expected):
         state = "missing" if name in expected else "not on the allow-list of published files"
         findings.append(Finding("boundary", name, state))
@@ -85,10 +88,35 @@ def inspect_folder(folder: Path) -> list[Finding]:
     return _rederive(folder, manifest)
 
 
+def published_tables(manifest: dict[str, Any]) -> tuple[str, ...]:
+    """The tables the release's mechanism declares it publishes beside the data."""
+    try:
+        return capabilities(manifest.get("mechanism", "")).published_tables
+    except ParameterError:  # a mechanism no longer registered: only the standard files
+        return ()
+
+
+def _tables_checked(folder: Path, manifest: dict[str, Any]) -> list[Finding]:
+    """Each published table: its columns on its allow-list (or a released column's labels),
+    its statistics its own values'."""
+    import pyarrow.parquet as pq
+
+    findings = []
+    for name in published_tables(manifest):
+        path = folder / name
+        columns = pq.read_schema(path).names
+        for column in table_columns_allowed(name, columns, list(manifest["columns"])):
+            findings.append(Finding("boundary", f"{name} column {column!r}",
+                                    "not on the allow-list of the table's columns"))
+        findings += _statistics_rederived(path)
+    return findings
+
+
 def _rederive(folder: Path, manifest: dict[str, Any]) -> list[Finding]:
     """``released`` fields, the report, the CSV and the Parquet statistics must follow from the
     published data alone."""
     findings = _statistics_rederived(find_data_file(folder, ".parquet"))
+    findings += _tables_checked(folder, manifest)
     for name in sorted(set(manifest.get("mechanism_details") or {}) - set(DETAILS)):
         findings.append(Finding("boundary", f"manifest.mechanism_details.{name}",
                                 "entry not on the allow-list of mechanism details"))
@@ -165,6 +193,11 @@ def _parquet_compared(without: Path, with_target: Path) -> list[Finding]:
 
     files = [pq.ParquetFile(find_data_file(f, ".parquet")) for f in (without, with_target)]
     findings = []
+    for name in published_tables(_manifest(without)):
+        schemas = [pq.read_schema(f / name) for f in (without, with_target)]
+        if not schemas[0].equals(schemas[1], check_metadata=True):
+            findings.append(Finding("neighbour-diff", f"{name} schema",
+                                    "column names, types or metadata differ between neighbours"))
     if not files[0].schema_arrow.equals(files[1].schema_arrow, check_metadata=False):
         findings.append(Finding("neighbour-diff", "data.parquet schema",
                                 "column names or types differ between neighbours"))
@@ -212,7 +245,9 @@ def value_leaks(folder: Path, value: str) -> list[Finding]:
     folder = Path(folder)
     manifest = _manifest(folder)
     public_domain = any("domain" in spec for spec in manifest["columns"].values())
-    data_files = {find_data_file(folder, ".parquet").name, find_data_file(folder, ".csv").name}
+    # a published table's labels enumerate the public domain (as the data's values may)
+    data_files = {find_data_file(folder, ".parquet").name, find_data_file(folder, ".csv").name,
+                  *published_tables(manifest)}
     needle = value.encode("utf-8")
     findings = []
     for path in sorted(folder.iterdir()):
@@ -243,6 +278,19 @@ def decoded_texts(folder: Path, with_data: bool = True) -> dict[str, list[str]]:
             if stats is not None and stats.has_min_max:
                 meta += [str(stats.min), str(stats.max)]
     out[f"{parquet_path.name} metadata and statistics"] = meta
+    for name in published_tables(_manifest(folder)):
+        table_file = pq.ParquetFile(folder / name)
+        texts = [v.decode("utf-8", "replace")
+                 for v in (table_file.metadata.metadata or {}).values()]
+        for group in range(table_file.metadata.num_row_groups):
+            for i in range(table_file.metadata.num_columns):
+                stats = table_file.metadata.row_group(group).column(i).statistics
+                if stats is not None and stats.has_min_max:
+                    texts += [str(stats.min), str(stats.max)]
+        out[f"{name} metadata and statistics"] = texts
+        if with_data:
+            out[f"{name} values"] = pd.read_parquet(folder / name).astype(str) \
+                .to_numpy().ravel().tolist()
     if with_data:
         table = pd.read_parquet(parquet_path)
         out[f"{parquet_path.name} values"] = table.astype(str).to_numpy().ravel().tolist()

@@ -1,9 +1,13 @@
 """Evidence for one published release, computed against its input (EVALUATION.md).
 
-Utility (IL parts, the IPA paper's queries, classification, information gain), risk (the
-release's and the input's, plus the frequency-matching attack for pseudonymization) and the
-IL of every lattice node by height. Everything here looks at the raw input, so the result is
-for the steward and is written outside the release folder, never published with it.
+Accuracy first (workload error of every 1-, 2- and 3-way marginal, the informative column value
+by value, a verdict and warnings: ``accuracy.py``), then utility (IL parts, the IPA paper's
+queries, classification, information gain), risk that fits the release (class sizes and
+prosecutor risk for real rows; matches of unique input records for synthetic rows; the
+frequency-matching attack for pseudonyms) and the IL of every lattice node by height. A section
+that does not apply is left out with one sentence saying why (``left_out``). Everything here
+looks at the raw input, so the result is for the steward and is written outside the release
+folder, never published with it.
 """
 
 from __future__ import annotations
@@ -19,8 +23,14 @@ import pandas as pd
 
 from medrelease.data.aggregate import CountTable, mixed_radix_digits
 from medrelease.data.config import DatasetConfig
+from medrelease.evidence.accuracy import measure_accuracy
 from medrelease.evidence.classification import information_gain, model_scores, split
-from medrelease.evidence.risk import frequency_attack, risk_of_sizes, risk_report
+from medrelease.evidence.risk import (
+    frequency_attack,
+    risk_of_sizes,
+    risk_report,
+    synthetic_match_risk,
+)
 from medrelease.evidence.utility import AnalysisQuery, compare_queries
 from medrelease.mechanisms import capabilities, get_mechanism
 from medrelease.storage.store import find_data_file
@@ -109,6 +119,18 @@ class Evaluation:
     frequency_attack: dict[str, float] = field(default_factory=dict)
     il_by_height: pd.DataFrame | None = None
     unit_warning: str | None = None  # identifiers declared, no privacy unit: one row protected
+    accuracy: dict[str, Any] = field(default_factory=dict)
+    risk_synthetic: dict[str, float | int] = field(default_factory=dict)
+    input_note: str = ""  # how the input's rows relate to the file's (dropped, bounded)
+    left_out: dict[str, str] = field(default_factory=dict)  # section -> why it does not apply
+
+    @property
+    def verdict(self) -> str:
+        return str(self.accuracy.get("verdict", ""))
+
+    @property
+    def warnings(self) -> list[str]:
+        return list(self.accuracy.get("warnings", []))
 
     def as_json(self) -> dict[str, Any]:
         out = {k: v for k, v in asdict(self).items()
@@ -155,6 +177,21 @@ def _classification(given: InputRows, released: pd.DataFrame, config: DatasetCon
     return scores, note
 
 
+def input_note(record: dict[str, Any], rows: int) -> str:
+    """The input's size said once, with how it relates to the file and to what was released:
+    every section of the evaluation compares with these ``rows``."""
+    parts = [f"{rows:,} input rows (the extract after its missing-value policy)"]
+    if record.get("dropped_rows"):
+        parts.append(f"{int(record['dropped_rows']):,} row(s) with missing values dropped "
+                     "(missing: drop_rows)")
+    bound = record.get("unit_bound") or {}
+    if bound.get("rows after the bound") is not None:
+        parts.append(f"the release was made from {int(bound['rows after the bound']):,} of them "
+                     f"(each of {int(bound.get('units', 0)):,} units bounded to its declared "
+                     "maximum of rows)")
+    return "; ".join(parts)
+
+
 def _il_by_height(candidates: pd.DataFrame) -> pd.DataFrame | None:
     levels = [c for c in candidates.columns if c.startswith("level_")]
     if candidates.empty or not levels or "il" not in candidates.columns:
@@ -195,6 +232,7 @@ def evaluate_release(release_dir: str | Path, original: pd.DataFrame | InputRows
     candidates = candidates if candidates is not None else pd.DataFrame()
     mechanism = manifest["mechanism"]
     details = details or manifest.get("mechanism_details", {})
+    caps = capabilities(mechanism)
     evaluation = Evaluation(
         dataset=manifest["dataset"], release_id=manifest["release_id"], mechanism=mechanism,
         guarantee=manifest["guarantee"]["statement"],
@@ -202,15 +240,30 @@ def evaluate_release(release_dir: str | Path, original: pd.DataFrame | InputRows
         for_publication=not manifest.get("test_release", False),
         budget_steps=manifest["budget_steps"],
         information_loss=record.get("information_loss", {}),
-        input_rows=int(record.get("input_rows", given.n_rows)),
+        input_rows=given.n_rows, input_note=input_note(record, given.n_rows),
         released_rows=manifest["released_rows"],
     )
+    evaluation.accuracy = measure_accuracy(
+        given.table, given.weights, released, config, comparable=caps.raw_values,
+        loss_reason=caps.loss_reason).as_json()
+    left_out = evaluation.left_out
+    if not evaluation.information_loss:
+        left_out["information loss"] = (
+            "synthetic rows: information loss (NCP + EMD + Rate) measures generalized real "
+            "rows; read the accuracy section" if caps.kind == "synthetic" else
+            f"{mechanism} does not compute information loss; read the accuracy section")
     query = query or AnalysisQuery()
     if query.applies_to(config) and all(c in released.columns for c in query.columns()):
         evaluation.queries, evaluation.query_summary = compare_queries(
             given.table, released, config, query, original_weights=given.weights)
+    else:
+        left_out["analysis queries"] = (
+            "the IPA paper's queries need its schema (age, sex, length of stay, surgery and a "
+            f"diagnosis column) released; {config.name} does not have it")
     evaluation.classification, evaluation.classification_note = _classification(
         given, released, config, mechanism, details)
+    if not evaluation.classification:
+        left_out["classification"] = evaluation.classification_note
     label = config.class_columns[0] if config.class_columns else None
     if evaluation.classification and label:
         attrs = [c for c in config.dimensions if c in released.columns]
@@ -220,9 +273,20 @@ def evaluate_release(release_dir: str | Path, original: pd.DataFrame | InputRows
             "attribute": attrs, "before": [before[a] for a in attrs],
             "after": [after[a] for a in attrs]})
     dims = [c for c in config.dimensions + config.set_valued if c in released.columns]
-    evaluation.risk_release = risk_report(released, dims)
-    evaluation.risk_input = given.risk(dims)
-    if capabilities(mechanism).needs_secret:  # a keyed mapping keeps frequencies
+    if caps.kind == "synthetic":  # no released row is a patient: class sizes say nothing
+        columns = [c for c in config.declared if c in released.columns]
+        evaluation.risk_synthetic = synthetic_match_risk(given.table, given.weights, released,
+                                                         columns)
+        left_out["class-size risk"] = (
+            "synthetic rows: class sizes and prosecutor risk would treat each synthetic row as "
+            "a patient; the matches of unique input records are shown instead")
+    else:
+        evaluation.risk_release = risk_report(released, dims)
+        evaluation.risk_input = given.risk(dims)
+    if caps.needs_secret:  # a keyed mapping keeps frequencies
         evaluation.frequency_attack = frequency_attack(given.rows, dims)
     evaluation.il_by_height = _il_by_height(candidates)
+    if evaluation.il_by_height is None:
+        left_out["information loss per lattice height"] = (
+            "no lattice nodes were scored for this release")
     return evaluation

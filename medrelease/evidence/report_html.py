@@ -63,6 +63,31 @@ def _plot_il(evaluation: Evaluation, folder: Path) -> list[tuple[str, str]]:
     return [("il_by_height.svg", "Mean IL and its parts over the lattice nodes of each height")]
 
 
+def _plot_accuracy(evaluation: Evaluation, folder: Path) -> list[tuple[str, str]]:
+    """The worst marginals as bars, and the informative column's most frequent values, input
+    against release (where people would rather look than read)."""
+    acc, out = evaluation.accuracy, []
+    workload = (acc or {}).get("workload")
+    if workload and workload.get("worst"):
+        worst = workload["worst"]
+        (folder / "accuracy_worst.svg").write_text(horizontal_bars(
+            "The worst marginals (TVD, 0 = same as the input)", [w["marginal"] for w in worst],
+            [w["tvd"] for w in worst], "total variation distance", width=640),
+            encoding="utf-8")
+        out.append(("accuracy_worst.svg", "The ten marginals furthest from the input's"))
+    info = (acc or {}).get("informative")
+    if info and info.get("values"):
+        top = sorted(info["values"], key=lambda v: -v["input"])[:12]
+        names = [str(v["value"])[:14] for v in top]
+        (folder / "accuracy_values.svg").write_text(vertical_bars(
+            f"{info['column']}: rows per value, input and release", names,
+            [("input", [v["input"] for v in top]), ("release", [v["released"] for v in top])],
+            "rows", width=max(560, 70 * len(top))), encoding="utf-8")
+        out.append(("accuracy_values.svg", f"The {len(top)} most frequent {info['column']} "
+                                           "values: input rows against released rows"))
+    return out
+
+
 def _plot_budget(evaluation: Evaluation, folder: Path) -> list[tuple[str, str]]:
     steps = [s for s in evaluation.budget_steps if s["epsilon"] > 0]
     if not steps:
@@ -139,11 +164,10 @@ def _table(rows: dict | pd.DataFrame) -> str:
     return frame.to_html(index=False, border=0, classes="numbers")
 
 
-def verdict(e: Evaluation) -> str:
-    """One line a privacy officer reads first: the guarantee, what was kept, the risk."""
-    parts = [f"guarantee: {e.guarantee.rstrip('.')}"]
-    if e.input_rows:
-        parts.append(f"{e.released_rows:,} rows released for {e.input_rows:,} input rows")
+def release_facts(e: Evaluation) -> str:
+    """The line after the accuracy verdict: the guarantee, rows in and out, the risk."""
+    parts = [f"guarantee: {e.guarantee.rstrip('.')}",
+             f"{e.released_rows:,} rows released for {e.input_rows:,} input rows"]
     if e.information_loss.get("il") is not None:
         parts.append(f"information loss {plain(e.information_loss['il'])} of 3 (lower is "
                      "better)")
@@ -151,7 +175,95 @@ def verdict(e: Evaluation) -> str:
         parts.append(f"smallest released class {plain(e.risk_release.get('smallest_class'))} "
                      f"row(s), {plain(100 * e.risk_release.get('unique_row_share', 0))} % of "
                      "rows unique on the dimensions")
+    if e.risk_synthetic:
+        parts.append(f"{plain(100 * e.risk_synthetic['unique_match_share'])} % of the "
+                     "synthetic rows equal a unique input record (rows drawn from the 1-way "
+                     f"marginals: {plain(100 * e.risk_synthetic['baseline_share'])} %)")
     return "; ".join(parts) + "."
+
+
+def _left_out(e: Evaluation, section: str) -> str:
+    """One line in place of a section that does not apply, never an empty section."""
+    reason = e.left_out.get(section)
+    return f"<p class='left-out'>Not shown: {html.escape(reason)}.</p>" if reason else ""
+
+
+def _accuracy_section(e: Evaluation) -> list[str]:
+    """Accuracy first: verdict, warnings, workload error, the informative column."""
+    acc = e.accuracy
+    if not acc:
+        return []
+    parts = ["<h2>Accuracy: how far the release is from the input</h2>"]
+    workload = acc.get("workload")
+    if workload:
+        means = {f"{way}-way marginals": workload[f"mean_{way}way"] for way in (1, 2, 3)
+                 if workload.get(f"mean_{way}way") is not None}
+        parts += ["<h3>Workload error (mean total variation distance)</h3>",
+                  f"<p>{html.escape(workload['yardstick'])}. Over the released columns "
+                  f"{html.escape(', '.join(workload['columns']))}.</p>",
+                  _table(pd.DataFrame({"marginals": list(means), "mean TVD": list(means.values())})),
+                  "<h3>The worst marginals</h3>",
+                  _table(pd.DataFrame(workload["worst"]).rename(columns={"tvd": "TVD"}))]
+        if workload.get("declared"):
+            declared = workload["declared"]
+            parts += [f"<p>The dataset's declared workload: mean TVD "
+                      f"{plain(declared['mean'])}.</p>",
+                      _table(pd.DataFrame({"marginal": list(declared["marginals"]),
+                                           "TVD": list(declared["marginals"].values())}))]
+        for column, reason in workload.get("left_out", {}).items():
+            parts.append(f"<p class='left-out'>{html.escape(column)}: {html.escape(reason)}.</p>")
+    elif "workload" in acc.get("not_applicable", {}):
+        parts.append(f"<p class='left-out'>Workload error not measured: "
+                     f"{html.escape(acc['not_applicable']['workload'])}.</p>")
+    info = acc.get("informative")
+    if info:
+        parts += _informative_section(info)
+    elif "informative" in acc.get("not_applicable", {}):
+        parts.append(f"<p class='left-out'>Informative column not measured: "
+                     f"{html.escape(acc['not_applicable']['informative'])}.</p>")
+    return parts
+
+
+def _informative_section(info: dict) -> list[str]:
+    column = html.escape(info["column"])
+    values = pd.DataFrame(info["values"])
+    changed = values.assign(rows_changed=(values["released"] - values["input"]).abs()) \
+        .sort_values(["rows_changed", "input"], ascending=False).head(20)
+    shown = changed[["value", "input", "released", "pooled"]].assign(
+        change=[("new" if c is None or c != c else f"{100 * c:+.1f} %")
+                for c in changed["change"]])
+    parts = [f"<h3>{column}, value by value</h3>",
+             f"<p>{len(values):,} value(s); lost (in the input, not released): "
+             f"{len(info['lost']):,}; created (released, not in the input): "
+             f"{len(info['created']):,}; released more than 10 % below the input's count: "
+             f"{len(info['shrunk']):,}. The 20 largest changes in rows:</p>",
+             _table(shown)]
+    if info["lost"]:
+        parts.append(f"<p><b>Not released:</b> {html.escape(', '.join(info['lost'][:50]))}"
+                     + (f" and {len(info['lost']) - 50:,} more" if len(info["lost"]) > 50
+                        else "") + "</p>")
+    if info["created"]:
+        parts.append(f"<p><b>Released but not in the input:</b> "
+                     f"{html.escape(', '.join(info['created'][:50]))}</p>")
+    if info.get("suppression"):
+        parts += ["<h4>What pooling and thresholds removed</h4><ul>"]
+        parts += [f"<li>{html.escape(line)}</li>" for line in info["suppression"]]
+        parts.append("</ul>")
+    if info.get("rates"):
+        rates = pd.DataFrame(info["rates"])
+        rates = rates.assign(input_rate=100 * rates["input_rate"],
+                             released_rate=100 * rates["released_rate"],
+                             difference=100 * rates["difference"]).rename(columns={
+                                 "input_rate": "input %", "released_rate": "release %",
+                                 "difference": "difference (points)",
+                                 "group_rows": "input rows of the group"})
+        levels = "; ".join(f"{k}: {v}" for k, v in info.get("rate_levels", {}).items())
+        parts += [f"<h4>{column} rate by dimension</h4>",
+                  f"<p>{html.escape(info['rates_note'])}. Groups shown: "
+                  f"{html.escape(levels)}.</p>", _table(rates)]
+    elif info.get("rates_note"):
+        parts.append(f"<p class='left-out'>{html.escape(info['rates_note'])}.</p>")
+    return parts
 
 
 def _queries_explained(e: Evaluation) -> str:
@@ -174,49 +286,85 @@ def render(evaluation: Evaluation, plots: list[tuple[str, str]]) -> str:
         f"<title>Evaluation of {html.escape(e.release_id)}</title>",
         "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto}"
         ".internal{background:#fde;padding:.6em;border:1px solid #c66}"
+        ".warning{background:#fff3cd;padding:.5em;border:1px solid #d9a400}"
+        ".left-out{color:#555;font-style:italic}"
         "table.numbers{border-collapse:collapse}table.numbers td,table.numbers th"
         "{padding:2px 8px;border-bottom:1px solid #ddd;text-align:right}"
         "figure{margin:1em 0}</style></head><body>",
         f"<h1>Release {html.escape(e.release_id)} of {html.escape(e.dataset)}</h1>",
         f"<p class='internal'>{html.escape(INTERNAL)}</p>",
-        f"<p class='verdict'><b>Verdict:</b> {html.escape(verdict(e))}</p>",
+        f"<p class='verdict'><b>Verdict:</b> {html.escape(e.verdict or release_facts(e))}</p>",
+        *[f"<p class='warning'>{html.escape(w)}</p>" for w in e.warnings],
+        *_accuracy_section(e),
+        *[_figure(name, caption) for name, caption in plots if name.startswith("accuracy")],
+        "<h2>The release</h2>",
+        f"<p class='facts'>{html.escape(release_facts(e))}</p>",
         f"<p><b>Mechanism</b> {html.escape(e.mechanism)} — <b>guarantee</b> "
         f"{html.escape(e.guarantee)}</p>",
         (f"<p class='internal'><b>Warning:</b> {html.escape(e.unit_warning)}</p>"
          if e.unit_warning else ""),
-        f"<p>{e.input_rows:,} input rows, {e.released_rows:,} released rows"
+        f"<p><b>Input:</b> {html.escape(e.input_note or f'{e.input_rows:,} input rows')}; "
+        f"<b>released:</b> {e.released_rows:,} rows"
         + ("" if e.for_publication else " — <b>NOT FOR PUBLICATION (fixed seed)</b>") + "</p>",
         "<h2>Privacy budget</h2>", _table(pd.DataFrame(e.budget_steps)) if e.budget_steps
         else "<p>No privacy budget: this mechanism makes no differential-privacy claim.</p>",
     ]
     if e.information_loss:
         parts += ["<h2>Information loss</h2>", _table(e.information_loss)]
+    else:
+        parts += ["<h2>Information loss</h2>", _left_out(e, "information loss")]
     if e.queries is not None:
         parts += ["<h2>Analysis queries (IPA paper)</h2>", _queries_explained(e),
                   _table(e.query_summary), _table(e.queries)]
+    else:
+        parts += ["<h2>Analysis queries (IPA paper)</h2>", _left_out(e, "analysis queries")]
+    parts.append("<h2>Classification</h2>")
     if e.classification:
         flat = {f"{name} {metric}": value for name, scores in e.classification.items()
                 for metric, value in scores.items()}
-        parts += ["<h2>Classification</h2>", f"<p>{html.escape(e.classification_note)}</p>",
-                  _table(flat)]
+        parts += [f"<p>{html.escape(e.classification_note)}</p>", _table(flat)]
         if e.information_gain is not None:
             parts.append(_table(e.information_gain))
     else:
-        parts += ["<h2>Classification</h2>", f"<p>{html.escape(e.classification_note)}</p>"]
-    parts += ["<h2>Re-identification risk</h2>",
-              _table(pd.DataFrame({"release": e.risk_release, "input": e.risk_input})
-                     .reset_index(names="measure"))]
+        parts.append(_left_out(e, "classification"))
+    parts += ["<h2>Re-identification risk</h2>", *_risk_section(e)]
     if e.frequency_attack:
         parts += ["<h3>Frequency-matching attack on the pseudonyms</h3>",
                   _table(e.frequency_attack)]
+    parts.append("<h2>Information loss per lattice height</h2>")
     if e.il_by_height is not None:
-        parts += ["<h2>Information loss per lattice height</h2>", _table(e.il_by_height)]
-    parts.append("<h2>Plots</h2>")
-    for name, caption in plots:
-        parts.append(f"<figure><img src='plots/{html.escape(name)}' alt='{html.escape(caption)}'>"
-                     f"<figcaption>{html.escape(caption)}</figcaption></figure>")
+        parts.append(_table(e.il_by_height))
+    else:
+        parts.append(_left_out(e, "information loss per lattice height"))
+    rest = [(name, caption) for name, caption in plots if not name.startswith("accuracy")]
+    if rest:
+        parts.append("<h2>Plots</h2>")
+        parts += [_figure(name, caption) for name, caption in rest]
     parts.append("</body></html>")
     return "\n".join(parts)
+
+
+def _figure(name: str, caption: str) -> str:
+    return (f"<figure><img src='plots/{html.escape(name)}' alt='{html.escape(caption)}'>"
+            f"<figcaption>{html.escape(caption)}</figcaption></figure>")
+
+
+def _risk_section(e: Evaluation) -> list[str]:
+    """Figures that fit the release: matches of unique records for synthetic rows, class sizes
+    and prosecutor risk for real rows."""
+    if e.risk_synthetic:
+        r = e.risk_synthetic
+        return [f"<p>Synthetic rows describe no patient, so class sizes and prosecutor risk "
+                f"do not apply. What can go wrong is a synthetic row that reproduces a real "
+                f"record that is unique in the input: <b>"
+                f"{plain(100 * r['unique_match_share'])} %</b> of the {r['released_rows']:,} "
+                f"released rows do, against <b>{plain(100 * r['baseline_share'])} %</b> "
+                f"expected of rows drawn independently from the input's 1-way marginals (a "
+                f"release that knows no combination). The input has "
+                f"{r['unique_input_records']:,} unique records.</p>", _table(
+                    pd.DataFrame({"measure": list(r), "value": list(r.values())}))]
+    return [_table(pd.DataFrame({"release": e.risk_release, "input": e.risk_input})
+                   .reset_index(names="measure"))]
 
 
 def write_report(evaluation: Evaluation, target: str | Path) -> Path:
@@ -232,6 +380,7 @@ def write_report(evaluation: Evaluation, target: str | Path) -> Path:
             plots += _plot_queries(evaluation, plots_dir)
         if evaluation.il_by_height is not None:
             plots += _plot_il(evaluation, plots_dir)
+        plots = _plot_accuracy(evaluation, plots_dir) + plots
         plots += _plot_budget(evaluation, plots_dir)
         if evaluation.classification:
             plots += _plot_classification(evaluation, plots_dir)

@@ -20,8 +20,11 @@ from medrelease.mechanisms.mondrian import Mondrian
 from medrelease.mechanisms.pseudonymize import Pseudonymize
 
 MECHANISMS: dict[str, LatticeMechanism] = {}
-DEFAULT_MECHANISM = "ipa"
 LABEL_SEPARATOR = " — "
+# A dataset whose config names no mechanism: ``aim`` (accurate marginals, synthetic rows) where
+# it can run, else ``ipa`` (real rows; it drops rare informative values without saying so).
+DEFAULT_RULE = ("a dataset that names no mechanism gets aim where it declares its informative "
+                "column's domain ('domain:') and its policy allows aim, else ipa")
 
 
 def register(mechanism: LatticeMechanism) -> LatticeMechanism:
@@ -73,9 +76,9 @@ def label(name: str) -> str:
 
 
 def labels() -> list[str]:
-    """Every registered mechanism's label, the default first."""
-    names = sorted(MECHANISMS, key=lambda n: (n != DEFAULT_MECHANISM, n))
-    return [label(n) for n in names]
+    """Every registered mechanism's label, by name (which one a dataset defaults to depends on
+    the dataset: ``default_mechanism``; the form offers that as its own first entry)."""
+    return [label(n) for n in sorted(MECHANISMS)]
 
 
 def name_from_label(value: str) -> str:
@@ -107,6 +110,20 @@ def check_fits(config, name: str) -> None:
         )
 
 
+def default_mechanism(config) -> str:
+    """The mechanism of a dataset whose config names none (``DEFAULT_RULE``): ``aim`` when the
+    config declares an informative domain and ``aim`` fits the dataset (``check_fits``) and its
+    policy, else ``ipa``. The one place the default is decided: the release, the CLI, the form
+    and the docs derive from it."""
+    if config.informative_domain is not None and "aim" in config.policy.mechanisms:
+        try:
+            check_fits(config, "aim")
+        except ParameterError:
+            return "ipa"
+        return "aim"
+    return "ipa"
+
+
 def output_columns(config, name: str) -> list[str]:
     """The columns a mechanism's release carries (anything else must not appear)."""
     by_role = {"dimension": config.dimensions, "informative": config.informative,
@@ -114,6 +131,7 @@ def output_columns(config, name: str) -> list[str]:
     return [c for role in capabilities(name).output_roles for c in by_role[role]]
 
 
-__all__ = ["DEFAULT_MECHANISM", "MECHANISMS", "NodeSummary", "ReleaseContext", "capabilities",
-           "check_fits", "get_mechanism", "label", "labels", "name_from_label", "output_columns",
-           "register", "unregister", "uses_counts", "uses_lattice"]
+__all__ = ["DEFAULT_RULE", "MECHANISMS", "NodeSummary", "ReleaseContext", "capabilities",
+           "check_fits", "default_mechanism", "get_mechanism", "label", "labels",
+           "name_from_label", "output_columns", "register", "unregister", "uses_counts",
+           "uses_lattice"]

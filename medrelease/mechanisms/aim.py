@@ -66,6 +66,7 @@ class AIM(MechanismBase):
         kind="synthetic",
         audit_designs=("unique", "common"),
         audit_public_domain=True,
+        published_tables=("measurements.parquet",),
     )
     selection: ClassVar[str] = "rounds"
     Params: ClassVar[type[MechanismParams]] = AIMParams

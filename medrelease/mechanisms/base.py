@@ -79,6 +79,14 @@ class Capabilities:
     # materialize(..., draws) takes each declared budget step from the plan (StepDraws) and
     # draws with that step's numbers; the selection's step is named by ``selection_step``.
     draws_declared_steps: bool = False
+    # The accuracy evidence (evidence/accuracy.py): why rows of an informative value may be
+    # missing from the release, in the steward's words (mechanisms that pool or suppress), and
+    # whether released values can be compared with the input's at all (not for pseudonyms).
+    loss_reason: str = ""
+    raw_values: bool = True
+    # Tables published beside the data (each on publication.PUBLISHED_TABLES), e.g. aim's
+    # noisy measurements: ``MaterializedRelease.tables`` holds them by file name.
+    published_tables: tuple[str, ...] = ()
 
 
 class LatticeMechanism(Protocol):

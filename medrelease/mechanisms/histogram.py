@@ -14,7 +14,7 @@ from the data the set of informative values itself is disclosed, and the label s
 from __future__ import annotations
 
 import math
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 from pydantic import Field
@@ -33,6 +33,7 @@ from medrelease.mechanisms.base import (
     noise_bound,
 )
 from medrelease.privacy.guarantee import ADD_REMOVE_ONE_ROW, BudgetStep, Guarantee, StepDraws
+from medrelease.privacy.intervals import LEVEL, CountIntervals, cells_entry, noise_law_epsilon
 from medrelease.privacy.randomness import discrete_laplace, generator_for
 
 DEFAULT_CELL_LIMIT = 5_000_000
@@ -117,6 +118,34 @@ class Histogram(MechanismBase):
         """Every cell of the node's full domain is released with its clipped noisy count."""
         cells = self.domain_cells(context, self.fixed_node(context, params))
         return cells * expected_rows_above(params.epsilon / params.unit_rows)
+
+    def error_bars(self, params: HistogramParams, context: ReleaseContext | None = None,
+                   node: Node | None = None) -> dict[str, Any]:
+        """95 % intervals for the researcher (public: the parameters and the node's domain):
+        every cell of the node's domain is drawn, clipped at 0; a total over c cells by
+        ``clipped_total_interval``."""
+        m = params.unit_rows
+        eps = noise_law_epsilon(params.epsilon, m)
+        cells = [cells_entry("every cell of the node's domain (a combination with no rows "
+                             "was released as 0)", CountIntervals.clipped(eps), params.epsilon,
+                             m)]
+        out: dict[str, Any] = {
+            "level": LEVEL,
+            "statement": ("Every cell of the chosen node's full domain — every combination of "
+                          "the generalized dimensions times every informative value, empty "
+                          "ones included — was released as max(0, n + Z) rows, Z discrete "
+                          "Laplace. The intervals hold with 95 % probability for every true "
+                          "count n >= 0; no cell is left out, so nothing is biased by a "
+                          "threshold."),
+            "cells": cells,
+            "totals": ("A total over c cells of the domain (e.g. a value over every class: c = "
+                       "the node's classes) with released total T lies in [T - q+, T + q], q+ "
+                       "the 97.5 % quantile of the sum of c noises' positive parts and q that "
+                       "of the sum of c noises (clipping at 0 only ever adds rows)."),
+        }
+        if context is not None and node is not None:
+            out["classes"] = self.domain_cells(context, node) // max(context.n_inf, 1)
+        return out
 
     def row_bounds(self, params: HistogramParams, cells: ReleasedCells) -> tuple[int, int]:
         return 0, int(cells.true_counts.sum()) + cells.released_counts.size * noise_bound(

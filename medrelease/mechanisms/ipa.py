@@ -50,6 +50,13 @@ from medrelease.mechanisms.base import (
     summarize,
 )
 from medrelease.privacy.guarantee import ADD_REMOVE_ONE_ROW, BudgetStep, Guarantee, StepDraws
+from medrelease.privacy.intervals import (
+    LEVEL,
+    CountIntervals,
+    cells_entry,
+    noise_law_epsilon,
+    one_sided_width,
+)
 from medrelease.privacy.randomness import (
     discrete_laplace,
     exponential_mechanism,
@@ -219,10 +226,12 @@ def choose_by_score(rng: np.random.Generator, scores: list[int], epsilon: float)
 class IPA:
     name: ClassVar[str] = "ipa"
     capabilities: ClassVar[Capabilities] = Capabilities(
-        summary="(eps, delta)-DP, proven (the default)",
+        summary="(eps, delta)-DP, proven",
         gives=("real rows, quasi-identifiers generalized, informative values raw (counts "
                "noisy, rare cells pooled)"),
         draws_declared_steps=True,
+        loss_reason=("rows in cells below the release threshold are pooled under '*', and a "
+                     "pooled count below its threshold is not released"),
     )
     selection: ClassVar[str] = "exponential"
     selection_step: ClassVar[str] = "node selection"
@@ -326,6 +335,49 @@ class IPA:
             steps.append(BudgetStep("suppressed cells", params.eps_suppression, d, self.name,
                                     "discrete Laplace per pooled (*, v) cell + threshold"))
         return steps
+
+    def error_bars(self, params: IPAParams, context: ReleaseContext | None = None,
+                   node: Node | None = None) -> dict[str, Any]:
+        """95 % intervals for the researcher, from the declared steps' noise and thresholds
+        (public parameters only): each released count by its step, and what the pool's
+        threshold may remove from a value's total."""
+        m = params.unit_rows
+        tau_cells, tau_pool = self.thresholds(params)
+        steps = [("cells at the chosen node", params.eps_cells, tau_cells)]
+        _, rung_cells = self.rung_epsilons(params)
+        steps += [(f"cells at ladder rung {rung}", rung_cells, self.rung_threshold(params))
+                  for rung in range(1, params.ladder_rungs + 1)]
+        steps.append(("pooled cells (*, ..., *, value)", params.eps_suppression, tau_pool))
+        cells = [cells_entry(name, CountIntervals.thresholded(noise_law_epsilon(eps, m), tau),
+                             eps, m) for name, eps, tau in steps]
+        lost = self.pool_loss_bound(params)
+        return {
+            "level": LEVEL,
+            "statement": (
+                "Each released row stands for one input row of its (class, value) cell; a "
+                "cell's released count R is its true count n plus discrete Laplace noise, and "
+                "a cell is published only when R reaches its threshold. The intervals below "
+                "are selective: they hold with 95 % probability for every true count, given "
+                "that the cell was published. Rows of cells below the threshold are not lost "
+                "at once: they move to the next ladder rung, then to the pooled "
+                "(*, ..., *, value) cell."),
+            "cells": cells,
+            "totals": (
+                "A value's total over its released cells is the sum of their counts, within "
+                "the 95 % interval of the sum of their independent noises; when the release "
+                f"has no pooled (*, ..., *, value) row for a value, up to {lost} of its rows "
+                f"(95 %) fell below the pool's threshold: its released total is biased down "
+                f"by at most {lost} rows, and a value absent from the release had at most "
+                f"{lost} rows."),
+            "value_loss_bound": lost,
+        }
+
+    def pool_loss_bound(self, params: IPAParams) -> int:
+        """Rows of one value a dropped pooled cell may have held, at 97.5 %: n + Z < tau
+        means n <= tau - 1 - Z, and Z >= -k with 97.5 % probability."""
+        _, tau_pool = self.thresholds(params)
+        eps = noise_law_epsilon(params.eps_suppression, params.unit_rows)
+        return tau_pool - 1 + one_sided_width(eps, (1 + LEVEL) / 2)
 
     def row_bounds(self, params: IPAParams, cells: ReleasedCells) -> tuple[int, int]:
         """No minimum (every cell may be dropped); each cell adds at most ``noise_bound`` rows."""

@@ -78,6 +78,8 @@ class IPAPaper:
         gives="the IPA paper's release, for comparison only: its DP claim does not hold",
         replays_scored_candidate=True,
         draws_declared_steps=True,
+        loss_reason=("classes at or below a noisy threshold are suppressed: their rows are "
+                     "released under '*'"),
     )
     selection: ClassVar[str] = "exponential"
     selection_step: ClassVar[str] = "node selection"
@@ -92,6 +94,15 @@ class IPAPaper:
             PAPER_SHARES,
         )
         return params.model_copy(update=shares)
+
+    def error_bars(self, params: IPAPaperParams, context: object = None,
+                   node: object = None) -> dict[str, object]:
+        """No intervals: the paper's counts are biased by construction, said in words."""
+        return {"level": None, "statement": (
+            "No intervals are given: the paper mechanism only ever adds rows (negative noise "
+            "is clipped at zero), so every released class count is at least its true count, "
+            "and suppressed classes are released under '*'. Its privacy claim does not hold "
+            "either (see the guarantee).")}
 
     def guarantee(self, params: IPAPaperParams) -> Guarantee:
         return Guarantee(

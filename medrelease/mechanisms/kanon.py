@@ -45,6 +45,8 @@ class KAnonymity(MechanismBase):
         summary="syntactic k-anonymity, no DP",
         gives="real rows generalized until every class has k rows (no noise, no DP)",
         audit_designs=(),
+        loss_reason=("rows of classes smaller than k are suppressed: released under '*' when "
+                     "at least k of them, else withheld"),
     )
     selection: ClassVar[str] = "minimum_loss"
     Params: ClassVar[type[MechanismParams]] = KAnonParams

@@ -89,6 +89,7 @@ class Pseudonymize(MechanismBase):
         output_roles=("dimension", "informative", "class"),
         needs_secret=True,
         audit_designs=(),
+        raw_values=False,
     )
     selection: ClassVar[str] = "none"
     Params: ClassVar[type[MechanismParams]] = PseudonymizeParams

@@ -80,6 +80,11 @@ PUBLISHED: dict[str, PublishedField] = {
     "mechanism_details": PublishedField(Basis.OUTPUT, "the mechanism's own released summary "
                                                       "(DiffGen's cut and set-valued splits; ipa's ladder "
                                                       "nodes; a degenerate-release warning)"),
+    "error_bars": PublishedField(Basis.OUTPUT, "95 % intervals and bounds for the researcher, "
+                                               "computed from the mechanism's outputs and public "
+                                               "parameters only (post-processing): the declared "
+                                               "steps' noise laws and thresholds; aim's noisy "
+                                               "measurements, model and sampled rows"),
     "released_rows": PublishedField(Basis.RELEASED, "rows of the data file"),
     "risk": PublishedField(Basis.RELEASED, "re-identification figures of the released rows"),
 }
@@ -100,6 +105,21 @@ DETAILS: dict[str, Basis] = {
     "one_way_sigma": Basis.PUBLIC,         # aim: a function of the parameters
     "merged_rare_values": Basis.OUTPUT,    # aim: from the noisy 1-way marginals
 }
+
+# Tables a mechanism publishes beside its data (``Capabilities.published_tables``), column by
+# column with each column's basis. A column named after a released column holds the public
+# labels of its cells (taxonomy levels, the declared domain, "<parent> (rare)" groups chosen
+# from round 0's noisy counts); it is checked against ``PUBLISHED_TABLE_LABELS``.
+PUBLISHED_TABLES: dict[str, dict[str, Basis]] = {
+    "measurements.parquet": {
+        "round": Basis.OUTPUT,        # aim: which round measured it (0: the 1-way marginals)
+        "marginal": Basis.OUTPUT,     # the columns measured (the round's private choice)
+        "levels": Basis.OUTPUT,       # their taxonomy levels (the same choice)
+        "sigma": Basis.OUTPUT,        # the round's noise scale (annealing follows the data)
+        "noisy_count": Basis.OUTPUT,  # the discrete-Gaussian measurement itself
+    },
+}
+PUBLISHED_TABLE_LABELS = Basis.PUBLIC
 
 STEWARD_ONLY: dict[str, str] = {
     "flow_run_id": "links the release to Prefect's logs and parameters, which are for stewards",
@@ -144,10 +164,23 @@ def split_facts(facts: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     return public, steward
 
 
-def published_file_names(test: bool) -> list[str]:
-    """The only files a release folder holds."""
+def published_file_names(test: bool, tables: tuple[str, ...] = ()) -> list[str]:
+    """The only files a release folder holds: data, manifest, report, and the tables its
+    mechanism declares (``Capabilities.published_tables``, each on ``PUBLISHED_TABLES``)."""
+    unknown = sorted(set(tables) - set(PUBLISHED_TABLES))
+    if unknown:
+        raise BoundaryError(f"published table(s) {', '.join(unknown)} are not on the allow-list "
+                            "PUBLISHED_TABLES in medrelease/privacy/publication.py")
     prefix = "TEST-" if test else ""
-    return [f"{prefix}data.parquet", f"{prefix}data.csv", "manifest.json", "report.md"]
+    return [f"{prefix}data.parquet", f"{prefix}data.csv", "manifest.json", "report.md",
+            *sorted(tables)]
+
+
+def table_columns_allowed(name: str, columns: list[str], released: list[str]) -> list[str]:
+    """Columns of a published table that are on neither its allow-list nor a released
+    column's label column (those are what the boundary check reports)."""
+    allowed = set(PUBLISHED_TABLES.get(name, {})) | set(released)
+    return [c for c in columns if c not in allowed]
 
 
 def released_figures(released: ReleasedRows | pd.DataFrame, dimensions: list[str]
@@ -198,25 +231,23 @@ def render_public_report(manifest: dict[str, Any]) -> str:
     for rung, ladder_node in enumerate(details.get("ladder") or [], start=1):
         node += (f"; ladder rung {rung} (rows of cells too small at the node): "
                  + ", ".join(f"{k} level {v}" for k, v in ladder_node.items()))
-    risk = manifest["risk"]
+    synthetic = bool(details.get("synthetic"))
+    what = (f"- mechanism: `{manifest['mechanism']}`; synthetic rows at the taxonomies' finest "
+            "level (no generalization)" if synthetic else
+            f"- mechanism: `{manifest['mechanism']}`; generalization (lattice node): {node}")
     lines += [
         "## Guarantee", guarantee["statement"], "",
         "## Lifetime of the source", manifest["lifetime"]["statement"], "",
-        "## What was released",
-        f"- mechanism: `{manifest['mechanism']}`; generalization (lattice node): {node}",
+        "## What was released", what,
         f"- rows released: {manifest['released_rows']:,}",
         f"- files: {', '.join(f'`{f}`' for f in manifest['files'])}",
         f"- seed policy: {manifest['seed_policy']}",
         f"- random source: {manifest.get('randomness', 'not recorded')}",
         f"- text cells: {manifest['text_safety']['csv']}",
         "",
+        *render_error_bars(manifest.get("error_bars") or {}),
         "## Re-identification risk of the released rows",
-        f"- classes on the released dimensions: {risk['classes']:,}; smallest class: "
-        f"{risk['smallest_class']:,}; rows unique on the dimensions: "
-        f"{risk['unique_row_share']:.1%}",
-        f"- prosecutor risk: max {risk['prosecutor_risk_max']:.3f}, mean "
-        f"{risk['prosecutor_risk_mean']:.3f} (for a DP mechanism the guarantee, not these "
-        "figures, bounds what can be learned about anyone)",
+        *_risk_lines(manifest["risk"], synthetic),
         "",
         "## Budget",
         "| step | epsilon | delta |",
@@ -226,6 +257,57 @@ def render_public_report(manifest: dict[str, Any]) -> str:
               for s in manifest["budget_steps"]]
     lines += [f"| **total** | **{manifest['epsilon_spent']:g}** | "
               f"**{manifest['delta_spent']:g}** |", "", "## Checks passed before publication"]
-    lines += [f"- {check}" for check in manifest["checks"]["checks"]]
+    lines += [f"- {_markdown_text(check)}" for check in manifest["checks"]["checks"]]
     lines.append("")
     return "\n".join(lines)
+
+
+def _markdown_text(text: str) -> str:
+    """Text shown as itself in Markdown: '*' (the suppressed label) and '_' escaped."""
+    return text.replace("\\", "\\\\").replace("*", "\\*").replace("_", "\\_")
+
+
+def _risk_lines(risk: dict[str, Any], synthetic: bool) -> list[str]:
+    if synthetic:
+        return ["- synthetic rows: no released row describes a real patient, so class sizes "
+                "and prosecutor risk do not describe anyone's risk; the guarantee bounds what "
+                "can be learned about any patient"]
+    return [f"- classes on the released dimensions: {risk['classes']:,}; smallest class: "
+            f"{risk['smallest_class']:,}; rows unique on the dimensions: "
+            f"{risk['unique_row_share']:.1%}",
+            f"- prosecutor risk: max {risk['prosecutor_risk_max']:.3f}, mean "
+            f"{risk['prosecutor_risk_mean']:.3f} (for a DP mechanism the guarantee, not these "
+            "figures, bounds what can be learned about anyone)"]
+
+
+def render_error_bars(bars: dict[str, Any]) -> list[str]:
+    """The researcher's error bars in words and tables (from the manifest's ``error_bars``)."""
+    if not bars:
+        return []
+    level = bars.get("level")
+    title = f"## Error bars ({100 * level:g} % confidence)" if level else "## Error bars"
+    lines = [title, bars.get("statement", ""), ""]
+    for c in bars.get("cells") or []:  # a list, not a table: it wraps on a laptop screen
+        near = ", ".join(f"{r} → [{lo}, {hi}]" for r, lo, hi in c.get("near_threshold", []))
+        lines.append(
+            f"- **{_markdown_text(c['applies_to'])}** ({_markdown_text(c['noise'])}): the true "
+            f"count of a released count R lies in [R - {c['half_width']}, "
+            f"R + {c['half_width']}]" + (f" for R ≥ {c['far_from']}" if c.get("far_from") else "")
+            + (f"; below that: {near}" if near else ""))
+    if bars.get("cells"):
+        lines.append("")
+    if bars.get("totals"):
+        lines += [_markdown_text(bars["totals"]), ""]
+    marginals = bars.get("marginals") or []
+    if marginals:
+        lines += ["Levels are taxonomy levels (0 = the raw values; higher = coarser). A bound "
+                  "of 1 excludes nothing: at this size and budget the measurements cannot "
+                  "vouch for that marginal; read the coarser measured ones.", "",
+                  "| marginal | levels | bound from | within (TVD) |", "|---|---|---|---|"]
+        for m in marginals:
+            levels = ", ".join(str(x) for x in m.get("levels", [])) or "0"
+            bound = ("no bound" if m["basis"] == "none" else "1 (nothing excluded)"
+                     if m["tvd_bound"] >= 1 else f"{m['tvd_bound']:.3f}")
+            lines.append(f"| {' × '.join(m['columns'])} | {levels} | {m['basis']} | {bound} |")
+        lines.append("")
+    return lines

@@ -109,6 +109,19 @@ def write_data_files(rows: ReleasedRows, parquet: Path, csv: Path,
             pending.result()
 
 
+def write_table(frame: pd.DataFrame, path: Path) -> None:
+    """A table published beside the data (aim's measurements) as Parquet, without pandas'
+    schema metadata: it records the index and so the row count, which would then differ
+    between neighbouring inputs in bytes the audit compares. Categorical columns are written
+    as plain text: a dictionary's unused categories would enter the row groups' statistics,
+    which must be the values' own."""
+    import pyarrow.parquet as pq
+
+    plain = frame.astype({c: object for c in frame.columns
+                          if isinstance(frame[c].dtype, pd.CategoricalDtype)})
+    pq.write_table(_arrow(plain).replace_schema_metadata(None), path)
+
+
 def _binary_type(encoded: list[bytes], group_rows: int):
     """Arrow's binary with 32-bit offsets when neither the distinct lines nor a group of them
     can reach 2 GiB (a take of those is 3-4x faster than of ``large_binary``: 0.03 s against
@@ -294,6 +307,7 @@ class ReleaseStore:
         manifest: dict[str, Any],
         extra_files: dict[str, str] | None = None,
         destination: str | None = None,
+        tables: dict[str, pd.DataFrame] | None = None,
         before_rename: Callable[[Path], None] | None = None,
     ) -> PublishedRelease:
         """Write data (Parquet + CSV, streamed in row groups), manifest and extra text files,
@@ -319,6 +333,8 @@ class ReleaseStore:
             write_data_files(rows, partial / parquet, partial / csv)
             for name, text in (extra_files or {}).items():
                 (partial / safe_relative(name, "file name")).write_text(text, encoding="utf-8")
+            for name, frame in (tables or {}).items():
+                write_table(frame, partial / safe_relative(name, "file name"))
             # The manifest is written last: its presence means the data files are complete.
             _write_json(partial / "manifest.json", manifest)
             _fsync_dir(partial)

@@ -73,6 +73,13 @@ class RoundRecord:
     rho: float
     rho_used: float
     annealed: bool = False
+    # What the selection's error bound reads (medrelease.synthetic.error_bars): all public or
+    # DP outputs, not in ``as_dict`` (the publication decides what of them is shown).
+    candidates: int = 0          # eligible candidates the exponential mechanism chose among
+    sensitivity: float = 0.0     # its sensitivity: the largest weight among them
+    weight: float = 0.0          # the selected candidate's weight w_sel
+    planned_sigma: float = 0.0   # sigma before the grid: the expected-noise term of the quality
+    fit_gap: float = 0.0         # ||y_t - M_sel(p_{t-1})||_1: the noisy vector vs the prior model
 
     def as_dict(self) -> dict:
         return {"round": self.round, "columns": list(self.columns), "levels": list(self.levels),
@@ -146,6 +153,10 @@ class AIMState:
     done: bool = False
     total: float = 1.0        # noisy total of the leaf-level 1-way measurements
     total_sigma: float = 0.0  # its standard deviation
+    one_way_noisy: list[np.ndarray] = field(default_factory=list)  # round 0, leaves, int64
+    noisy: list[np.ndarray] = field(default_factory=list)  # per record: its noisy vector, int64
+    previous_model: object = None  # the model before the latest round's measurement, p_{T-1}
+    last_eligible: tuple[int, ...] = ()  # candidate indices the latest selection chose among
 
 
 class AIMRounds:
@@ -177,6 +188,7 @@ class AIMRounds:
             oneway.append(fine.reshape(-1) + discrete_gaussian(
                 self.rng, grid_sigma_sq(state.sigma), fine.size))
             state.rho_used += gaussian_rho(float(grid_sigma_sq(state.sigma)))
+        state.one_way_noisy = [np.rint(y).astype(np.int64) for y in oneway]
         sigma = math.sqrt(float(grid_sigma_sq(state.sigma)))
         state.total, state.total_sigma = noisy_total(oneway, sigma)
         for c, noisy in enumerate(oneway):
@@ -222,6 +234,7 @@ class AIMRounds:
         sigma_sq = grid_sigma_sq(sigma)
         counts = np.rint(answer).astype(np.int64).reshape(-1)
         noisy = counts + discrete_gaussian(self.rng, sigma_sq, counts.size)
+        self.state.noisy.append(np.asarray(noisy, dtype=np.int64))
         clique = tuple(self.space.names[c] for c in columns)
         query = None
         if any(levels):
@@ -298,6 +311,8 @@ class AIMRounds:
         before = self._model_answer(cand)
         rho = exponential_rho(plan.epsilon) + self._measure(cand.columns, cand.levels,
                                                            self.answers[chosen], plan.sigma)
+        fit_gap = float(np.abs(state.noisy[-1] - before.reshape(-1)).sum())
+        state.previous_model, state.last_eligible = state.model, tuple(indices)
         state.model = pgm.estimate(self.domain, state.measurements, self.settings.iters,
                                    state.total, warm_start=state.model,
                                    tol=self.settings.tolerance)
@@ -310,7 +325,9 @@ class AIMRounds:
         record = RoundRecord(len(state.records) + 1,
                              tuple(self.space.names[c] for c in cand.columns), cand.levels,
                              int(before.size), math.sqrt(float(grid_sigma_sq(plan.sigma))),
-                             plan.epsilon, rho, state.rho_used, annealed)
+                             plan.epsilon, rho, state.rho_used, annealed,
+                             candidates=len(indices), sensitivity=float(sensitivity),
+                             weight=cand.weight, planned_sigma=float(plan.sigma), fit_gap=fit_gap)
         state.records.append(record)
         self.log(f"round {record.round}: measured {'x'.join(record.columns)} at levels "
                  f"{list(record.levels)} ({record.cells:,} cells), sigma {record.sigma:.1f}; "

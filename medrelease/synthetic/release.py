@@ -20,6 +20,7 @@ from medrelease.privacy.randomness import generator_for
 from medrelease.release import MaterializedRelease, ReleasePlan
 from medrelease.storage.released_rows import ReleasedRows
 from medrelease.synthetic.aim_rounds import AIMRounds, Settings
+from medrelease.synthetic.error_bars import bounds_summary, marginal_bounds, measurements_frame
 from medrelease.synthetic.space import MarginalSpace
 
 SYNTHETIC_NOTICE = "synthetic rows — no row describes a real patient"
@@ -86,7 +87,17 @@ def synthetic_release(run: AIMRounds, counts: CountTable, plan: ReleasePlan) -> 
     return MaterializedRelease(
         index=-1, node=tuple(0 for _ in counts.dimensions), rows=released, il=None,
         row_bounds=impl.row_bounds(plan.params, counts.n_rows, total_sigma), details=details,
-        nodes=(tuple(0 for _ in counts.dimensions),))
+        nodes=(tuple(0 for _ in counts.dimensions),),
+        error_bars=researcher_error_bars(run, codes),
+        tables={"measurements.parquet": measurements_frame(run)})
+
+
+def researcher_error_bars(run: AIMRounds, released_codes: dict[str, np.ndarray]) -> dict:
+    """The published error bars: a 95 % bound per workload marginal and per measured marginal
+    (AIM's paper §5), from the measurements, the selections and the sampled rows only."""
+    summary = bounds_summary(marginal_bounds(run, released_codes, run.workload))
+    summary["marginals"] = summary.pop("bounds")
+    return summary
 
 
 def release_synthetic(counts: CountTable, config: DatasetConfig | None, plan: ReleasePlan,

@@ -1,0 +1,497 @@
+"""How good a release is, measured against its input — for the steward (EVALUATION.md,
+"Accuracy evidence with every release").
+
+Three questions a privacy officer and a biostatistician ask before a release goes out, each
+answered on the release's own columns for every dataset and every mechanism:
+
+* **workload error**: how far every 1-, 2- and 3-way marginal of the released rows is from the
+  input's (mean total variation distance, one yardstick for every tool: ``workload.py``), the
+  steward's declared workload, and the worst marginals by name;
+* **the informative column, value by value**: input count against released count, the values
+  lost (in the input, not released) and created, those shrunk by more than 10 %, and the
+  column's rate by each dimension (an outcome's rate by age band) input against release;
+* **one verdict line** that comes first, and a WARNING line whenever a value shrinks by more
+  than 10 % or is dropped — the silent bias a default must never publish.
+
+Everything here reads the raw input: the result belongs to the steward record, never to the
+published folder. Sections that do not apply (no informative column, pseudonyms that cannot be
+compared with raw values) are left out with one sentence saying why.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from medrelease.data.config import DatasetConfig
+from medrelease.data.taxonomy import SUPPRESSED, Taxonomy
+from medrelease.evidence.workload import Yardstick, marginal_name
+
+SHRINK_WARNING = 0.10   # a value released more than this share below its input count is named
+WORST_SHOWN = 10        # marginals named in the report, worst first
+RATE_GROUPS_MAX = 12    # a dimension's rates are shown at its finest level with this many groups
+RATE_VALUES_MAX = 12    # informative values whose rates are shown (the most frequent ones)
+RATE_MIN_ROWS = 30      # groups with fewer input rows are left out of the rate table (noise)
+RATE_ROWS_SHOWN = 15
+
+
+@dataclass(frozen=True)
+class ValueCount:
+    """One informative value: rows in the input, rows released, and of those, rows released
+    under an all-'*' class (pooled: the value kept, every dimension suppressed)."""
+
+    value: str
+    input: int
+    released: int
+    pooled: int = 0
+
+    @property
+    def change(self) -> float | None:
+        """Relative change of the count (None for a value the input does not have)."""
+        return (self.released - self.input) / self.input if self.input else None
+
+    @property
+    def lost(self) -> bool:
+        return self.input > 0 and self.released == 0
+
+    @property
+    def created(self) -> bool:
+        return self.input == 0 and self.released > 0
+
+    @property
+    def shrunk(self) -> bool:
+        """Released, but more than ``SHRINK_WARNING`` below the input's count."""
+        return self.input > 0 and 0 < self.released < (1 - SHRINK_WARNING) * self.input
+
+    def in_words(self) -> str:
+        """'5: 1,200 in the input, 900 released (-25 %)'."""
+        change = "" if self.change is None else f" ({100 * self.change:+.0f} %)"
+        pooled = f", {self.pooled:,} of them pooled under '*'" if self.pooled else ""
+        return (f"{self.value}: {self.input:,} in the input, {self.released:,} released"
+                f"{change}{pooled}")
+
+
+@dataclass(frozen=True)
+class RateRow:
+    """The informative value's share among one group of a dimension, input against release."""
+
+    dimension: str
+    group: str
+    value: str
+    input_rate: float
+    released_rate: float
+    group_rows: int  # input rows of the group
+
+    @property
+    def difference(self) -> float:
+        return self.released_rate - self.input_rate
+
+
+@dataclass
+class InformativeAccuracy:
+    """The informative (or class) column value by value, and its rate by each dimension."""
+
+    column: str
+    values: list[ValueCount]
+    rates: list[RateRow] = field(default_factory=list)
+    rate_levels: dict[str, str] = field(default_factory=dict)
+    loss_reason: str = ""   # what removes rows of a value in this mechanism, in plain words
+    rates_note: str = ""
+
+    @property
+    def lost(self) -> list[ValueCount]:
+        return [v for v in self.values if v.lost]
+
+    @property
+    def created(self) -> list[ValueCount]:
+        return [v for v in self.values if v.created]
+
+    @property
+    def shrunk(self) -> list[ValueCount]:
+        """Released more than 10 % below the input's count, most rows lost first."""
+        return sorted((v for v in self.values if v.shrunk), key=lambda v: v.released - v.input)
+
+    def warning(self) -> str | None:
+        """One WARNING line naming the values dropped or shrunk by more than 10 %, with the size
+        of the change; None when every value kept at least 90 % of its rows."""
+        lost, shrunk = self.lost, self.shrunk
+        if not lost and not shrunk:
+            return None
+        parts = []
+        if lost:
+            named = ", ".join(f"{v.value} ({v.input:,} input rows)"
+                              for v in sorted(lost, key=lambda v: -v.input)[:3])
+            parts.append(f"{len(lost):,} value(s) not released: {named}{_more(len(lost), 3)}")
+        if shrunk:
+            named = ", ".join(f"{v.value} {100 * (v.change or 0):+.0f} % ({v.input:,} -> "
+                              f"{v.released:,})" for v in shrunk[:3])
+            parts.append(f"{len(shrunk):,} value(s) released more than "
+                         f"{100 * SHRINK_WARNING:.0f} % below their input count: {named}"
+                         f"{_more(len(shrunk), 3)}")
+        of = f" (of {sum(1 for v in self.values if v.input):,} values in the input)"
+        reason = f"; {self.loss_reason}" if self.loss_reason else ""
+        return f"WARNING: {self.column}{of}: " + "; ".join(parts) + reason
+
+    def loss_lines(self, limit: int = 10) -> list[str]:
+        """Plain words per value for mechanisms that drop or pool rows (``loss_reason``): the
+        values that lost most rows first, then the column's total."""
+        if not self.loss_reason:
+            return []
+        hit = sorted((v for v in self.values if v.input and v.released < v.input),
+                     key=lambda v: v.released - v.input)
+        lines = [f"{self.column} {v.in_words()}: {self.loss_reason}" for v in hit[:limit]]
+        total_in = sum(v.input for v in self.values)
+        total_out = sum(v.released for v in self.values)
+        pooled = sum(v.pooled for v in self.values)
+        lines.append(f"all {self.column} values: {total_in:,} rows in the input, {total_out:,} "
+                     f"released ({_percent(total_out, total_in)}), {pooled:,} of them pooled "
+                     f"under '*'")
+        return lines
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "column": self.column,
+            "values": [{**asdict(v), "change": v.change} for v in self.values],
+            "lost": [v.value for v in self.lost],
+            "created": [v.value for v in self.created],
+            "shrunk": [{"value": v.value, "input": v.input, "released": v.released,
+                        "change": v.change} for v in self.shrunk],
+            "rates": [{**asdict(r), "difference": r.difference} for r in self.rates],
+            "rate_levels": self.rate_levels,
+            "rates_note": self.rates_note,
+            "loss_reason": self.loss_reason,
+            "suppression": self.loss_lines(),
+        }
+
+
+@dataclass
+class WorkloadAccuracy:
+    """Mean TVD per marginal size over the released columns, every marginal, the worst."""
+
+    columns: list[str]
+    marginals: dict[str, float]
+    sizes: dict[str, int]
+    declared: dict[str, float] | None = None
+    left_out: dict[str, str] = field(default_factory=dict)
+
+    def mean(self, way: int) -> float | None:
+        values = [tvd for name, tvd in self.marginals.items() if self.sizes[name] == way]
+        return float(np.mean(values)) if values else None
+
+    def worst_of(self, way: int) -> tuple[str, float]:
+        """The marginal of ``way`` columns furthest from the input's."""
+        return max(((n, t) for n, t in self.marginals.items() if self.sizes[n] == way),
+                   key=lambda item: item[1])
+
+    @property
+    def worst(self) -> list[tuple[str, float]]:
+        ranked = sorted(self.marginals.items(), key=lambda item: -item[1])
+        return ranked[:WORST_SHOWN]
+
+    def as_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {f"mean_{way}way": self.mean(way) for way in (1, 2, 3)}
+        out.update(columns=self.columns,
+                   worst=[{"marginal": name, "tvd": tvd} for name, tvd in self.worst],
+                   marginals=self.marginals, left_out=self.left_out,
+                   yardstick="total variation distance on the input's raw values; a "
+                             "generalized label spreads its rows uniformly over the raw "
+                             "values it covers, '*' over the whole domain; 0 = the input's "
+                             "distribution exactly, 1 = nothing in common")
+        if self.declared is not None:
+            out["declared"] = {"mean": float(np.mean(list(self.declared.values())))
+                               if self.declared else None, "marginals": self.declared}
+        return out
+
+
+@dataclass
+class Accuracy:
+    workload: WorkloadAccuracy | None
+    informative: InformativeAccuracy | None
+    not_applicable: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def verdict(self) -> str:
+        """'2-way error 0.012 (mean TVD; 0 = same as the input); worst: age × outcome 0.055;
+        outcome values 5, 6 not released'."""
+        parts = []
+        if self.workload is not None and self.workload.marginals:
+            main = next((w for w in (2, 1) if self.workload.mean(w) is not None), 1)
+            parts.append(f"{main}-way error {self.workload.mean(main):.3f} (mean TVD; 0 = same "
+                         "as the input)")
+            name, tvd = self.workload.worst_of(main)
+            parts.append(f"worst: {name} {tvd:.3f}")
+        else:
+            parts.append("workload error not measured: " + self.not_applicable.get(
+                "workload", "no released column can be compared with the input"))
+        if self.informative is not None:
+            info = self.informative
+            if info.lost:
+                named = ", ".join(v.value for v in sorted(info.lost, key=lambda v: -v.input)[:5])
+                parts.append(f"{info.column} value{'s' if len(info.lost) > 1 else ''} {named}"
+                             f"{_more(len(info.lost), 5)} not released")
+            elif info.shrunk:
+                v = info.shrunk[0]
+                parts.append(f"{info.column} value {v.value} {100 * (v.change or 0):+.0f} % "
+                             f"({v.input:,} -> {v.released:,})")
+            else:
+                parts.append(f"every {info.column} value kept within "
+                             f"{100 * SHRINK_WARNING:.0f} % of its input count")
+        return "; ".join(parts)
+
+    @property
+    def warnings(self) -> list[str]:
+        line = self.informative.warning() if self.informative is not None else None
+        return [line] if line else []
+
+    def as_json(self) -> dict[str, Any]:
+        return {"verdict": self.verdict, "warnings": self.warnings,
+                "workload": self.workload.as_json() if self.workload is not None else None,
+                "informative": (self.informative.as_json() if self.informative is not None
+                                else None),
+                "not_applicable": self.not_applicable}
+
+
+# -- measuring ---------------------------------------------------------------------------------
+
+def measure_accuracy(frame: pd.DataFrame, weights: np.ndarray | None, released: pd.DataFrame,
+                     config: DatasetConfig, comparable: bool = True,
+                     loss_reason: str = "") -> Accuracy:
+    """Accuracy of ``released`` against the input rows ``frame`` (each standing for
+    ``weights`` rows, default one), on the columns both carry.
+
+    ``comparable`` is False for a release whose values cannot be read as raw values (keyed
+    pseudonyms); ``loss_reason`` is the mechanism's own sentence for why rows of a value may be
+    missing from the release (pooling, thresholds, suppression)."""
+    not_applicable: dict[str, str] = {}
+    if not comparable:
+        reason = ("every released value is a keyed pseudonym: it cannot be compared with the "
+                  "input's values (see the frequency-matching attack for what it keeps)")
+        return Accuracy(None, None, {"workload": reason, "informative": reason})
+    workload = _workload(frame, weights, released, config, not_applicable)
+    informative = _informative(frame, weights, released, config, loss_reason, not_applicable)
+    return Accuracy(workload, informative, not_applicable)
+
+
+def _released_columns(released: pd.DataFrame, config: DatasetConfig) -> list[str]:
+    """The released columns the yardstick can read, in the config's order."""
+    roles = config.dimensions + config.informative + config.class_columns
+    return [c for c in roles if c in released.columns]
+
+
+def _taxonomies(config: DatasetConfig, columns: list[str]) -> dict[str, Taxonomy | None]:
+    """Dimensions by their taxonomy; informative and class columns by their values (a released
+    informative value is raw in every mechanism here)."""
+    return {c: config.taxonomies[c] if c in config.dimensions else None for c in columns}
+
+
+def _domains(config: DatasetConfig) -> dict[str, list[str]]:
+    domains: dict[str, list[str]] = {}
+    if config.informative and config.informative_domain is not None:
+        domains[config.informative[0]] = list(config.informative_domain)
+    if config.class_columns and config.class_domain:
+        domains[config.class_columns[0]] = list(config.class_domain)
+    return domains
+
+
+def _workload(frame: pd.DataFrame, weights: np.ndarray | None, released: pd.DataFrame,
+              config: DatasetConfig, not_applicable: dict[str, str]) -> WorkloadAccuracy | None:
+    columns = _released_columns(released, config)
+    left_out = {c: "a set-valued column (an item set per row): its marginals are not defined "
+                   "on single values" for c in config.set_valued if c in released.columns}
+    if not columns:
+        not_applicable["workload"] = "the release carries no column the yardstick can compare"
+        return None
+    yardstick = Yardstick.from_rows(frame[columns], released[columns], _taxonomies(config, columns),
+                                    weights=weights, domains=_domains(config))
+    marginals: dict[str, float] = {}
+    sizes: dict[str, int] = {}
+    for combo, tvd in yardstick.marginals(max_way=3).items():
+        name = marginal_name(combo)
+        marginals[name], sizes[name] = float(tvd), len(combo)
+    declared = None
+    if config.workload:
+        declared = {}
+        for entry in config.workload:
+            combo = tuple(entry.columns)
+            if set(combo) <= set(columns):
+                declared[marginal_name(combo)] = float(yardstick.tvd(combo))
+    return WorkloadAccuracy(columns, marginals, sizes, declared, left_out)
+
+
+def _informative_column(released: pd.DataFrame, config: DatasetConfig) -> str | None:
+    for column in config.informative + config.class_columns:
+        if column in released.columns:
+            return column
+    return None
+
+
+def _value_counts(values: pd.Series, weights: np.ndarray | None) -> pd.Series:
+    text = values.astype(str).to_numpy()
+    series = pd.Series(np.ones(len(text), dtype=np.int64) if weights is None
+                       else np.asarray(weights, dtype=np.int64), index=text)
+    return series.groupby(level=0, sort=False).sum()
+
+
+def _informative(frame: pd.DataFrame, weights: np.ndarray | None, released: pd.DataFrame,
+                 config: DatasetConfig, loss_reason: str,
+                 not_applicable: dict[str, str]) -> InformativeAccuracy | None:
+    column = _informative_column(released, config)
+    if column is None or column not in frame.columns:
+        not_applicable["informative"] = ("the dataset declares no informative or class column "
+                                         "that the release carries")
+        return None
+    before = _value_counts(frame[column], weights)
+    after = _value_counts(released[column], None)
+    dims = [d for d in config.dimensions if d in released.columns]
+    pooled = (_value_counts(released.loc[_all_suppressed(released, dims), column], None)
+              if dims else pd.Series(dtype=np.int64))
+    values = sorted(set(before.index) | set(after.index),
+                    key=lambda v: (-int(before.get(v, 0)), -int(after.get(v, 0)), v))
+    counts = [ValueCount(v, int(before.get(v, 0)), int(after.get(v, 0)), int(pooled.get(v, 0)))
+              for v in values]
+    info = InformativeAccuracy(column, counts, loss_reason=loss_reason)
+    _rates(info, frame, weights, released, config, dims)
+    return info
+
+
+def _all_suppressed(released: pd.DataFrame, dims: list[str]) -> np.ndarray:
+    labels = released[dims].astype(str).to_numpy()
+    return (labels == SUPPRESSED).all(axis=1)
+
+
+def rate_level(taxonomy: Taxonomy) -> int:
+    """The finest level with at most ``RATE_GROUPS_MAX`` groups (age bands, not single ages),
+    below '*'; the coarsest level below '*' when every level is larger."""
+    below_top = range(max(taxonomy.height, 1))
+    for level in below_top:
+        if taxonomy.cardinality(level) <= RATE_GROUPS_MAX:
+            return level
+    return max(below_top)
+
+
+def _rates(info: InformativeAccuracy, frame: pd.DataFrame, weights: np.ndarray | None,
+           released: pd.DataFrame, config: DatasetConfig, dims: list[str]) -> None:
+    """The informative value's share in each group of each dimension, input against release.
+
+    A released label finer than the group maps into it; a coarser one (a band across groups,
+    '*') spreads its rows over the groups by the raw values it covers, as the workload
+    yardstick does."""
+    shown = [v.value for v in info.values if v.input][:RATE_VALUES_MAX]
+    if not shown or not dims:
+        info.rates_note = "no dimension is released: rates by dimension do not apply"
+        return
+    rows: list[RateRow] = []
+    w = np.ones(len(frame)) if weights is None else np.asarray(weights, dtype=np.float64)
+    inf_in = frame[info.column].astype(str).to_numpy()
+    inf_out = released[info.column].astype(str).to_numpy()
+    for dim in dims:
+        taxonomy = config.taxonomies[dim]
+        level = rate_level(taxonomy)
+        groups = taxonomy.level_labels[level]
+        info.rate_levels[dim] = (f"level {level} ({len(groups)} groups)" if level
+                                 else f"raw values ({len(groups)})")
+        group_in = taxonomy.level_codes[level][taxonomy.encode(frame[dim].astype(str))]
+        joint_in = _joint(group_in, inf_in, w, len(groups), shown)
+        spread = _label_spread(released[dim], taxonomy, level)
+        joint_out = _spread_joint(released[dim], inf_out, spread, len(groups), shown)
+        rows_in = np.bincount(group_in, weights=w, minlength=len(groups))
+        rows_out = _spread_rows(released[dim], spread, len(groups))
+        for g, label in enumerate(groups):
+            if rows_in[g] < RATE_MIN_ROWS:
+                continue
+            for j, value in enumerate(shown):
+                rate_out = joint_out[g, j] / rows_out[g] if rows_out[g] > 0 else float("nan")
+                rows.append(RateRow(dim, str(label), value, float(joint_in[g, j] / rows_in[g]),
+                                    float(rate_out), int(rows_in[g])))
+    rows.sort(key=lambda r: -abs(r.difference) if math.isfinite(r.difference) else -2.0)
+    info.rates = rows[:RATE_ROWS_SHOWN]
+    info.rates_note = (f"shares of the {len(shown)} most frequent {info.column} value(s) in "
+                       f"each group with at least {RATE_MIN_ROWS} input rows; largest "
+                       "differences first (a group the release has no row for shows no rate)")
+
+
+def _joint(groups: np.ndarray, values: np.ndarray, weights: np.ndarray, n_groups: int,
+           shown: list[str]) -> np.ndarray:
+    out = np.zeros((n_groups, len(shown)))
+    for j, value in enumerate(shown):
+        hit = values == value
+        out[:, j] = np.bincount(groups[hit], weights=weights[hit], minlength=n_groups)
+    return out
+
+
+def _label_spread(labels: pd.Series, taxonomy: Taxonomy, level: int) -> dict[str, np.ndarray]:
+    """Each distinct released label -> the share of its raw values in each group at ``level``
+    (all zero for a label the taxonomy does not know: outside the input's domain)."""
+    codes = taxonomy.level_codes[level]
+    n_groups = taxonomy.cardinality(level)
+    out = {}
+    for label in pd.unique(labels.astype(str)):
+        mask = taxonomy.leaf_mask(str(label))
+        covered = int(mask.sum())
+        out[label] = (np.bincount(codes[mask], minlength=n_groups) / covered if covered
+                      else np.zeros(n_groups))
+    return out
+
+
+def _spread_joint(labels: pd.Series, values: np.ndarray, spread: dict[str, np.ndarray],
+                  n_groups: int, shown: list[str]) -> np.ndarray:
+    """Released rows per (group, shown value), each label's rows spread by ``spread``."""
+    pairs = pd.DataFrame({"label": labels.astype(str).to_numpy(), "value": values})
+    pairs = pairs[pairs["value"].isin(shown)]
+    counted = pairs.groupby(["label", "value"], sort=False).size()
+    out = np.zeros((n_groups, len(shown)))
+    column = {v: j for j, v in enumerate(shown)}
+    for (label, value), n in counted.items():
+        out[:, column[value]] += n * spread[label]
+    return out
+
+
+def _spread_rows(labels: pd.Series, spread: dict[str, np.ndarray], n_groups: int) -> np.ndarray:
+    """Released rows per group, each label's rows spread by ``spread``."""
+    out = np.zeros(n_groups)
+    for label, n in labels.astype(str).value_counts(sort=False).items():
+        out += n * spread[label]
+    return out
+
+
+def _more(count: int, shown: int) -> str:
+    return f" and {count - shown:,} more" if count > shown else ""
+
+
+def _percent(part: int, whole: int) -> str:
+    return f"{100 * (part - whole) / whole:+.1f} %" if whole else "-"
+
+
+# -- the steward's summary, as Markdown (Prefect artifact) -------------------------------------
+
+def accuracy_markdown(accuracy: dict[str, Any], release_id: str, values_shown: int = 15) -> str:
+    """The accuracy section as a steward reads it in Prefect's UI: verdict, warnings, the
+    mean errors, the worst marginals and the informative column's largest changes."""
+    lines = [f"# Accuracy of {release_id} (steward only: compares with the input)", "",
+             f"**{accuracy['verdict']}**", ""]
+    lines += [f"- **{w}**" for w in accuracy.get("warnings", [])]
+    workload = accuracy.get("workload")
+    if workload:
+        means = ", ".join(f"{way}-way {workload[f'mean_{way}way']:.3f}" for way in (1, 2, 3)
+                          if workload.get(f"mean_{way}way") is not None)
+        lines += ["", f"Workload error (mean TVD, 0 = same as the input): {means}"]
+        if workload.get("declared"):
+            lines.append(f"Declared workload: mean TVD {workload['declared']['mean']:.3f}")
+        lines += ["", "| worst marginals | TVD |", "|---|---|"]
+        lines += [f"| {w['marginal']} | {w['tvd']:.3f} |" for w in workload["worst"]]
+    info = accuracy.get("informative")
+    if info:
+        changed = sorted(info["values"], key=lambda v: -abs(v["released"] - v["input"]))
+        lines += ["", f"`{info['column']}` values with the largest changes:", "",
+                  "| value | input | released | change |", "|---|---|---|---|"]
+        for v in changed[:values_shown]:
+            change = "new" if v["change"] is None else f"{100 * v['change']:+.1f} %"
+            lines.append(f"| {v['value']} | {v['input']:,} | {v['released']:,} | {change} |")
+        lines += [f"- {line}" for line in info.get("suppression", [])]
+    for section, reason in accuracy.get("not_applicable", {}).items():
+        lines.append(f"- {section}: not measured — {reason}")
+    return "\n".join(lines)
