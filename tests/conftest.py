@@ -125,6 +125,29 @@ def prefect_harness():
 
 
 SERVE_WAIT_S = 180
+ARRIVALS = "nps-arrivals"
+
+
+def write_arrivals_dataset(folder: Path) -> Path:
+    """The served inbox's dataset: nps-sample's config naming ``ipa``. The sample's default,
+    ``aim``, takes over a minute a release in a served run (a fresh process compiles its
+    model); these tests are about arrivals, exactly-once and the UI, and the default itself is
+    tested where it is resolved (tests/test_registry.py)."""
+    import shutil
+
+    import yaml
+
+    source = ROOT / "datasets" / "nps-sample"
+    spec = yaml.safe_load((source / "dataset.yaml").read_text())
+    folder.mkdir(parents=True, exist_ok=True)
+    for column in spec["columns"].values():
+        if "taxonomy" in column:
+            column["taxonomy"] = str((source / column["taxonomy"]).resolve())
+    shutil.copy(source / "diagnosis_codes.txt", folder)
+    shutil.copy(source / "nps_sample.csv", folder)
+    spec.update(name=ARRIVALS, mechanism={"name": "ipa", "params": {"epsilon": 1.0}})
+    (folder / "dataset.yaml").write_text(yaml.safe_dump(spec))
+    return folder / "dataset.yaml"
 
 
 @pytest.fixture(scope="session")
@@ -155,8 +178,10 @@ def served(tmp_path_factory):
         inbox = base / "inbox"
         log = (base / "serve.log").open("w")
         medrelease = Path(sys.executable).with_name("medrelease")
+        write_arrivals_dataset(base / "home" / "datasets" / ARRIVALS)  # a dataset root
         proc = subprocess.Popen(
-            [str(medrelease), "serve", "--inbox", str(inbox), "--interval", "0.5"],
+            [str(medrelease), "serve", "--inbox", str(inbox), "--dataset", ARRIVALS,
+             "--interval", "0.5"],
             env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=ROOT,
         )
         try:

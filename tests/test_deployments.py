@@ -16,6 +16,8 @@ from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId
 from medrelease.mechanisms import label
 from medrelease.privacy.ledger import Ledger
 
+from .conftest import ARRIVALS
+
 pytestmark = pytest.mark.server
 WAIT_S = 180
 
@@ -88,13 +90,13 @@ def test_inbox_drop_releases_exactly_that_file_once(served, nps_sample) -> None:
         [run] = _wait_final(client, arrival.id, 1, served.log)
         latency = time.monotonic() - started
         assert run.state.is_completed(), run.state.message
-        assert run.parameters["sha256"] == sha and run.parameters["dataset"] == "nps-sample"
+        assert run.parameters["sha256"] == sha and run.parameters["dataset"] == ARRIVALS
         records = [json.loads(p.read_text())
                    for p in (served.home / "steward").rglob("record.json")]
         assert [r["input_sha256"] for r in records if not r["test_release"]].count(sha) == 1
         [record] = [r for r in records if r["input_sha256"] == sha and not r["test_release"]]
         manifest = json.loads((Path(record["published_path"]) / "manifest.json").read_text())
-        assert manifest["mechanism"] == "aim"  # the arrival follows the dataset's default
+        assert manifest["mechanism"] == "ipa"  # the arrival follows its dataset's config
         assert (served.inbox / "released" / "extract-2026-11.csv").exists()
         print(f"inbox drop -> completed release: {latency:.1f} s")
 

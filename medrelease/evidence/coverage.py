@@ -108,7 +108,7 @@ def run_ipa(table: Table, epsilon: float, seed: int) -> Tally:
     loss = impl.pool_loss_bound(params)
     input_totals = np.bincount(table.counts.inf_codes(), weights=table.counts.counts,
                                minlength=table.counts.n_inf)
-    covered, widths = [], []
+    covered, widths, present = [], [], []
     for value in range(table.counts.n_inf):
         mine = published & (cells.inf_codes == value)
         total = float(cells.released_counts[mine].sum())
@@ -123,7 +123,12 @@ def run_ipa(table: Table, epsilon: float, seed: int) -> Tally:
         low = max(0.0, low)
         covered.append(low <= input_totals[value] <= high)
         widths.append(high - low)
-    tally.add("value totals", np.array(covered), np.array(widths))
+        present.append(bool(eps_counts))
+    covered, widths, present = np.array(covered), np.array(widths), np.array(present)
+    tally.add("value totals", covered, widths)
+    tally.add("value totals, values in the release", covered[present], widths[present])
+    tally.add("value totals, values absent (at most the pool bound)", covered[~present],
+              widths[~present])
     return tally
 
 

@@ -125,6 +125,7 @@ class Mondrian(MechanismBase):
         gives="real rows in multidimensional k-anonymous groups (no noise, no DP)",
         kind="counts",
         audit_designs=(),
+        loss_reason="none should be missing: every row is released in a group of at least k",
     )
     selection: ClassVar[str] = "none"
     Params: ClassVar[type[MechanismParams]] = MondrianParams
