@@ -77,13 +77,15 @@ def load_release_and_input(release_path: str, input_path: str | None,
 def evaluate(release_path: str, loaded: ReleaseUnderEvaluation) -> Evaluation:
     """The evaluation, and its verdict and warnings in the run's log (the first thing the run
     page shows): a value dropped or shrunk by more than 10 % is a WARNING line, never silent.
-    Names of informative values are the dataset's declared categories, not patients' rows."""
+    The log names values only from a declared public domain; values taken from the data are
+    raw values and are named in the steward's report and artifacts only."""
     evaluation = evaluate_release(release_path, loaded.input_rows, loaded.config,
                                   record=loaded.record, candidates=loaded.candidates)
     logger = get_run_logger()
+    accuracy = evaluation.accuracy
     logger.info("evaluated release %s (%s): %s", evaluation.release_id, evaluation.mechanism,
-                evaluation.verdict)
-    for line in evaluation.warnings:  # the record's level says WARNING already
+                accuracy.get("log_verdict", ""))
+    for line in accuracy.get("log_warnings", []):  # the record's level says WARNING already
         logger.warning("%s", line.removeprefix("WARNING: "))
     return evaluation
 

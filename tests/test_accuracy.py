@@ -141,3 +141,20 @@ def test_synthetic_risk_counts_matches_of_unique_records_against_the_one_way_bas
     assert risk["unique_input_records"] == 2 and risk["unique_match_share"] == 0.5
     # p(a=y) p(b=2) + p(a=z) p(b=3) = 1/4 * 1/4 + 1/4 * 1/4
     assert risk["baseline_share"] == pytest.approx(0.125)
+
+
+def test_the_log_names_no_value_that_is_not_in_a_public_domain(tmp_path: Path) -> None:
+    """Prefect's log is a database: a rare value taken from the data stays out of it."""
+    config = load_config(write_outcome_dataset(tmp_path, patients=200))
+    frame = pd.read_csv(config.input_path)[["age", "sex", "outcome"]].astype({"outcome": str})
+    released = frame[frame["outcome"] != RARE].astype(str)
+    public = measure_accuracy(frame, None, released, config).as_json()
+    assert RARE in public["log_verdict"] and RARE in public["log_warnings"][0]
+    (tmp_path / "dataset.yaml").write_text(
+        (tmp_path / "dataset.yaml").read_text().replace(", domain: outcomes.txt", ""))
+    private = measure_accuracy(frame, None, released, load_config(tmp_path / "dataset.yaml"))
+    logged = private.as_json()
+    assert f"{RARE} (4 input rows)" in private.warnings[0]  # the report names it
+    assert "1 outcome value(s) not released" in logged["log_verdict"]
+    for line in [logged["log_verdict"], *logged["log_warnings"]]:
+        assert "input rows" not in line and not re.search(rf"values? {RARE}\b", line), line

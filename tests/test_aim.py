@@ -31,21 +31,27 @@ def write_small_dataset(folder: Path, rows: int = 400, seed: int = 0) -> Path:
     age = rng.integers(1, 41, rows)
     sex = np.where(rng.random(rows) < 0.5, "F", "M")
     diagnosis = np.where(age > 20, "A", "B").astype(object) + rng.integers(0, 4, rows).astype(str)
-    pd.DataFrame({"age": age, "sex": sex, "diagnosis": diagnosis}).to_csv(folder / "t.csv",
-                                                                          index=False)
+    return write_aim_dataset(folder, pd.DataFrame({"age": age, "sex": sex,
+                                                   "diagnosis": diagnosis}), "small-aim")
+
+
+def write_aim_dataset(folder: Path, frame: pd.DataFrame, name: str) -> Path:
+    """``frame`` (age 1-40, sex, a diagnosis of ``DIAGNOSES``) as a dataset for aim: age in
+    10-year bands, the diagnosis with a declared domain and a letter-level taxonomy."""
+    frame.to_csv(folder / "t.csv", index=False)
     (folder / "age.yaml").write_text("domain: {min: 1, max: 40}\nlevels:\n  - {width: 10}\n")
     (folder / "sex.csv").write_text("F;*\nM;*\n")
     (folder / "dx.txt").write_text("\n".join(DIAGNOSES) + "\n")
     (folder / "dx.csv").write_text("".join(f"{d};{d[0]};*\n" for d in DIAGNOSES))
-    (folder / "dataset.yaml").write_text(textwrap.dedent("""\
-        name: small-aim
-        input: {path: t.csv}
+    (folder / "dataset.yaml").write_text(textwrap.dedent(f"""\
+        name: {name}
+        input: {{path: t.csv}}
         columns:
-          age: {role: dimension, type: integer, taxonomy: age.yaml}
-          sex: {role: dimension, taxonomy: sex.csv}
-          diagnosis: {role: informative, domain: dx.txt, taxonomy: dx.csv}
-        privacy: {lifetime_epsilon: 100}
-        policy: {mechanisms: [aim]}
+          age: {{role: dimension, type: integer, taxonomy: age.yaml}}
+          sex: {{role: dimension, taxonomy: sex.csv}}
+          diagnosis: {{role: informative, domain: dx.txt, taxonomy: dx.csv}}
+        privacy: {{lifetime_epsilon: 100}}
+        policy: {{mechanisms: [aim]}}
         """))
     return folder / "dataset.yaml"
 

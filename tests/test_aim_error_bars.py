@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +24,8 @@ from medrelease.synthetic.error_bars import (
 from medrelease.synthetic.release import aim_rounds
 from medrelease.synthetic.space import MarginalSpace
 
-DIAGNOSES = [f"{c}{i}" for c in "AB" for i in range(4)]
+from .test_aim import DIAGNOSES, write_aim_dataset
+
 # A2, A3 (one "A (rare)" group of two) and B3 (alone under B) fall below 3 sigma_0 at eps 1
 SHARES = np.array([0.3, 0.25, 0.003, 0.002, 0.2, 0.2, 0.04, 0.005])
 SEEDS = (0, 1, 2)
@@ -37,23 +37,8 @@ def write_dataset(folder: Path, rows: int = 3000, seed: int = 0) -> Path:
     age = rng.integers(1, 41, rows)
     sex = np.where(rng.random(rows) < 0.5, "F", "M")
     diagnosis = rng.choice(DIAGNOSES, rows, p=SHARES / SHARES.sum())
-    pd.DataFrame({"age": age, "sex": sex, "diagnosis": diagnosis}).to_csv(folder / "t.csv",
-                                                                          index=False)
-    (folder / "age.yaml").write_text("domain: {min: 1, max: 40}\nlevels:\n  - {width: 10}\n")
-    (folder / "sex.csv").write_text("F;*\nM;*\n")
-    (folder / "dx.txt").write_text("\n".join(DIAGNOSES) + "\n")
-    (folder / "dx.csv").write_text("".join(f"{d};{d[0]};*\n" for d in DIAGNOSES))
-    (folder / "dataset.yaml").write_text(textwrap.dedent("""\
-        name: aim-error-bars
-        input: {path: t.csv}
-        columns:
-          age: {role: dimension, type: integer, taxonomy: age.yaml}
-          sex: {role: dimension, taxonomy: sex.csv}
-          diagnosis: {role: informative, domain: dx.txt, taxonomy: dx.csv}
-        privacy: {lifetime_epsilon: 100}
-        policy: {mechanisms: [aim]}
-        """))
-    return folder / "dataset.yaml"
+    return write_aim_dataset(folder, pd.DataFrame({"age": age, "sex": sex,
+                                                   "diagnosis": diagnosis}), "aim-error-bars")
 
 
 @pytest.fixture(scope="module")

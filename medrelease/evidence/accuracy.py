@@ -101,6 +101,9 @@ class InformativeAccuracy:
     rate_levels: dict[str, str] = field(default_factory=dict)
     loss_reason: str = ""   # what removes rows of a value in this mechanism, in plain words
     rates_note: str = ""
+    # Values from a declared public domain may be named in Prefect's logs; values taken from
+    # the data are raw values, named only in the steward's report and artifacts.
+    public_values: bool = False
 
     @property
     def lost(self) -> list[ValueCount]:
@@ -115,12 +118,17 @@ class InformativeAccuracy:
         """Released more than 10 % below the input's count, most rows lost first."""
         return sorted((v for v in self.values if v.shrunk), key=lambda v: v.released - v.input)
 
-    def warning(self) -> str | None:
+    def warning(self, named: bool = True) -> str | None:
         """One WARNING line naming the values dropped or shrunk by more than 10 %, with the size
-        of the change; None when every value kept at least 90 % of its rows."""
+        of the change; None when every value kept at least 90 % of its rows. ``named=False``:
+        counts only, no value (for logs, when the values are not a declared public domain)."""
         lost, shrunk = self.lost, self.shrunk
         if not lost and not shrunk:
             return None
+        if not named:
+            return (f"WARNING: {self.column}: {len(lost):,} value(s) not released and "
+                    f"{len(shrunk):,} released more than {100 * SHRINK_WARNING:.0f} % below "
+                    "their input count (named in the evidence report)")
         parts = []
         if lost:
             named = ", ".join(f"{v.value} ({v.input:,} input rows)"
@@ -217,6 +225,14 @@ class Accuracy:
     def verdict(self) -> str:
         """'2-way error 0.012 (mean TVD; 0 = same as the input); worst: age × outcome 0.055;
         outcome values 5, 6 not released'."""
+        return self.verdict_text(named=True)
+
+    @property
+    def names_may_be_logged(self) -> bool:
+        return self.informative is None or self.informative.public_values
+
+    def verdict_text(self, named: bool) -> str:
+        """The verdict; ``named=False`` counts lost values instead of naming them."""
         parts = []
         if self.workload is not None and self.workload.marginals:
             main = next((w for w in (2, 1) if self.workload.mean(w) is not None), 1)
@@ -227,7 +243,12 @@ class Accuracy:
         else:
             parts.append("workload error not measured: " + self.not_applicable.get(
                 "workload", "no released column can be compared with the input"))
-        if self.informative is not None:
+        if self.informative is not None and not named and (self.informative.lost
+                                                            or self.informative.shrunk):
+            parts.append(f"{len(self.informative.lost):,} {self.informative.column} value(s) not "
+                         f"released, {len(self.informative.shrunk):,} shrunk by more than "
+                         f"{100 * SHRINK_WARNING:.0f} %")
+        elif self.informative is not None:
             info = self.informative
             if info.lost:
                 named = ", ".join(v.value for v in sorted(info.lost, key=lambda v: -v.input)[:5])
@@ -248,7 +269,12 @@ class Accuracy:
         return [line] if line else []
 
     def as_json(self) -> dict[str, Any]:
+        named = self.names_may_be_logged
+        log_warning = self.informative.warning(named) if self.informative is not None else None
         return {"verdict": self.verdict, "warnings": self.warnings,
+                # for Prefect's log (its database): value names only from a public domain
+                "log_verdict": self.verdict_text(named),
+                "log_warnings": [log_warning] if log_warning else [],
                 "workload": self.workload.as_json() if self.workload is not None else None,
                 "informative": (self.informative.as_json() if self.informative is not None
                                 else None),
@@ -353,7 +379,9 @@ def _informative(frame: pd.DataFrame, weights: np.ndarray | None, released: pd.D
                     key=lambda v: (-int(before.get(v, 0)), -int(after.get(v, 0)), v))
     counts = [ValueCount(v, int(before.get(v, 0)), int(after.get(v, 0)), int(pooled.get(v, 0)))
               for v in values]
-    info = InformativeAccuracy(column, counts, loss_reason=loss_reason)
+    public = (config.informative_domain is not None if column in config.informative
+              else bool(config.class_domain))
+    info = InformativeAccuracy(column, counts, loss_reason=loss_reason, public_values=public)
     _rates(info, frame, weights, released, config, dims)
     return info
 

@@ -265,29 +265,13 @@ def decoded_texts(folder: Path, with_data: bool = True) -> dict[str, list[str]]:
     """Every string a reader of the folder can decode: the manifest's strings (JSON-decoded,
     keys included), the report, the Parquet file's key-value metadata and row-group statistics
     and, ``with_data``, its values and the parsed CSV."""
-    import pyarrow.parquet as pq
 
     out: dict[str, list[str]] = {"manifest.json": list(_strings(_manifest(folder))),
                                  "report.md": [(folder / "report.md").read_text("utf-8")]}
     parquet_path = find_data_file(folder, ".parquet")
-    parquet = pq.ParquetFile(parquet_path)
-    meta = [v.decode("utf-8", "replace") for v in (parquet.metadata.metadata or {}).values()]
-    for group in range(parquet.metadata.num_row_groups):
-        for i in range(parquet.metadata.num_columns):
-            stats = parquet.metadata.row_group(group).column(i).statistics
-            if stats is not None and stats.has_min_max:
-                meta += [str(stats.min), str(stats.max)]
-    out[f"{parquet_path.name} metadata and statistics"] = meta
+    out[f"{parquet_path.name} metadata and statistics"] = _metadata_texts(parquet_path)
     for name in published_tables(_manifest(folder)):
-        table_file = pq.ParquetFile(folder / name)
-        texts = [v.decode("utf-8", "replace")
-                 for v in (table_file.metadata.metadata or {}).values()]
-        for group in range(table_file.metadata.num_row_groups):
-            for i in range(table_file.metadata.num_columns):
-                stats = table_file.metadata.row_group(group).column(i).statistics
-                if stats is not None and stats.has_min_max:
-                    texts += [str(stats.min), str(stats.max)]
-        out[f"{name} metadata and statistics"] = texts
+        out[f"{name} metadata and statistics"] = _metadata_texts(folder / name)
         if with_data:
             out[f"{name} values"] = pd.read_parquet(folder / name).astype(str) \
                 .to_numpy().ravel().tolist()
@@ -298,6 +282,20 @@ def decoded_texts(folder: Path, with_data: bool = True) -> dict[str, list[str]]:
         parsed = pd.read_csv(csv_path, dtype=str, keep_default_na=False)
         out[f"{csv_path.name} values"] = parsed.to_numpy().ravel().tolist() + list(parsed)
     return out
+
+
+def _metadata_texts(path: Path) -> list[str]:
+    """A Parquet file's key-value metadata and every row group's min and max, as text."""
+    import pyarrow.parquet as pq
+
+    parquet = pq.ParquetFile(path)
+    texts = [v.decode("utf-8", "replace") for v in (parquet.metadata.metadata or {}).values()]
+    for group in range(parquet.metadata.num_row_groups):
+        for i in range(parquet.metadata.num_columns):
+            stats = parquet.metadata.row_group(group).column(i).statistics
+            if stats is not None and stats.has_min_max:
+                texts += [str(stats.min), str(stats.max)]
+    return texts
 
 
 def _strings(value: Any):
