@@ -33,5 +33,7 @@ def evaluate_steps(release_path: str, input_path: str | None = None,
     folder = write_evaluation_report(quote(evaluation), str(loaded.steward_folder / "evaluation"))
     return {"report": str(Path(folder) / "report.html"), "folder": folder,
             "verdict": evaluation.verdict, "warnings": evaluation.warnings,
+            "log_verdict": evaluation.accuracy.get("log_verdict"),
+            "log_warnings": evaluation.accuracy.get("log_warnings", []),
             "query_summary": evaluation.query_summary,
             "classification": evaluation.classification}

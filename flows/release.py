@@ -25,6 +25,7 @@ from prefect import flow, get_run_logger, unmapped
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from prefect.futures import as_completed
 from prefect.runtime import flow_run
+from prefect.states import Completed
 from prefect.task_runners import ThreadPoolTaskRunner
 from prefect.utilities.annotations import quote
 from pydantic import (
@@ -377,11 +378,22 @@ def release_flow(request: ReleaseRequest = ReleaseRequest()) -> Any:  # noqa: B0
     quiet_refusals()  # before any task can log a refusal as a crash
     budget = BudgetInView(_dataset_named(request))
     try:
-        return _release(as_request(request), budget)
+        return with_accuracy_message(_release(as_request(request), budget))
     except REFUSALS as exc:
         return refused(exc)
     finally:  # budget and release catalogue in the UI after every run, refused ones included
         budget.finish()
+
+
+def with_accuracy_message(result: Any) -> Any:
+    """A released run ends Completed with its accuracy verdict (and warnings) as the state's
+    message, which the run page shows beside the state; in the log-safe wording (values named
+    only from a declared public domain: Prefect stores the message)."""
+    accuracy = (result or {}).get("accuracy") if isinstance(result, dict) else None
+    if not accuracy or not accuracy.get("log_verdict"):
+        return result
+    message = "; ".join([accuracy["log_verdict"], *accuracy.get("log_warnings", [])])
+    return Completed(message=message[:2000], data=result)
 
 
 def as_request(given: Any) -> ReleaseRequest:
@@ -591,8 +603,9 @@ def _result(request: ReleaseRequest, published: PublishResult, run_id: str | Non
             "manifest": published.manifest, "record": published.record,
             "test_release": published.test_release, "flow_run_id": run_id,
             "evaluation": evaluated.get("report"),
-            "accuracy": {"verdict": evaluated.get("verdict"),
-                         "warnings": evaluated.get("warnings", [])} if evaluated else None}
+            "accuracy": {key: evaluated.get(key) for key in
+                         ("verdict", "warnings", "log_verdict", "log_warnings")}
+            if evaluated else None}
 
 
 def _evaluate_after(request: ReleaseRequest, release_path: str, counts: Any = None

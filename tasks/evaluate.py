@@ -97,7 +97,9 @@ def write_evaluation_report(evaluation: Evaluation, target: str) -> str:
     if evaluation.accuracy:
         create_markdown_artifact(accuracy_markdown(evaluation.accuracy, evaluation.release_id),
                                  key=artifact_key(evaluation.dataset, "accuracy"),
-                                 description=f"Accuracy (steward only): {evaluation.verdict}"[:200])
+                                 description=(("WARNING: values lost or shrunk; "
+                                               if evaluation.warnings else "")
+                                              + evaluation.verdict)[:500])
     lines = [f"# Evaluation of {evaluation.release_id}", "", f"_{INTERNAL}_", "",
              f"- **accuracy: {evaluation.verdict}**",
              *[f"- **{line}**" for line in evaluation.warnings],

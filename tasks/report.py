@@ -16,13 +16,14 @@ def steward_summary_markdown(manifest: dict, record: dict, candidates: pd.DataFr
                              evaluated: dict | None = None) -> str:
     """What only stewards see first — the accuracy verdict and its warnings — then the public
     report and the rest of the steward's facts (input, information loss, selection)."""
-    lines = []
+    title, _, public = render_public_report(manifest).partition("\n")
+    lines = [title, ""]
     if evaluated and evaluated.get("verdict"):
         lines += ["## Accuracy (steward only: compares with the input)", "",
                   f"**{evaluated['verdict']}**", ""]
         lines += [f"- **{line}**" for line in evaluated.get("warnings", [])]
         lines += ["", f"Evidence report: `{evaluated.get('report')}`", ""]
-    lines += [render_public_report(manifest), "## For the steward (not published)", ""]
+    lines += [public.lstrip("\n"), "## For the steward (not published)", ""]
     il = record.get("information_loss") or {}
     lines.append(f"- input: `{record['input_file']}` (sha256 `{record['input_sha256'][:16]}…`), "
                  f"{record['input_rows']:,} rows")
@@ -106,8 +107,10 @@ def publish_release_summary(manifest: dict, record: dict, candidates: pd.DataFra
     create_markdown_artifact(
         markdown=steward_summary_markdown(manifest, record, candidates, evaluated),
         key=artifact_key(manifest["dataset"], "release-summary"),
-        description=(f"Release {manifest['release_id']}: "
-                     + (f"{verdict}" if verdict else manifest["guarantee"]["statement"]))[:500],
+        # the card in the UI shows the description's start: the warning, then the verdict
+        description=(("WARNING: values lost or shrunk; " if (evaluated or {}).get("warnings")
+                      else "") + (verdict or manifest["guarantee"]["statement"])
+                     + f" (release {manifest['release_id']})")[:500],
     )
 
 

@@ -78,8 +78,9 @@ def test_ipa_dropping_a_rare_outcome_is_said_in_the_cli_the_log_and_the_report(
     assert shown.exit_code == 0, shown.output
     text = re.sub(r"\s+", " ", shown.output.replace("│", " "))
     # the verdict line, with the lost outcome named
-    assert re.search(r"accuracy 2-way error \d\.\d{3} \(mean TVD; 0 = same as the input\); "
-                     r"worst: \S+( × \S+)* \d\.\d{3}", text), text[-3000:]
+    assert re.search(r"accuracy 2-way error \d\.\d{3} \(mean TVD: 0 = the input's "
+                     r"distributions, 1 = nothing in common\); worst 2-way: \S+ × \S+ "
+                     r"\d\.\d{3}", text), text[-3000:]
     assert f"outcome value {RARE} not released" in text or \
         re.search(rf"outcome values [0-9, ]*\b{RARE}\b[0-9, ]* not released", text), text[-3000:]
     assert "WARNING: outcome" in text and f"{RARE} (4 input rows)" in text, text[-3000:]

@@ -135,8 +135,8 @@ class InformativeAccuracy:
                               for v in sorted(lost, key=lambda v: -v.input)[:3])
             parts.append(f"{len(lost):,} value(s) not released: {named}{_more(len(lost), 3)}")
         if shrunk:
-            named = ", ".join(f"{v.value} {100 * (v.change or 0):+.0f} % ({v.input:,} -> "
-                              f"{v.released:,})" for v in shrunk[:3])
+            named = ", ".join(f"{v.value} ({v.input:,} -> {v.released:,}, "
+                              f"{100 * (v.change or 0):+.0f} %)" for v in shrunk[:3])
             parts.append(f"{len(shrunk):,} value(s) released more than "
                          f"{100 * SHRINK_WARNING:.0f} % below their input count: {named}"
                          f"{_more(len(shrunk), 3)}")
@@ -145,13 +145,17 @@ class InformativeAccuracy:
         return f"WARNING: {self.column}{of}: " + "; ".join(parts) + reason
 
     def loss_lines(self, limit: int = 10) -> list[str]:
-        """Plain words per value for mechanisms that drop or pool rows (``loss_reason``): the
-        values that lost most rows first, then the column's total."""
+        """Plain words for mechanisms that drop or pool rows (``loss_reason``): why, once; then
+        the values that lost more than 1 % of their rows, most rows first; then the total."""
         if not self.loss_reason:
             return []
-        hit = sorted((v for v in self.values if v.input and v.released < v.input),
+        hit = sorted((v for v in self.values if v.input and v.released < 0.99 * v.input),
                      key=lambda v: v.released - v.input)
-        lines = [f"{self.column} {v.in_words()}: {self.loss_reason}" for v in hit[:limit]]
+        lines = [f"Why rows of a value can be missing: {self.loss_reason}."]
+        lines += [f"{self.column} {v.in_words()}" for v in hit[:limit]]
+        if len(hit) > limit:
+            lines.append(f"... and {len(hit) - limit:,} more {self.column} values with fewer "
+                         "rows released than in the input")
         total_in = sum(v.input for v in self.values)
         total_out = sum(v.released for v in self.values)
         pooled = sum(v.pooled for v in self.values)
@@ -223,8 +227,8 @@ class Accuracy:
 
     @property
     def verdict(self) -> str:
-        """'2-way error 0.012 (mean TVD; 0 = same as the input); worst: age × outcome 0.055;
-        outcome values 5, 6 not released'."""
+        """'2-way error 0.012 (mean TVD: 0 = the input's distributions, 1 = nothing in
+        common); worst 2-way: age × outcome 0.055; outcome values 5, 6 not released'."""
         return self.verdict_text(named=True)
 
     @property
@@ -236,10 +240,10 @@ class Accuracy:
         parts = []
         if self.workload is not None and self.workload.marginals:
             main = next((w for w in (2, 1) if self.workload.mean(w) is not None), 1)
-            parts.append(f"{main}-way error {self.workload.mean(main):.3f} (mean TVD; 0 = same "
-                         "as the input)")
+            parts.append(f"{main}-way error {self.workload.mean(main):.3f} (mean TVD: 0 = the "
+                         "input's distributions, 1 = nothing in common)")
             name, tvd = self.workload.worst_of(main)
-            parts.append(f"worst: {name} {tvd:.3f}")
+            parts.append(f"worst {main}-way: {name} {tvd:.3f}")
         else:
             parts.append("workload error not measured: " + self.not_applicable.get(
                 "workload", "no released column can be compared with the input"))
@@ -256,8 +260,8 @@ class Accuracy:
                              f"{_more(len(info.lost), 5)} not released")
             elif info.shrunk:
                 v = info.shrunk[0]
-                parts.append(f"{info.column} value {v.value} {100 * (v.change or 0):+.0f} % "
-                             f"({v.input:,} -> {v.released:,})")
+                parts.append(f"{info.column} value {v.value}: {v.input:,} -> {v.released:,} "
+                             f"({100 * (v.change or 0):+.0f} %)")
             else:
                 parts.append(f"every {info.column} value kept within "
                              f"{100 * SHRINK_WARNING:.0f} % of its input count")

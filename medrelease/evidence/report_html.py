@@ -74,7 +74,8 @@ def _plot_accuracy(evaluation: Evaluation, folder: Path) -> list[tuple[str, str]
             "The worst marginals (TVD, 0 = same as the input)", [w["marginal"] for w in worst],
             [w["tvd"] for w in worst], "total variation distance", width=640),
             encoding="utf-8")
-        out.append(("accuracy_worst.svg", "The ten marginals furthest from the input's"))
+        out.append(("accuracy_worst.svg", f"The {len(worst)} marginals furthest from the "
+                                          "input's (total variation distance)"))
     info = (acc or {}).get("informative")
     if info and info.get("values"):
         top = sorted(info["values"], key=lambda v: -v["input"])[:12]
@@ -124,7 +125,8 @@ MEASURES = {
             "averaged over rows (0 = raw values, 1 = all '*')"),
     "emd": ("0 to 1", "lower is better", "how far the informative values' distribution within "
             "released classes moved from the input's"),
-    "rate": ("0 to 1", "lower is better", "share of input rows suppressed (released as '*')"),
+    "rate": ("0 to 1", "lower is better", "share of released rows that are noise (rows added or "
+             "removed by the noise over rows released), averaged over classes"),
     "stays_mean_abs_error": ("0 and up (rows)", "lower is better",
                              "mean absolute error of the stay counts per age group and sex"),
     "stays_mean_rel_error": ("0 and up", "lower is better", "the same, relative to the input"),
@@ -199,11 +201,14 @@ def _accuracy_section(e: Evaluation) -> list[str]:
         means = {f"{way}-way marginals": workload[f"mean_{way}way"] for way in (1, 2, 3)
                  if workload.get(f"mean_{way}way") is not None}
         parts += ["<h3>Workload error (mean total variation distance)</h3>",
-                  f"<p>{html.escape(workload['yardstick'])}. Over the released columns "
+                  f"<p>{html.escape(workload['yardstick'][:1].upper() + workload['yardstick'][1:])}"
+                  ". Over the released columns "
                   f"{html.escape(', '.join(workload['columns']))}.</p>",
-                  _table(pd.DataFrame({"marginals": list(means), "mean TVD": list(means.values())})),
+                  _table(pd.DataFrame({"marginals": list(means),
+                                       "mean TVD": [round(v, 3) for v in means.values()]})),
                   "<h3>The worst marginals</h3>",
-                  _table(pd.DataFrame(workload["worst"]).rename(columns={"tvd": "TVD"}))]
+                  _table(pd.DataFrame(workload["worst"]).rename(columns={"tvd": "TVD"})
+                         .round({"TVD": 3}))]
         if workload.get("declared"):
             declared = workload["declared"]
             parts += [f"<p>The dataset's declared workload: mean TVD "
@@ -290,6 +295,7 @@ def render(evaluation: Evaluation, plots: list[tuple[str, str]]) -> str:
         ".left-out{color:#555;font-style:italic}"
         "table.numbers{border-collapse:collapse}table.numbers td,table.numbers th"
         "{padding:2px 8px;border-bottom:1px solid #ddd;text-align:right}"
+        "table.numbers td:first-child{text-align:left}"
         "figure{margin:1em 0}</style></head><body>",
         f"<h1>Release {html.escape(e.release_id)} of {html.escape(e.dataset)}</h1>",
         f"<p class='internal'>{html.escape(INTERNAL)}</p>",

@@ -230,8 +230,9 @@ class IPA:
         gives=("real rows, quasi-identifiers generalized, informative values raw (counts "
                "noisy, rare cells pooled)"),
         draws_declared_steps=True,
-        loss_reason=("rows in cells below the release threshold are pooled under '*', and a "
-                     "pooled count below its threshold is not released"),
+        loss_reason=("a cell is released only when its noisy count reaches a threshold; rows "
+                     "of smaller cells are pooled per value, and a pool below its own "
+                     "threshold is not released"),
     )
     selection: ClassVar[str] = "exponential"
     selection_step: ClassVar[str] = "node selection"
