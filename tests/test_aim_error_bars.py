@@ -41,6 +41,10 @@ def write_dataset(folder: Path, rows: int = 3000, seed: int = 0) -> Path:
                                                    "diagnosis": diagnosis}), "aim-error-bars")
 
 
+# one worker for the module: its fixture fits aim three times, and xdist would fit it per worker
+pytestmark = pytest.mark.xdist_group("aim-error-bars")
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """Three releases at eps 1; max_cells 500 keeps the fine 3-way marginal (560 merged cells)

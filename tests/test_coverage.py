@@ -10,6 +10,7 @@ from medrelease.data.aggregate import aggregate
 from medrelease.evidence.coverage import Table, Tally, run_histogram, run_ipa
 
 RUNS = 25
+pytestmark = pytest.mark.xdist_group("coverage")  # one worker builds the module's table
 
 
 @pytest.fixture(scope="module")
