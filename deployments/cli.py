@@ -72,6 +72,11 @@ class _ProgressHandler(logging.Handler):
             self.progress.update(self.task_id, description=match.group(1).replace("-", " "))
 
 
+def _said_in_the_panel(record: logging.LogRecord) -> bool:
+    """The accuracy warnings of the run's log: the panel shows them (``tasks/evaluate.py``)."""
+    return not getattr(record, "medrelease_summary", False)
+
+
 def _run_flow(request: Any) -> dict[str, Any]:
     """Run the release flow in-process with a progress bar instead of Prefect's log lines."""
     from flows.release import release_flow
@@ -97,6 +102,7 @@ def _with_progress(flow_function: Any, *args: Any, **kwargs: Any) -> Any:
                 if existing is not handler and type(existing).__name__ == "PrefectConsoleHandler":
                     quiet.append((existing, existing.level))
                     existing.setLevel(logging.WARNING)
+                    existing.addFilter(_said_in_the_panel)
         try:
             with without_heartbeats():
                 return flow_function(*args, **kwargs)
@@ -105,6 +111,7 @@ def _with_progress(flow_function: Any, *args: Any, **kwargs: Any) -> Any:
                 logger.removeHandler(handler)
             for existing, level in quiet:
                 existing.setLevel(level)
+                existing.removeFilter(_said_in_the_panel)
 
 
 def _show_result(result: dict[str, Any], seconds: float) -> None:

@@ -22,6 +22,10 @@ from medrelease.storage.io import file_sha256, read_validated_input
 from medrelease.storage.store import StewardRecords
 from tasks.budget import artifact_key
 
+# Marks the run log's accuracy lines: a caller that shows the run's summary itself (the CLI's
+# panel) leaves them out of its console, where they would be said twice.
+SUMMARY_RECORD = "medrelease_summary"
+
 
 @dataclass(frozen=True)
 class ReleaseUnderEvaluation:
@@ -86,7 +90,7 @@ def evaluate(release_path: str, loaded: ReleaseUnderEvaluation) -> Evaluation:
     logger.info("evaluated release %s (%s): %s", evaluation.release_id, evaluation.mechanism,
                 accuracy.get("log_verdict", ""))
     for line in accuracy.get("log_warnings", []):  # the record's level says WARNING already
-        logger.warning("%s", line.removeprefix("WARNING: "))
+        logger.warning("%s", line.removeprefix("WARNING: "), extra={SUMMARY_RECORD: True})
     return evaluation
 
 
