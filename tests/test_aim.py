@@ -271,3 +271,19 @@ def test_aim_releases_through_the_flow_with_its_rounds_public_and_nothing_input_
     assert "input_rows" not in published and "score" not in published
     released = pd.read_csv(Path(result["path"]) / "TEST-data.csv")
     assert set(released["diagnosis"]) <= set(DIAGNOSES)
+    # the researcher's error bars: the noisy measurements as a table, a bound per marginal
+    from medrelease.privacy.publication import PUBLISHED_TABLES
+
+    folder = Path(result["path"])
+    measured = pd.read_parquet(folder / "measurements.parquet")
+    assert set(measured.columns) <= set(PUBLISHED_TABLES["measurements.parquet"]) | set(
+        manifest["columns"])
+    labels = set(DIAGNOSES) | {d[0] for d in DIAGNOSES}  # codes and their letters (level 1)
+    assert (measured["round"] == 0).any() and set(measured["diagnosis"].dropna()) <= labels
+    assert "measurements.parquet" in manifest["files"]
+    bars = manifest["error_bars"]
+    assert bars["level"] == 0.95 and {tuple(m["columns"]) for m in bars["marginals"]} >= {
+        ("age", "sex"), ("sex", "diagnosis")}
+    assert all(0 <= m["tvd_bound"] <= 1 for m in bars["marginals"])
+    report = (folder / "report.md").read_text()
+    assert "## Error bars (95 % confidence)" in report and "| age × sex | 0, 0 |" in report
