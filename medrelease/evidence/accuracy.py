@@ -221,6 +221,10 @@ class WorkloadAccuracy:
 
 @dataclass
 class Accuracy:
+    """A release's accuracy against its input: the workload error, the informative column, and
+    what does not apply (with why). Its verdict and warnings come first wherever it is shown;
+    the ``log_`` variants name values only from a declared public domain."""
+
     workload: WorkloadAccuracy | None
     informative: InformativeAccuracy | None
     not_applicable: dict[str, str] = field(default_factory=dict)
@@ -237,35 +241,34 @@ class Accuracy:
 
     def verdict_text(self, named: bool) -> str:
         """The verdict; ``named=False`` counts lost values instead of naming them."""
-        parts = []
-        if self.workload is not None and self.workload.marginals:
-            main = next((w for w in (2, 1) if self.workload.mean(w) is not None), 1)
-            parts.append(f"{main}-way error {self.workload.mean(main):.3f} (mean TVD: 0 = the "
-                         "input's distributions, 1 = nothing in common)")
-            name, tvd = self.workload.worst_of(main)
-            parts.append(f"worst {main}-way: {name} {tvd:.3f}")
-        else:
-            parts.append("workload error not measured: " + self.not_applicable.get(
-                "workload", "no released column can be compared with the input"))
-        if self.informative is not None and not named and (self.informative.lost
-                                                            or self.informative.shrunk):
-            parts.append(f"{len(self.informative.lost):,} {self.informative.column} value(s) not "
-                         f"released, {len(self.informative.shrunk):,} shrunk by more than "
-                         f"{100 * SHRINK_WARNING:.0f} %")
-        elif self.informative is not None:
-            info = self.informative
-            if info.lost:
-                named = ", ".join(v.value for v in sorted(info.lost, key=lambda v: -v.input)[:5])
-                parts.append(f"{info.column} value{'s' if len(info.lost) > 1 else ''} {named}"
-                             f"{_more(len(info.lost), 5)} not released")
-            elif info.shrunk:
-                v = info.shrunk[0]
-                parts.append(f"{info.column} value {v.value}: {v.input:,} -> {v.released:,} "
-                             f"({100 * (v.change or 0):+.0f} %)")
-            else:
-                parts.append(f"every {info.column} value kept within "
-                             f"{100 * SHRINK_WARNING:.0f} % of its input count")
-        return "; ".join(parts)
+        return "; ".join([self._workload_words(), *self._informative_words(named)])
+
+    def _workload_words(self) -> str:
+        if self.workload is None or not self.workload.marginals:
+            return "workload error not measured: " + self.not_applicable.get(
+                "workload", "no released column can be compared with the input")
+        main = next((w for w in (2, 1) if self.workload.mean(w) is not None), 1)
+        name, tvd = self.workload.worst_of(main)
+        return (f"{main}-way error {self.workload.mean(main):.3f} (mean TVD: 0 = the input's "
+                f"distributions, 1 = nothing in common); worst {main}-way: {name} {tvd:.3f}")
+
+    def _informative_words(self, named: bool) -> list[str]:
+        info = self.informative
+        if info is None:
+            return []
+        if not named and (info.lost or info.shrunk):
+            return [f"{len(info.lost):,} {info.column} value(s) not released, "
+                    f"{len(info.shrunk):,} shrunk by more than {100 * SHRINK_WARNING:.0f} %"]
+        if info.lost:
+            names = ", ".join(v.value for v in sorted(info.lost, key=lambda v: -v.input)[:5])
+            return [f"{info.column} value{'s' if len(info.lost) > 1 else ''} {names}"
+                    f"{_more(len(info.lost), 5)} not released"]
+        if info.shrunk:
+            v = info.shrunk[0]
+            return [f"{info.column} value {v.value}: {v.input:,} -> {v.released:,} "
+                    f"({100 * (v.change or 0):+.0f} %)"]
+        return [f"every {info.column} value kept within {100 * SHRINK_WARNING:.0f} % of its "
+                "input count"]
 
     @property
     def warnings(self) -> list[str]:
