@@ -13,6 +13,7 @@ from medrelease.evidence.step_audit import designs, misreported, run_design
 RUNS = {"ipa cells: new cell": 1000, "ipa cells: tipping cell": 400,
         "ipa ladder rung: new cell": 400, "ipa pool: new value": 400,
         "ipa selection: top node": 400, "ipa cells: one patient, m = 2": 1000,
+        "aim round: measurement": 1000,
         "diffgen leaf counts": 400}
 DESIGNS = {d.name: d for d in designs()}
 

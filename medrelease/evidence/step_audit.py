@@ -30,6 +30,7 @@ from unittest import mock
 import numpy as np
 import pandas as pd
 
+from medrelease.data import units as units_module
 from medrelease.data.aggregate import CountTable, aggregate_frame
 from medrelease.evidence.audit import (
     TIPPING_VALUE,
@@ -42,7 +43,10 @@ from medrelease.evidence.audit import (
 from medrelease.mechanisms import diffgen as diffgen_module
 from medrelease.mechanisms import ipa as ipa_module
 from medrelease.mechanisms.base import ReleaseContext
+from medrelease.privacy.zcdp import cdp_delta, gaussian_rho, grid_sigma_sq
 from medrelease.release import PublicFacts, plan_release, release, score_nodes, select_node
+from medrelease.synthetic import aim_rounds as aim_rounds_module
+from medrelease.synthetic.space import MarginalSpace
 
 CONFIDENCE = 0.95
 VALUES = sorted([f"d{i}" for i in range(5)] + [UNIQUE_VALUE, TIPPING_VALUE])
@@ -55,6 +59,9 @@ RUNG = {"epsilon": 1.0, "ladder_rungs": 1, "delta": 0.15, "eps_candidates": 0.05
         "eps_cells": 0.05, "eps_ladder": 0.85, "eps_suppression": 0.05}
 POOL = {"epsilon": 1.0, "ladder_rungs": 1, "delta": 0.18, "eps_candidates": 0.05,
         "eps_cells": 0.05, "eps_ladder": 0.05, "eps_suppression": 0.85}
+# aim's round measurement at a test-only sigma of 1 (rho 0.5), claimed as (2.5, cdp_delta)
+AIM_SIGMA = 1.0
+AIM_CLAIM_EPSILON = 2.5
 SELECTION = {"epsilon": 2.15, "ladder_rungs": 1, "delta": 0.06, "eps_candidates": 2.0,
              "eps_cells": 0.05, "eps_ladder": 0.05, "eps_suppression": 0.05}
 
@@ -119,7 +126,11 @@ def _plan(params: dict, unit_rows: int = 1, seed: int = 1):
 def _released_where(params: dict, frames: tuple[pd.DataFrame, pd.DataFrame], value: str,
                     part: str, unit_rows: int = 1) -> Callable[[int, int], tuple]:
     """Runs of ``IPA.materialize`` at the bottom node on each table: was ``value`` released in
-    ``part`` ('cells' at the node, 'rung' 1, or the '*' 'pool')?"""
+    ``part`` ('cells' at the node, 'rung' 1, or the '*' 'pool')?
+
+    Frames with a ``patient`` column first go through the real unit bound
+    (``units.bound_frame``, at most ``unit_rows`` rows per patient, a fresh draw each run), as a
+    release does before anything else."""
     def run(runs: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
         plan = _plan(params, unit_rows)
         impl = ipa_module.IPA()
@@ -131,6 +142,11 @@ def _released_where(params: dict, frames: tuple[pd.DataFrame, pd.DataFrame], val
             seeds = np.random.SeedSequence([seed, side]).spawn(runs)
             events = np.zeros(runs, dtype=bool)
             for i, child in enumerate(seeds):
+                if "patient" in frame.columns:
+                    bounded, _ = units_module.bound_frame(
+                        frame, units_module.UnitBound("patient", unit_rows, child.spawn(1)[0]))
+                    context = ReleaseContext.from_counts(_counts(bounded))
+                    table = context.lattice.bottom()
                 cells = impl.materialize(context, table, child, plan.params)
                 node = cells.class_node[cells.class_of_cell]
                 where = {"cells": node == 0, "rung": node == 1, "pool": node == -1}[part]
@@ -159,6 +175,35 @@ def _selection_of_top(params: dict) -> Callable[[int, int], tuple]:
     return run
 
 
+def _aim_measured_cell() -> Callable[[int, int], tuple]:
+    """aim's round measurement (``AIMRounds._measure``: grid sigma, the discrete Gaussian, the
+    rho it charges) of the cat x diagnosis marginal on each table; event 'the added row's cell came
+    out at least 2 above the smaller table's count'."""
+    def run(runs: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+        base = _base(60, 0)
+        frames = (_with(base, _rows(UNIQUE_VALUE, [("c0", 0)])), base)  # A: with the row
+        candidate = aim_rounds_module.Candidate((0, 2), (0, 0), 1.0)
+        settings = aim_rounds_module.Settings(rho=1.0, rounds=1, max_model_size=1e9,
+                                              max_cells=10**7, iters=1, final_iters=1)
+        spaces = [MarginalSpace(_counts(f)) for f in frames]
+        answers = [aim_rounds_module.true_answers(sp, [candidate])[0].reshape(-1)
+                   for sp in spaces]
+        cell = int(np.flatnonzero(answers[0] != answers[1])[0])
+        target = answers[1][cell] + 2
+        out = []
+        for side, (space, answer) in enumerate(zip(spaces, answers, strict=True)):
+            rng = np.random.default_rng(np.random.SeedSequence([seed, side]))
+            rounds = aim_rounds_module.AIMRounds(space, [], settings, rng)
+            events = np.zeros(runs, dtype=bool)
+            for i in range(runs):
+                rounds._measure(candidate.columns, candidate.levels, answer, AIM_SIGMA)
+                events[i] = rounds.state.noisy.pop()[cell] >= target
+                rounds.state.measurements.clear()
+            out.append(events)
+        return out[0], out[1]
+    return run
+
+
 def _diffgen_yes_count() -> Callable[[int, int], tuple]:
     """DiffGen without specializations: the leaf counts are all of it; event 'released yes
     count >= the larger table's true count'."""
@@ -184,7 +229,10 @@ def designs(runs: int = 1000) -> list[StepDesign]:
     tau = ipa_module.IPA().thresholds(_plan(CELLS).params)[0]
     unique = _rows(UNIQUE_VALUE, [("c0", 0)])
     tip = _rows(TIPPING_VALUE, [("c0", 0)] * (tau - 1))
-    patient = _rows(UNIQUE_VALUE, [("c0", 0), ("c1", 5)])  # the worst split of m = 2 rows
+    # one patient's five rows; the real bound keeps a random 2 (one cell of 2 or a split)
+    patient = _rows(UNIQUE_VALUE, [("c0", 0)] + [("c1", 5)] * 4).assign(patient="p")
+    base_units = base.assign(patient=[f"u{i}" for i in range(len(base))])
+    aim_rho = gaussian_rho(float(grid_sigma_sq(AIM_SIGMA)))
     return [
         StepDesign("ipa cells: new cell", "cells (threshold)", "delta", 0.9, 0.05, runs,
                    "threshold - 2",
@@ -203,8 +251,11 @@ def designs(runs: int = 1000) -> list[StepDesign]:
                    8 * runs, "sensitivity halved", _selection_of_top(SELECTION)),
         StepDesign("ipa cells: one patient, m = 2", "cells (unit threshold)", "delta", 0.9,
                    0.05, runs, "bound removed (the patient's 5 rows reach the mechanism)",
-                   _released_where(CELLS, (_with(base, patient), base), UNIQUE_VALUE, "cells",
-                                   unit_rows=2)),
+                   _released_where(CELLS, (_with(base_units, patient), base_units),
+                                   UNIQUE_VALUE, "cells", unit_rows=2)),
+        StepDesign("aim round: measurement", "round measurement (discrete Gaussian)",
+                   "epsilon", AIM_CLAIM_EPSILON, cdp_delta(aim_rho, AIM_CLAIM_EPSILON), runs,
+                   "noise halved", _aim_measured_cell()),
         StepDesign("diffgen leaf counts", "leaf counts", "epsilon", 0.5, 0.0, runs,
                    "sensitivity halved", _diffgen_yes_count()),
     ]
@@ -237,10 +288,16 @@ def broken(design: StepDesign) -> Iterator[StepDesign]:
                                lambda d, p: {k: 2 * v for k, v in calls(d, p).items()}):
             yield design
     elif design.broken.startswith("bound removed"):
-        base = _base(60, 0)
-        five = _rows(UNIQUE_VALUE, [("c0", 0)] * 5)
-        yield replace(design, run=_released_where(CELLS, (_with(base, five), base),
-                                                  UNIQUE_VALUE, "cells", unit_rows=2))
+        real_bound = units_module.bounded_weights
+        with mock.patch.object(units_module, "bounded_weights",
+                               lambda codes, weights, m, rng: real_bound(codes, weights, 10**9,
+                                                                         rng)):
+            yield design
+    elif design.broken == "noise halved":
+        grid = aim_rounds_module.grid_sigma_sq
+        with mock.patch.object(aim_rounds_module, "grid_sigma_sq",
+                               lambda sigma: grid(sigma / 2)):
+            yield design
     else:
         raise ValueError(f"no broken variant {design.broken!r}")
 
