@@ -446,6 +446,15 @@ def _release(request: ReleaseRequest, budget: BudgetInView) -> Any:
     ledger = str(ledger_path())
     resolved = resolve_request(request.dataset, request.mechanism, request.epsilon,
                                request.parameters, request.input_path, request.seed, ledger)
+    try:
+        return _release_resolved(request, budget, resolved, run_id, ledger)
+    finally:  # the run's private copies of the extract (raw data) go with it
+        resolved.extract.discard()
+
+
+def _release_resolved(request: ReleaseRequest, budget: BudgetInView, resolved: ResolvedRequest,
+                      run_id: str | None, ledger: str) -> Any:
+    """The release of a resolved request: every step reads the extract's snapshots."""
     config, release_plan, extract = resolved.config, resolved.plan, resolved.extract
     if request.skip_unchanged:
         previous = released_before(quote(config), quote(extract))
@@ -458,7 +467,7 @@ def _release(request: ReleaseRequest, budget: BudgetInView) -> Any:
                                                     release_plan.unit)
         check_secret_available(release_plan)
         check_before_charge(quote(config), release_plan, ledger, request.destination)
-        charge = charge_budget(quote(config), release_plan, ledger, run_id, extract.hashes)
+        charge = charge_budget(quote(config), release_plan, ledger, run_id, extract.claims)
         return _release_directly(request, budget, config, frame, input_info, release_plan,
                                  charge, ledger, run_id, resolved.requested_at)
     # Lattice mechanisms: one streamed pass validates and aggregates before any budget is spent
@@ -472,7 +481,7 @@ def _release(request: ReleaseRequest, budget: BudgetInView) -> Any:
         fixed = fixed_index(context, release_plan)  # a fixed node outside its limits fails here
         enforce_noise_rows(config, context, release_plan)
         check_before_charge(quote(config), release_plan, ledger, request.destination)
-        charge = charge_budget(quote(config), release_plan, ledger, run_id, extract.hashes)
+        charge = charge_budget(quote(config), release_plan, ledger, run_id, extract.claims)
     except BaseException:
         fan_out.close()
         raise
@@ -562,8 +571,7 @@ def _validate_and_aggregate(request: ReleaseRequest, resolved: ResolvedRequest,
     if request.task_runner != "dask" or len(extract.files) < 2 or unit is not None:
         return validate_and_aggregate(quote(config), quote(extract), unit=unit)
     futures = runner.map(aggregate_partition, {"config": unmapped(config),
-                                               "path": [f.path for f in extract.files],
-                                               "sha256": [f.sha256 for f in extract.files]})
+                                               "file": list(extract.files)})
     parts = [future.result() for future in futures]
     return merge_partitions(quote(config), quote(parts), extract.pattern)
 

@@ -173,6 +173,7 @@ def steward_facts(run: RunFacts) -> dict[str, Any]:
                           "cap_epsilon": run.charge.lifetime.lifetime_epsilon,
                           "cap_delta": run.charge.lifetime.lifetime_delta},
         "input_file": run.input_info.path, "input_sha256": run.input_info.sha256,
+        "input_rows_sha256": run.input_info.rows_sha256,
         "input_rows": run.input_info.rows, "dropped_rows": run.input_info.dropped_rows,
         "unit_bound": run.input_info.unit_bound,
         "dataset_config": config.model_dump(mode="json"),
