@@ -64,6 +64,7 @@ from medrelease.release import (
 from medrelease.request import ResolvedRequest
 from medrelease.settings import ledger_path
 from medrelease.storage.store import StoreError, safe_relative
+from tasks.artifacts import table_artifact
 from tasks.budget import (
     Charge,
     artifact_key,
@@ -551,15 +552,13 @@ def _synthesize(config, counts, release_plan, runner) -> tuple[Any, pd.DataFrame
 
 def _rounds_artifact(dataset: str, run) -> None:
     """Every round as a table (public: columns, levels, sigma, selection epsilon, rho)."""
-    from prefect.artifacts import create_table_artifact
-
     rows = [{"round": r.round, "marginal": " x ".join(r.columns),
              "levels": ", ".join(str(x) for x in r.levels), "cells": r.cells,
              "sigma": round(r.sigma, 2), "selection eps": round(r.selection_epsilon, 4),
              "rho used": f"{r.rho_used / run.settings.rho:.0%}",
              "annealed": "yes" if r.annealed else ""} for r in run.state.records]
-    create_table_artifact(key=artifact_key(dataset, "aim-rounds"), table=rows,
-                          description="aim: the marginals measured, round by round (DP outputs)")
+    table_artifact(key=artifact_key(dataset, "aim-rounds"), table=rows,
+                   description="aim: the marginals measured, round by round (DP outputs)")
 
 
 def _validate_and_aggregate(request: ReleaseRequest, resolved: ResolvedRequest,

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pandas as pd
 from prefect import get_run_logger, task
-from prefect.artifacts import create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
 from medrelease.data.aggregate import (
@@ -32,6 +31,7 @@ from medrelease.settings import steward_log_dir, steward_root
 from medrelease.storage.io import counting_positions, iter_chunks, read_input
 from medrelease.storage.store import StewardRecords
 from schemas.input import missing_rows, validate_input
+from tasks.artifacts import table_artifact
 from tasks.budget import artifact_key
 
 
@@ -72,7 +72,7 @@ def _report_rows(config: DatasetConfig, info: InputInfo) -> None:
     """A steward artifact: rows read, dropped by missing: drop_rows, kept (counts only)."""
     bound = info.unit_bound or {}
     cut = bound.get("rows before the bound", 0) - bound.get("rows after the bound", 0)
-    create_table_artifact(
+    table_artifact(
         table=[{"rows read": info.rows + info.dropped_rows + cut,
                 "cut by the unit bound": cut if info.unit_bound else "no unit declared",
                 "units over the bound": bound.get("units over the bound", ""),

@@ -210,7 +210,8 @@ def publish_release(run: RunFacts, destination: str | None) -> PublishResult:
         published = store.publish(
             dataset=run.config.name, release_id=release_id, table=run.chosen.rows,
             manifest=manifest, extra_files={"report.md": render_public_report(manifest)},
-            destination=destination, tables=declared_tables(run.chosen, run.release_plan.mechanism))
+            destination=destination, tables=declared_tables(run.chosen, run.release_plan.mechanism),
+            released_on=run.requested_at)
     except BaseException as exc:
         records.update(run.config.name, release_id, status="failed",
                        error=f"{type(exc).__name__}: {exc}"[:500])
