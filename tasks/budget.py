@@ -105,8 +105,9 @@ def charge_budget(
     config: DatasetConfig, release_plan: ReleasePlan, ledger_path: str, flow_run_id: str | None,
     content: tuple[str, ...] = (),
 ) -> Charge:
-    """Reserve the release's (eps, delta) against its source and the content it reads (the
-    SHA-256 of every file), or refuse; log it as an artifact."""
+    """Reserve the release's (eps, delta) against its source and the content it reads (every
+    file's SHA-256 and row digest: ``ResolvedExtract.claims``), or refuse; log it as an
+    artifact."""
     guarantee = release_plan.guarantee
     ledger = Ledger(ledger_path)
     spend_id = ledger.reserve(spend_request(config, release_plan, flow_run_id, content))
