@@ -68,6 +68,22 @@ def _values_to_the_steward_log(config: DatasetConfig) -> Iterator[None]:
             exc.problems) from None
 
 
+@contextmanager
+def _named_as_the_extract(files: tuple[ExtractFile, ...]) -> Iterator[None]:
+    """The readers' messages name the snapshot they read; the steward knows the file by its
+    own path, so that is the one a message gives."""
+    try:
+        yield
+    except InputValidationError as exc:
+        message = str(exc)
+        for file in files:
+            if file.snapshot:
+                message = message.replace(file.snapshot, file.path)
+        if message == str(exc):
+            raise
+        raise InputValidationError(message, exc.problems) from None
+
+
 def _report_rows(config: DatasetConfig, info: InputInfo) -> None:
     """A steward artifact: rows read, dropped by missing: drop_rows, kept (counts only)."""
     bound = info.unit_bound or {}
@@ -93,7 +109,7 @@ def load_and_validate_input(
     """Read the extract as text and check it against the pandera schema of its config; with
     a declared privacy unit, cut each unit's rows to its bound (after validation, so a bad
     row anywhere is reported, and before anything is counted)."""
-    with _values_to_the_steward_log(config):
+    with _named_as_the_extract(extract.files), _values_to_the_steward_log(config):
         if len(extract.files) > 1:
             raise InputValidationError(
                 f"{len(extract.files)} files match {Path(extract.pattern).name!r}: this "
@@ -133,8 +149,14 @@ def count_partition(config: DatasetConfig, file: ExtractFile,
     column's distinct values; when that path declines (or the input is bad), the row-wise pass
     validates each chunk and folds it in, with messages naming file lines (and, for an extract
     of several files, the file). Memory follows the count table; no noise is drawn. What is
-    read is the file's snapshot (the bytes its hash was taken of); its snapshot keeps its name,
-    so messages name the file."""
+    read is the file's snapshot (the bytes its hash was taken of); messages name the file by
+    its own path."""
+    with _named_as_the_extract((file,)):
+        return _count_file(config, file, rows_per_chunk, partitioned, unit)
+
+
+def _count_file(config: DatasetConfig, file: ExtractFile, rows_per_chunk: int,
+                partitioned: bool, unit: UnitBound | None) -> PartitionCounts:
     path = file.read_from
     counts, how = grouped_count_table(config, path, unit=unit), "grouped by DuckDB"
     if counts is None and unit is not None:  # a unit's rows are bounded together: one frame

@@ -201,3 +201,14 @@ def test_a_file_replaced_after_resolution_is_not_what_the_run_reads(
     assert hash_a in claims and hash_b not in claims
     snapshots = home / "steward" / "snapshots"
     assert not snapshots.exists() or not any(snapshots.iterdir())
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_a_refusal_names_the_extract_not_its_snapshot(home: Path, tmp_path: Path) -> None:
+    """The readers read the snapshot; a steward is told about the file they put there."""
+    config = _dataset(tmp_path / "empty", "empty", "empty")
+    (tmp_path / "empty" / "extract.csv").write_text("")
+    state = release_flow(ReleaseRequest(dataset=str(config), evaluate=False), return_state=True)
+    assert state.name == "Refused", state.message
+    assert f"input file {tmp_path / 'empty' / 'extract.csv'} is empty" in state.message
+    assert "snapshots" not in state.message and _spends(home) == 0
