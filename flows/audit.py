@@ -19,11 +19,7 @@ from typing import Any
 
 import pandas as pd
 from prefect import flow, get_run_logger, task
-from prefect.artifacts import (
-    create_markdown_artifact,
-    create_progress_artifact,
-    update_progress_artifact,
-)
+from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.futures import as_completed
 from prefect.task_runners import ThreadPoolTaskRunner
@@ -47,6 +43,7 @@ from medrelease.evidence.audit_publication import (
 )
 from medrelease.mechanisms import MECHANISMS, capabilities
 from medrelease.settings import isolated_home
+from tasks.artifacts import markdown_artifact
 
 
 @task(name="audit-batch", cache_policy=NO_CACHE)
@@ -95,8 +92,8 @@ def audit_flow(mechanism: str = "ipa-paper", epsilon: float = 1.0, runs: int = 2
     stats = {t: [v for i in sorted(parts) for v in parts[i]] for t, parts in by_start.items()}
     result = bound_from_statistics(mechanism, epsilon, design, stats["without"], stats["with"],
                                   confidence)
-    create_markdown_artifact(audit_markdown(result), key=f"audit-{mechanism}",
-                             description="Empirical privacy audit")
+    markdown_artifact(audit_markdown(result), key=f"audit-{mechanism}",
+                      description="Empirical privacy audit")
     return {**result.__dict__, "exceeds_claim": result.exceeds_claim,
             "ceiling": result.ceiling, "verdict": result.verdict}
 
@@ -165,10 +162,10 @@ def publication_audit_flow(mechanism: str = "ipa", epsilon: float = 1.0, pairs: 
             shutil.rmtree(workdir, ignore_errors=True)
     statistical = _statistical(mechanism, epsilon, runs, seed, confidence)
     verdict = _verdict(findings, statistical)
-    create_markdown_artifact(_publication_markdown(mechanism, epsilon, designs, pairs, findings,
-                                                   statistical, verdict),
-                             key=f"publication-audit-{mechanism}",
-                             description=f"Publication audit of {mechanism}: {verdict}")
+    markdown_artifact(_publication_markdown(mechanism, epsilon, designs, pairs, findings,
+                                            statistical, verdict),
+                      key=f"publication-audit-{mechanism}",
+                      description=f"Publication audit of {mechanism}: {verdict}")
     return {"mechanism": mechanism, "epsilon": epsilon, "designs": designs, "pairs": pairs,
             "findings": [str(f) for f in findings], "verdict": verdict,
             "statistical": [{**r.__dict__, "verdict": r.verdict, "ceiling": r.ceiling}

@@ -64,6 +64,7 @@ from medrelease.release import (
 from medrelease.request import ResolvedRequest
 from medrelease.settings import ledger_path
 from medrelease.storage.store import StoreError, safe_relative
+from tasks.artifacts import table_artifact
 from tasks.budget import (
     Charge,
     artifact_key,
@@ -446,6 +447,15 @@ def _release(request: ReleaseRequest, budget: BudgetInView) -> Any:
     ledger = str(ledger_path())
     resolved = resolve_request(request.dataset, request.mechanism, request.epsilon,
                                request.parameters, request.input_path, request.seed, ledger)
+    try:
+        return _release_resolved(request, budget, resolved, run_id, ledger)
+    finally:  # the run's private copies of the extract (raw data) go with it
+        resolved.extract.discard()
+
+
+def _release_resolved(request: ReleaseRequest, budget: BudgetInView, resolved: ResolvedRequest,
+                      run_id: str | None, ledger: str) -> Any:
+    """The release of a resolved request: every step reads the extract's snapshots."""
     config, release_plan, extract = resolved.config, resolved.plan, resolved.extract
     if request.skip_unchanged:
         previous = released_before(quote(config), quote(extract))
@@ -458,7 +468,7 @@ def _release(request: ReleaseRequest, budget: BudgetInView) -> Any:
                                                     release_plan.unit)
         check_secret_available(release_plan)
         check_before_charge(quote(config), release_plan, ledger, request.destination)
-        charge = charge_budget(quote(config), release_plan, ledger, run_id, extract.hashes)
+        charge = charge_budget(quote(config), release_plan, ledger, run_id, extract.claims)
         return _release_directly(request, budget, config, frame, input_info, release_plan,
                                  charge, ledger, run_id, resolved.requested_at)
     # Lattice mechanisms: one streamed pass validates and aggregates before any budget is spent
@@ -472,7 +482,7 @@ def _release(request: ReleaseRequest, budget: BudgetInView) -> Any:
         fixed = fixed_index(context, release_plan)  # a fixed node outside its limits fails here
         enforce_noise_rows(config, context, release_plan)
         check_before_charge(quote(config), release_plan, ledger, request.destination)
-        charge = charge_budget(quote(config), release_plan, ledger, run_id, extract.hashes)
+        charge = charge_budget(quote(config), release_plan, ledger, run_id, extract.claims)
     except BaseException:
         fan_out.close()
         raise
@@ -542,15 +552,13 @@ def _synthesize(config, counts, release_plan, runner) -> tuple[Any, pd.DataFrame
 
 def _rounds_artifact(dataset: str, run) -> None:
     """Every round as a table (public: columns, levels, sigma, selection epsilon, rho)."""
-    from prefect.artifacts import create_table_artifact
-
     rows = [{"round": r.round, "marginal": " x ".join(r.columns),
              "levels": ", ".join(str(x) for x in r.levels), "cells": r.cells,
              "sigma": round(r.sigma, 2), "selection eps": round(r.selection_epsilon, 4),
              "rho used": f"{r.rho_used / run.settings.rho:.0%}",
              "annealed": "yes" if r.annealed else ""} for r in run.state.records]
-    create_table_artifact(key=artifact_key(dataset, "aim-rounds"), table=rows,
-                          description="aim: the marginals measured, round by round (DP outputs)")
+    table_artifact(key=artifact_key(dataset, "aim-rounds"), table=rows,
+                   description="aim: the marginals measured, round by round (DP outputs)")
 
 
 def _validate_and_aggregate(request: ReleaseRequest, resolved: ResolvedRequest,
@@ -562,8 +570,7 @@ def _validate_and_aggregate(request: ReleaseRequest, resolved: ResolvedRequest,
     if request.task_runner != "dask" or len(extract.files) < 2 or unit is not None:
         return validate_and_aggregate(quote(config), quote(extract), unit=unit)
     futures = runner.map(aggregate_partition, {"config": unmapped(config),
-                                               "path": [f.path for f in extract.files],
-                                               "sha256": [f.sha256 for f in extract.files]})
+                                               "file": list(extract.files)})
     parts = [future.result() for future in futures]
     return merge_partitions(quote(config), quote(parts), extract.pattern)
 

@@ -1,5 +1,6 @@
 """One release request, resolved once: the dataset config (from one dataset root), the files
-it reads with their content hashes, the source and its policy, the mechanism with its validated
+it reads (private snapshots taken at resolution) with their content hashes (bytes and parsed
+rows), the source and its policy, the mechanism with its validated
 parameters and privacy map, and the expected work. Every later step of a release reads this
 value; none resolves a path or a config again (what is charged is what is read).
 """

@@ -86,6 +86,13 @@ def extra_input_roots() -> list[Path]:
     return [*_env_paths("MEDRELEASE_INBOX"), *_env_paths("MEDRELEASE_INPUT_ROOTS")]
 
 
+def snapshot_root() -> Path:
+    """Private copies of the extracts a release is reading (``medrelease.data.extract``): the
+    bytes hashed at resolution are the bytes read, whatever happens to the input folder during
+    the run. Steward-only (they are raw data); each run removes its own."""
+    return steward_root() / "snapshots"
+
+
 def steward_log_dir() -> Path:
     """Steward-only logs: validation details with the raw values, never sent to Prefect."""
     return steward_root() / "logs"

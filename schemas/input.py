@@ -24,6 +24,15 @@ from medrelease.errors import InputValidationError, format_rows, position_number
 CONTROL = r"[\x00-\x1f\x7f]"
 NOT_DECIMAL = "are not plain decimal numbers (e.g. 0.8; no exponents)"
 CONTROL_CHARS = "contain control characters (NUL, tab, line breaks...): refused, not escaped"
+# Text that names no one: what spreadsheets and pandas write for a missing value (pandas'
+# default missing-value strings, and NaT), compared after trimming spaces, in any case. As a
+# unit id it would merge every such row into one "patient" (or, read as missing elsewhere,
+# into none), so the unit's bound would not hold.
+BLANK_LOOKING = frozenset({"", "#n/a", "#n/a n/a", "#na", "-1.#ind", "-1.#qnan", "-nan",
+                           "1.#ind", "1.#qnan", "<na>", "n/a", "na", "nan", "nat",
+                           "null", "none"})
+BLANK_IDS = ("look blank or like a missing-value marker (only spaces, NaN, NULL, None, N/A, "
+             "NA...): every row must name its unit")
 
 
 def _matches(pattern: str):
@@ -31,6 +40,12 @@ def _matches(pattern: str):
         return series.isna() | series.astype("string").str.match(pattern).fillna(False)
 
     return check
+
+
+def _names_someone(series: pd.Series) -> pd.Series:
+    """Check: a present unit id is not blank-looking (``BLANK_LOOKING``)."""
+    trimmed = series.astype("string").str.strip().str.lower()
+    return series.isna() | ~trimmed.isin(BLANK_LOOKING).fillna(False)
 
 
 def _no_control_characters(series: pd.Series) -> pd.Series:
@@ -139,7 +154,8 @@ def input_schema(config: DatasetConfig) -> pa.DataFrameSchema:
         columns[name] = pa.Column(checks=checks, nullable=nullable, required=True)
     if config.unit_column is not None:  # every row must say whose it is, or it cannot be bounded
         columns[config.unit_column] = pa.Column(
-            checks=[pa.Check(_no_control_characters, error=CONTROL_CHARS)], nullable=False,
+            checks=[pa.Check(_no_control_characters, error=CONTROL_CHARS),
+                    pa.Check(_names_someone, error=BLANK_IDS)], nullable=False,
             required=True)
     for name in config.set_valued:
         taxonomy = config.taxonomies[name]

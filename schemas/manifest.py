@@ -105,6 +105,8 @@ class StewardRecord(BaseModel):
     ledger_charge: dict[str, Any]
     input_file: str
     input_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    # the digest of the parsed rows (medrelease.data.content); None when it was not taken
+    input_rows_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
     input_rows: int
     dropped_rows: int = 0
     unit_bound: dict[str, int] | None = None  # the privacy unit bound's counts (input facts)

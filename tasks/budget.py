@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from prefect import get_run_logger, task
-from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
 from medrelease.data.config import DatasetConfig
@@ -24,6 +23,7 @@ from medrelease.release import (
 )
 from medrelease.settings import steward_root, store_root, test_store_root
 from medrelease.storage.store import ReleaseStore, StewardRecords, StoreError
+from tasks.artifacts import markdown_artifact
 
 
 def artifact_key(dataset: str, what: str) -> str:
@@ -105,14 +105,15 @@ def charge_budget(
     config: DatasetConfig, release_plan: ReleasePlan, ledger_path: str, flow_run_id: str | None,
     content: tuple[str, ...] = (),
 ) -> Charge:
-    """Reserve the release's (eps, delta) against its source and the content it reads (the
-    SHA-256 of every file), or refuse; log it as an artifact."""
+    """Reserve the release's (eps, delta) against its source and the content it reads (every
+    file's SHA-256 and row digest: ``ResolvedExtract.claims``), or refuse; log it as an
+    artifact."""
     guarantee = release_plan.guarantee
     ledger = Ledger(ledger_path)
     spend_id = ledger.reserve(spend_request(config, release_plan, flow_run_id, content))
     lifetime = ledger.state(config.source_id, config.privacy.lifetime_epsilon,
                             config.privacy.lifetime_delta)
-    create_markdown_artifact(  # a narrow table and a list: it fits a laptop screen
+    markdown_artifact(  # a narrow table and a list: it fits a laptop screen
         markdown="\n".join(
             ["| step | epsilon | delta |", "|---|---|---|"]
             + [f"| {s.step} | {s.epsilon:.4g} | {s.delta:.3g} |" for s in release_plan.budget_steps]

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pandas as pd
 from prefect import get_run_logger, task
-from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
 from medrelease.data.aggregate import CountTable, prepare_table
@@ -20,6 +19,7 @@ from medrelease.evidence.report_html import INTERNAL, write_report
 from medrelease.settings import steward_root
 from medrelease.storage.io import file_sha256, read_validated_input
 from medrelease.storage.store import StewardRecords
+from tasks.artifacts import markdown_artifact, table_artifact
 from tasks.budget import artifact_key
 
 # Marks the run log's accuracy lines: a caller that shows the run's summary itself (the CLI's
@@ -99,11 +99,11 @@ def write_evaluation_report(evaluation: Evaluation, target: str) -> str:
     """report.html + plots + evaluation.json, and the same numbers as Prefect artifacts."""
     folder = write_report(evaluation, target)
     if evaluation.accuracy:
-        create_markdown_artifact(accuracy_markdown(evaluation.accuracy, evaluation.release_id),
-                                 key=artifact_key(evaluation.dataset, "accuracy"),
-                                 description=(("WARNING: values lost or shrunk; "
-                                               if evaluation.warnings else "")
-                                              + evaluation.verdict)[:500])
+        markdown_artifact(accuracy_markdown(evaluation.accuracy, evaluation.release_id),
+                          key=artifact_key(evaluation.dataset, "accuracy"),
+                          description=(("WARNING: values lost or shrunk; "
+                                        if evaluation.warnings else "")
+                                       + evaluation.verdict)[:500])
     lines = [f"# Evaluation of {evaluation.release_id}", "", f"_{INTERNAL}_", "",
              f"- **accuracy: {evaluation.verdict}**",
              *[f"- **{line}**" for line in evaluation.warnings],
@@ -121,22 +121,22 @@ def write_evaluation_report(evaluation: Evaluation, target: str) -> str:
     if evaluation.frequency_attack:
         lines.append(f"- frequency-matching attack re-identifies "
                      f"{evaluation.frequency_attack['records_reidentified_share']:.1%} of records")
-    create_markdown_artifact("\n".join(lines),
-                             key=artifact_key(evaluation.dataset, "evaluation"),
-                             description="Utility and risk of the release (internal)")
+    markdown_artifact("\n".join(lines),
+                      key=artifact_key(evaluation.dataset, "evaluation"),
+                      description="Utility and risk of the release (internal)")
     if evaluation.queries is not None:
-        create_table_artifact(json.loads(evaluation.queries.round(3).to_json(orient="records")),
-                              key=artifact_key(evaluation.dataset, "evaluation-queries"),
-                              description="IPA paper queries, original vs release")
+        table_artifact(json.loads(evaluation.queries.round(3).to_json(orient="records")),
+                       key=artifact_key(evaluation.dataset, "evaluation-queries"),
+                       description="IPA paper queries, original vs release")
     if evaluation.risk_synthetic:
-        create_table_artifact([{"measure": k, "value": v}
-                               for k, v in evaluation.risk_synthetic.items()],
-                              key=artifact_key(evaluation.dataset, "evaluation-risk"),
-                              description="Synthetic rows matching a unique input record, "
-                                          "against rows drawn from the 1-way marginals")
+        table_artifact([{"measure": k, "value": v}
+                        for k, v in evaluation.risk_synthetic.items()],
+                       key=artifact_key(evaluation.dataset, "evaluation-risk"),
+                       description="Synthetic rows matching a unique input record, "
+                                   "against rows drawn from the 1-way marginals")
     else:
         risk = [{"measure": k, "release": evaluation.risk_release.get(k),
                  "input": evaluation.risk_input.get(k)} for k in evaluation.risk_release]
-        create_table_artifact(risk, key=artifact_key(evaluation.dataset, "evaluation-risk"),
-                              description="Re-identification risk, release vs input")
+        table_artifact(risk, key=artifact_key(evaluation.dataset, "evaluation-risk"),
+                       description="Re-identification risk, release vs input")
     return str(folder)

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pandas as pd
 from prefect import get_run_logger, task
-from prefect.artifacts import create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
 from medrelease.data.aggregate import (
@@ -24,7 +23,7 @@ from medrelease.data.aggregate import (
     merge_count_tables,
 )
 from medrelease.data.config import DatasetConfig, find_config
-from medrelease.data.extract import ResolvedExtract, extract_digest
+from medrelease.data.extract import ExtractFile, ResolvedExtract, extract_digest
 from medrelease.data.grouped_input import grouped_count_table
 from medrelease.data.units import UnitBound, bound_frame
 from medrelease.errors import InputValidationError, write_steward_log
@@ -32,6 +31,7 @@ from medrelease.settings import steward_log_dir, steward_root
 from medrelease.storage.io import counting_positions, iter_chunks, read_input
 from medrelease.storage.store import StewardRecords
 from schemas.input import missing_rows, validate_input
+from tasks.artifacts import table_artifact
 from tasks.budget import artifact_key
 
 
@@ -42,6 +42,7 @@ class InputInfo:
     rows: int
     dropped_rows: int = 0
     unit_bound: dict | None = None  # what the privacy unit's bound cut (steward only)
+    rows_sha256: str | None = None  # the digest of the parsed rows (steward only)
 
 
 @task(name="load-dataset-config", cache_policy=NO_CACHE)
@@ -67,11 +68,27 @@ def _values_to_the_steward_log(config: DatasetConfig) -> Iterator[None]:
             exc.problems) from None
 
 
+@contextmanager
+def _named_as_the_extract(files: tuple[ExtractFile, ...]) -> Iterator[None]:
+    """The readers' messages name the snapshot they read; the steward knows the file by its
+    own path, so that is the one a message gives."""
+    try:
+        yield
+    except InputValidationError as exc:
+        message = str(exc)
+        for file in files:
+            if file.snapshot:
+                message = message.replace(file.snapshot, file.path)
+        if message == str(exc):
+            raise
+        raise InputValidationError(message, exc.problems) from None
+
+
 def _report_rows(config: DatasetConfig, info: InputInfo) -> None:
     """A steward artifact: rows read, dropped by missing: drop_rows, kept (counts only)."""
     bound = info.unit_bound or {}
     cut = bound.get("rows before the bound", 0) - bound.get("rows after the bound", 0)
-    create_table_artifact(
+    table_artifact(
         table=[{"rows read": info.rows + info.dropped_rows + cut,
                 "cut by the unit bound": cut if info.unit_bound else "no unit declared",
                 "units over the bound": bound.get("units over the bound", ""),
@@ -92,22 +109,23 @@ def load_and_validate_input(
     """Read the extract as text and check it against the pandera schema of its config; with
     a declared privacy unit, cut each unit's rows to its bound (after validation, so a bad
     row anywhere is reported, and before anything is counted)."""
-    with _values_to_the_steward_log(config):
+    with _named_as_the_extract(extract.files), _values_to_the_steward_log(config):
         if len(extract.files) > 1:
             raise InputValidationError(
                 f"{len(extract.files)} files match {Path(extract.pattern).name!r}: this "
                 "mechanism reads one file; extracts in several files are read by the "
                 "mechanisms that search the lattice (ipa, ipa-paper, kanon)")
-        path = extract.paths[0]
-        with counting_positions(config, path):
-            frame = validate_input(read_input(config, path), config)
+        path, source = extract.paths[0], extract.files[0].read_from  # the snapshot is read
+        with counting_positions(config, source):
+            frame = validate_input(read_input(config, source), config)
         frame, report = bound_frame(frame, unit) if unit is not None else (frame, None)
         needed = config.dimensions + config.informative + config.class_columns
         dropped = len(missing_rows(frame, needed)) if config.missing == "drop_rows" else 0
         check_drop_limit(dropped, len(frame), config)
     info = InputInfo(path=str(path), sha256=extract.files[0].sha256,
                      rows=len(frame) - dropped, dropped_rows=dropped,
-                     unit_bound=report.as_dict() if report else None)
+                     unit_bound=report.as_dict() if report else None,
+                     rows_sha256=extract.rows_digest)
     get_run_logger().info("input %s validated: n=%d", path.name, info.rows)
     _report_rows(config, info)
     return frame, info
@@ -121,15 +139,25 @@ class PartitionCounts:
     sha256: str
     counts: CountTable
     how: str
+    rows_sha256: str | None = None
 
 
-def count_partition(config: DatasetConfig, path: Path, sha256: str,
+def count_partition(config: DatasetConfig, file: ExtractFile,
                     rows_per_chunk: int = 500_000, partitioned: bool = False,
                     unit: UnitBound | None = None) -> PartitionCounts:
     """One out-of-core pass over one file: DuckDB groups it and the checks run on each
     column's distinct values; when that path declines (or the input is bad), the row-wise pass
     validates each chunk and folds it in, with messages naming file lines (and, for an extract
-    of several files, the file). Memory follows the count table; no noise is drawn."""
+    of several files, the file). Memory follows the count table; no noise is drawn. What is
+    read is the file's snapshot (the bytes its hash was taken of); messages name the file by
+    its own path."""
+    with _named_as_the_extract((file,)):
+        return _count_file(config, file, rows_per_chunk, partitioned, unit)
+
+
+def _count_file(config: DatasetConfig, file: ExtractFile, rows_per_chunk: int,
+                partitioned: bool, unit: UnitBound | None) -> PartitionCounts:
+    path = file.read_from
     counts, how = grouped_count_table(config, path, unit=unit), "grouped by DuckDB"
     if counts is None and unit is not None:  # a unit's rows are bounded together: one frame
         with _values_to_the_steward_log(config), counting_positions(config, path):
@@ -147,14 +175,14 @@ def count_partition(config: DatasetConfig, path: Path, sha256: str,
             if not partitioned:
                 raise
             raise InputValidationError(f"in {path.name}: {exc}", exc.problems) from None
-    return PartitionCounts(str(path), sha256, counts, how)
+    return PartitionCounts(file.path, file.sha256, counts, how, file.rows_sha256)
 
 
 @task(name="aggregate-partition", cache_policy=NO_CACHE)
-def aggregate_partition(config: DatasetConfig, path: str, sha256: str,
+def aggregate_partition(config: DatasetConfig, file: ExtractFile,
                         rows_per_chunk: int = 500_000) -> PartitionCounts:
     """One file of a partitioned extract, on a fan-out worker (Dask) or in the flow."""
-    return count_partition(config, Path(path), sha256, rows_per_chunk, partitioned=True)
+    return count_partition(config, file, rows_per_chunk, partitioned=True)
 
 
 @task(name="merge-partitions", cache_policy=NO_CACHE)
@@ -163,11 +191,14 @@ def merge_partitions(config: DatasetConfig, parts: list[PartitionCounts],
     """The extract's count table from its files' (equal to reading them as one)."""
     counts = merge_count_tables([p.counts for p in parts])  # each file passed the drop limit
     bound = parts[0].counts.unit_bound if len(parts) == 1 else None
+    files = ResolvedExtract(pattern, tuple(ExtractFile(p.path, p.sha256, p.rows_sha256)
+                                           for p in parts))
     info = InputInfo(path=parts[0].path if len(parts) == 1 else pattern,
                      sha256=extract_digest([(p.path, p.sha256) for p in parts]),
                      rows=counts.n_rows,
                      dropped_rows=counts.dropped_rows,
-                     unit_bound=bound.as_dict() if bound is not None else None)
+                     unit_bound=bound.as_dict() if bound is not None else None,
+                     rows_sha256=files.rows_digest)
     how = ", ".join(sorted({p.how for p in parts}))
     get_run_logger().info("input %s validated and aggregated (%d file(s), %s): n=%d, %d cells",
                           Path(info.path).name, len(parts), how, info.rows,
@@ -188,7 +219,7 @@ def validate_and_aggregate(
             f"{config.name!r} declares the privacy unit {unit.column!r}: one unit's rows may lie "
             "in several files and must be bounded together, which is not built yet; merge the "
             "files into one extract")
-    parts = [count_partition(config, Path(f.path), f.sha256, rows_per_chunk,
-                             partitioned=len(extract.files) > 1, unit=unit)
+    parts = [count_partition(config, f, rows_per_chunk, partitioned=len(extract.files) > 1,
+                             unit=unit)
              for f in extract.files]
     return merge_partitions.fn(config, parts, extract.pattern)

@@ -173,6 +173,7 @@ def steward_facts(run: RunFacts) -> dict[str, Any]:
                           "cap_epsilon": run.charge.lifetime.lifetime_epsilon,
                           "cap_delta": run.charge.lifetime.lifetime_delta},
         "input_file": run.input_info.path, "input_sha256": run.input_info.sha256,
+        "input_rows_sha256": run.input_info.rows_sha256,
         "input_rows": run.input_info.rows, "dropped_rows": run.input_info.dropped_rows,
         "unit_bound": run.input_info.unit_bound,
         "dataset_config": config.model_dump(mode="json"),
@@ -209,7 +210,8 @@ def publish_release(run: RunFacts, destination: str | None) -> PublishResult:
         published = store.publish(
             dataset=run.config.name, release_id=release_id, table=run.chosen.rows,
             manifest=manifest, extra_files={"report.md": render_public_report(manifest)},
-            destination=destination, tables=declared_tables(run.chosen, run.release_plan.mechanism))
+            destination=destination, tables=declared_tables(run.chosen, run.release_plan.mechanism),
+            released_on=run.requested_at)
     except BaseException as exc:
         records.update(run.config.name, release_id, status="failed",
                        error=f"{type(exc).__name__}: {exc}"[:500])

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pandas as pd
 from prefect import task
-from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
 from medrelease.privacy.publication import render_public_report
+from tasks.artifacts import markdown_artifact, table_artifact
 from tasks.budget import artifact_key
 
 
@@ -87,7 +87,7 @@ def publish_artifacts(manifest: dict, record: dict, candidates: pd.DataFrame) ->
         # classes and noise rows per node are in the steward record's candidates.csv.
         columns = ["chosen", "node", *(["score"] if scored else []), "il",
                    "selection_probability", "released_rows"]
-        create_table_artifact(
+        table_artifact(
             table=named[columns].round(4).rename(columns={
                 "selection_probability": "P(chosen)", "released_rows": "rows"}).to_dict(
                     orient="records"),
@@ -104,7 +104,7 @@ def publish_release_summary(manifest: dict, record: dict, candidates: pd.DataFra
     """The release summary artifact, opening with the accuracy verdict when the release was
     evaluated (``evaluated``: what the evaluation returned)."""
     verdict = (evaluated or {}).get("verdict")
-    create_markdown_artifact(
+    markdown_artifact(
         markdown=steward_summary_markdown(manifest, record, candidates, evaluated),
         key=artifact_key(manifest["dataset"], "release-summary"),
         # the card in the UI shows the description's start: the warning, then the verdict
@@ -137,17 +137,17 @@ def publish_budget_artifacts(dataset: str) -> None:
         spends = book.spends(config.source_id)
     except MedreleaseError:
         return
-    create_markdown_artifact(markdown=budget_markdown(state, spends),
-                             key=artifact_key(config.name, "budget"),
-                             description=f"Privacy budget of source {config.source_id}: "
-                                         f"eps {state.epsilon_spent:g} spent, "
-                                         + ("lifetime guarantee VOID" if state.void
-                                            else f"{state.epsilon_left:g} left"))
-    create_markdown_artifact(markdown=catalogue_markdown(config.name,
-                                                         release_catalogue(config.name, spends)),
-                             key=artifact_key(config.name, "releases"),
-                             description=f"Releases of {config.name}: id, date, mechanism, "
-                                         "guarantee and a link to the folder")
+    markdown_artifact(markdown=budget_markdown(state, spends),
+                      key=artifact_key(config.name, "budget"),
+                      description=f"Privacy budget of source {config.source_id}: "
+                                  f"eps {state.epsilon_spent:g} spent, "
+                                  + ("lifetime guarantee VOID" if state.void
+                                     else f"{state.epsilon_left:g} left"))
+    markdown_artifact(markdown=catalogue_markdown(config.name,
+                                                  release_catalogue(config.name, spends)),
+                      key=artifact_key(config.name, "releases"),
+                      description=f"Releases of {config.name}: id, date, mechanism, "
+                                  "guarantee and a link to the folder")
 
 
 def budget_markdown(state, spends) -> str:

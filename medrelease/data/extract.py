@@ -2,32 +2,54 @@
 they hold (their content hashes), before any byte is validated or any budget is charged.
 
 Every later step reads this value instead of resolving the config's path again, so what is
-charged in the ledger (the content hashes) is what was read. A file with more than one hard
-link is refused: a hard link makes another folder's file (another hospital's extract) appear
-inside this dataset's input folder, and no path check can tell them apart. Two partitions with
-identical content are refused: every patient in them would count twice while the budget is
-charged once.
+charged in the ledger (the content hashes) is what was read. Each file is copied, and hashed
+while it is copied, into a private *snapshot* under the steward folder
+(``medrelease.settings.snapshot_root``); every later step reads the snapshot, so a file
+replaced in the input folder after resolution (``mv`` of another source's extract over it)
+changes nothing the run reads or charges. Two hashes name each file's content: the SHA-256 of
+its bytes and the digest of its parsed rows (``medrelease.data.content``), which stays the
+same in another format, with other line ends, quoting or column order; the ledger claims
+both. A file with more than one hard link is refused: a hard link makes another folder's file
+(another hospital's extract) appear inside this dataset's input folder, and no path check can
+tell them apart. Two partitions with identical content (bytes or rows) are refused: every
+patient in them would count twice while the budget is charged once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import shutil
 import stat
+import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 from medrelease.data.config import DatasetConfig
+from medrelease.data.content import row_digest
 from medrelease.errors import ConfigError, InputValidationError
-from medrelease.storage.io import file_sha256
+
+ROWS_CLAIM = "rows:"  # the ledger's claim key of a row digest (a byte hash has no prefix)
+STALE_SNAPSHOT_S = 24 * 3600  # a snapshot this old is a crashed run's: swept at resolution
 
 
 @dataclass(frozen=True)
 class ExtractFile:
-    """One file of an extract: its resolved path and the SHA-256 of its bytes."""
+    """One file of an extract: its resolved path (named in messages and records), the SHA-256
+    of its bytes, the digest of its parsed rows (``None`` when it cannot be parsed: its
+    validation refuses it) and the snapshot every later step reads."""
 
     path: str
     sha256: str
+    rows_sha256: str | None = None
+    snapshot: str | None = None
+
+    @property
+    def read_from(self) -> Path:
+        """What a release step reads: the snapshot taken at resolution."""
+        return Path(self.snapshot or self.path)
 
 
 @dataclass(frozen=True)
@@ -36,6 +58,7 @@ class ResolvedExtract:
 
     pattern: str
     files: tuple[ExtractFile, ...]
+    snapshot_dir: str | None = None
 
     @property
     def paths(self) -> list[Path]:
@@ -44,6 +67,29 @@ class ResolvedExtract:
     @property
     def hashes(self) -> tuple[str, ...]:
         return tuple(f.sha256 for f in self.files)
+
+    @property
+    def claims(self) -> tuple[str, ...]:
+        """What the ledger ties to the source charged: every file's byte hash and its row
+        digest (``rows:<hex>``), so a copy in another format cannot open a fresh budget."""
+        return (*self.hashes,
+                *(ROWS_CLAIM + f.rows_sha256 for f in self.files if f.rows_sha256))
+
+    @property
+    def rows_digest(self) -> str | None:
+        """The extract's row digest (a one-file extract's own; several files' digests hashed
+        in name order), for the steward record."""
+        digests = [f.rows_sha256 for f in self.files]
+        if not digests or None in digests:
+            return None
+        if len(digests) == 1:
+            return digests[0]
+        return hashlib.sha256("\n".join(digests).encode()).hexdigest()
+
+    def discard(self) -> None:
+        """Remove the run's snapshots (called when the run ends, whatever its outcome)."""
+        if self.snapshot_dir:
+            shutil.rmtree(self.snapshot_dir, ignore_errors=True)
 
     @property
     def digest(self) -> str:
@@ -67,6 +113,10 @@ def check_single_link(path: Path, what: str = "input file") -> None:
     except OSError as exc:
         raise InputValidationError(f"{what} not found or unreadable: {path} "
                                    f"({exc.strerror})") from None
+    _check_single_link(info, path, what)
+
+
+def _check_single_link(info: os.stat_result, path: Path, what: str) -> None:
     if not stat.S_ISREG(info.st_mode):
         raise InputValidationError(f"{what} {path} is not a regular file")
     if info.st_nlink != 1:
@@ -77,25 +127,76 @@ def check_single_link(path: Path, what: str = "input file") -> None:
 
 
 def resolve_extract(config: DatasetConfig, override: str | None = None) -> ResolvedExtract:
-    """The extract's files (input-folder rule, regular, one hard link), hashed, duplicates
-    refused. Raises ``ConfigError`` / ``InputValidationError`` naming the file and the rule."""
+    """The extract's files (input-folder rule, regular, one hard link), each copied to a
+    snapshot in the steward folder and hashed while copied, its
+    rows digested from the snapshot, duplicates refused. Raises ``ConfigError`` /
+    ``InputValidationError`` naming the file and the rule; nothing is left behind then."""
+    from medrelease.settings import snapshot_root
+
     pattern = config.extract_path(override)
     files = [Path(p).resolve() for p in config.extract_files(override)]
-    hashed = []
-    for path in files:
-        check_single_link(path)
-        hashed.append(ExtractFile(str(path), file_sha256(path)))
-    _refuse_identical_partitions(hashed)
-    return ResolvedExtract(str(pattern), tuple(hashed))
+    root = snapshot_root()
+    _sweep_stale(root)
+    folder = root / uuid.uuid4().hex
+    try:
+        folder.mkdir(parents=True, mode=0o700)
+        resolved = []
+        for path in files:
+            check_single_link(path)
+            copy, sha256 = snapshot_file(path, folder)
+            resolved.append(ExtractFile(str(path), sha256, row_digest(config, copy), str(copy)))
+        _refuse_identical_partitions(resolved)
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    return ResolvedExtract(str(pattern), tuple(resolved), str(folder))
+
+
+def snapshot_file(path: Path, folder: Path) -> tuple[Path, str]:
+    """Copy ``path`` into ``folder`` (same name) and return the copy and the SHA-256 of the
+    bytes copied: the hash is of exactly what later steps read. The opened file itself is
+    checked (regular, one hard link), so a swap between the path check and the open is
+    caught too."""
+    target = folder / path.name
+    digest = hashlib.sha256()
+    try:
+        source = path.open("rb")
+    except OSError as exc:
+        raise InputValidationError(f"input file not found or unreadable: {path} "
+                                   f"({exc.strerror})") from None
+    with source, target.open("xb") as copy:
+        _check_single_link(os.fstat(source.fileno()), path, "input file")
+        for block in iter(lambda: source.read(1 << 20), b""):
+            digest.update(block)
+            copy.write(block)
+    target.chmod(0o400)
+    return target, digest.hexdigest()
+
+
+def _sweep_stale(root: Path) -> None:
+    """Snapshots left by runs that crashed (a run removes its own when it ends)."""
+    if not root.is_dir():
+        return
+    now = time.time()
+    for folder in root.iterdir():
+        with contextlib.suppress(OSError):
+            if now - folder.stat().st_mtime > STALE_SNAPSHOT_S:
+                shutil.rmtree(folder, ignore_errors=True)
 
 
 def _refuse_identical_partitions(files: list[ExtractFile]) -> None:
     seen: dict[str, str] = {}
     for entry in files:
         name = Path(entry.path).name
-        if entry.sha256 in seen:
-            raise InputValidationError(
-                f"input files {seen[entry.sha256]} and {name} have identical content: every "
-                "patient in them would be counted twice while the budget is charged once. "
-                "Remove the copy from the input folder. Nothing was read or spent.")
-        seen[entry.sha256] = name
+        for key in (entry.sha256, ROWS_CLAIM + entry.rows_sha256 if entry.rows_sha256 else None):
+            if key is None:
+                continue
+            if key in seen:
+                same = "identical content" if key == entry.sha256 else \
+                    "identical content (the same rows, in another format, line ends, quoting " \
+                    "or column order)"
+                raise InputValidationError(
+                    f"input files {seen[key]} and {name} have {same}: every patient in them "
+                    "would be counted twice while the budget is charged once. Remove the copy "
+                    "from the input folder. Nothing was read or spent.")
+            seen[key] = name

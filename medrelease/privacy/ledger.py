@@ -145,7 +145,7 @@ class SpendRequest:
     test: bool = False
     input_key: str | None = None
     flow_run_id: str | None = None
-    content: tuple[str, ...] = ()        # SHA-256 of every file the release reads
+    content: tuple[str, ...] = ()        # every file's SHA-256 and 'rows:' + its row digest
     policy: str | None = None            # the config's policy (JSON), recorded for the source
     config_path: str | None = None       # the dataset YAML that made the request
 
@@ -448,7 +448,9 @@ def _refuse_a_second_charge_of_one_run(conn: sqlite3.Connection,
 def _claim_content(conn: sqlite3.Connection, request: SpendRequest) -> None:
     """Tie every file content read to the source charged; refuse a second source for it. The
     budget follows the data: a second YAML over the same extract (a copy, a new source name,
-    another input path) cannot open a fresh budget."""
+    another input path) cannot open a fresh budget. A claim is a file's byte hash or, prefixed
+    ``rows:``, the digest of its parsed rows (``medrelease.data.content``): the same rows in
+    another format, line ends, quoting or column order are the same content."""
     for sha256 in request.content:
         row = conn.execute("SELECT source, dataset FROM content_claims WHERE sha256 = ?",
                            (sha256,)).fetchone()
@@ -456,9 +458,11 @@ def _claim_content(conn: sqlite3.Connection, request: SpendRequest) -> None:
             conn.execute("INSERT INTO content_claims VALUES (?, ?, ?, ?)",
                          (sha256, request.source, request.dataset, _now()))
         elif row[0] != request.source:
+            same = ("the same rows, in whatever format" if sha256.startswith("rows:")
+                    else f"same content, SHA-256 {sha256[:12]}...")
             raise LedgerSourceError(
                 f"dataset {request.dataset!r} charges source {request.source!r}, but a file it "
-                f"reads (same content, SHA-256 {sha256[:12]}...) was already charged to source "
+                f"reads ({same}) was already charged to source "
                 f"{row[0]!r} (first by dataset {row[1]!r}). One extract has one lifetime "
                 f"budget, whatever config names it: release it with a config of source "
                 f"{row[0]!r}. Nothing was spent.")

@@ -130,6 +130,8 @@ STEWARD_ONLY: dict[str, str] = {
     "input_file": "the extract's absolute path on the hospital's machine",
     "input_sha256": "a deterministic function of the raw data: tells any two neighbouring "
                     "tables apart with certainty",
+    "input_rows_sha256": "the digest of the input's parsed rows (the ledger's content claim): "
+                         "as deterministic a function of the raw data as input_sha256",
     "input_rows": "the exact number of input rows",
     "dropped_rows": "rows missing: drop_rows removed (a count from the input)",
     "unit_bound": "units, rows before and after the privacy unit's bound (counts of the input)",

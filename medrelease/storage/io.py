@@ -29,9 +29,26 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def is_snapshot(path: str | Path) -> bool:
+    """Whether ``path`` is a snapshot a resolution took (``medrelease.data.extract``): readers
+    take it as resolved. A request cannot name one (its input path obeys the input-folder
+    rule); only the resolved extract hands them to the steps that read."""
+    from medrelease.settings import snapshot_root
+
+    return Path(path).resolve().parent.parent == snapshot_root().resolve()
+
+
+def extract_source(config: DatasetConfig, path: str | Path | None) -> Path:
+    """The file to read: a snapshot as it is, any other path under the input-folder rule."""
+    if path is not None and is_snapshot(path):
+        return Path(path)
+    return config.extract_path(str(path) if path else None)
+
+
 def _existing_source(config: DatasetConfig, path: str | Path | None) -> Path:
-    """The extract's path: in a declared input folder, a regular file, not empty."""
-    source = config.extract_path(str(path) if path else None)
+    """The extract's path: in a declared input folder (or a snapshot of one), a regular
+    file, not empty."""
+    source = extract_source(config, path)
     if not source.is_file():
         raise InputValidationError(f"input file not found (or not a regular file): {source}")
     if source.stat().st_size == 0:
@@ -46,7 +63,7 @@ def _is_parquet(config: DatasetConfig, source: Path) -> bool:
 def counting_positions(config: DatasetConfig, path: str | Path | None = None):
     """A block in which validation messages name the extract's positions as people find them:
     file lines for CSV (header = line 1), rows for Parquet."""
-    source = config.extract_path(str(path) if path else None)
+    source = extract_source(config, path)
     if _is_parquet(config, source):
         return positions_counted_as("row", 1)
     return positions_counted_as("file line", 2)

@@ -309,13 +309,17 @@ class ReleaseStore:
         destination: str | None = None,
         tables: dict[str, pd.DataFrame] | None = None,
         before_rename: Callable[[Path], None] | None = None,
+        released_on: datetime | None = None,
     ) -> PublishedRelease:
         """Write data (Parquet + CSV, streamed in row groups), manifest and extra text files,
         then rename into place.
 
         On any failure the partial folder is removed and ``StoreError`` says why; the store is
         unchanged. ``before_rename`` runs on the complete temporary folder (used for checks).
+        Every file and the release folder carry the release's day (``released_on``, the
+        request's time; default now) as their times, not when they were written.
         """
+        day = release_day(released_on)
         final = self.release_dir(dataset, release_id, destination)
         parent = final.parent
         try:
@@ -340,7 +344,10 @@ class ReleaseStore:
             _fsync_dir(partial)
             if before_rename is not None:
                 before_rename(partial)
+            _stamp_day(partial, day)
             os.rename(partial, final)
+            for folder in (final, parent):  # a rename may touch both folders' times
+                os.utime(folder, (day, day))
             _fsync_dir(parent)
         except OSError as exc:
             shutil.rmtree(partial, ignore_errors=True)
@@ -438,6 +445,21 @@ class StewardRecords:
         manifest = json.loads((Path(release_folder) / "manifest.json").read_text(
             encoding="utf-8"))
         return self.read(manifest["dataset"], manifest["release_id"])
+
+
+def release_day(moment: datetime | None = None) -> float:
+    """Midnight (UTC) of the release's day, as a file time. A file's own time, to the
+    nanosecond, is when it was written: with the request's time in the release id, that is
+    how long the run took, which grows with the input's rows (issue 36, case 18)."""
+    when = (moment or datetime.now(UTC)).astimezone(UTC)
+    return datetime(when.year, when.month, when.day, tzinfo=UTC).timestamp()
+
+
+def _stamp_day(folder: Path, day: float) -> None:
+    """Every file and folder under ``folder`` (and it) dated ``day``, files first."""
+    for path in sorted(folder.rglob("*"), key=lambda p: len(p.parts), reverse=True):
+        os.utime(path, (day, day), follow_symlinks=False)
+    os.utime(folder, (day, day))
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:

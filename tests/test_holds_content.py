@@ -1,0 +1,214 @@
+"""Issue 36, cases 5-7: the content a source has spent on is its parsed rows, not its bytes,
+and what is hashed is what is read.
+
+Each dataset here is a copy of nps-sample's YAML with its own ``privacy.source`` reading the
+first 3,000 rows of the sample (the issue's set-up), released with ``histogram`` (one noisy
+draw: the fastest release that charges the ledger).
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from flows.release import ReleaseRequest, release_flow
+from medrelease.data.config import load_config
+from medrelease.privacy.ledger import Ledger
+from medrelease.storage.io import file_sha256
+
+from .conftest import ROOT
+
+SAMPLE = ROOT / "datasets" / "nps-sample"
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch) -> Path:
+    monkeypatch.setenv("MEDRELEASE_HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
+
+
+@pytest.fixture(scope="module")
+def rows() -> pd.DataFrame:
+    """The first 3,000 rows of the sample, as text."""
+    return pd.read_csv(SAMPLE / "nps_sample.csv", dtype=str, nrows=3000)
+
+
+def _dataset(folder: Path, name: str, source: str, frame: pd.DataFrame | None = None,
+             input_name: str = "extract.csv") -> Path:
+    """nps-sample's YAML under ``folder`` with its own name and source, reading
+    ``input_name`` (written from ``frame`` as plain CSV when given)."""
+    spec = yaml.safe_load((SAMPLE / "dataset.yaml").read_text())
+    folder.mkdir(parents=True, exist_ok=True)
+    for column in spec["columns"].values():
+        if "taxonomy" in column:
+            column["taxonomy"] = str((SAMPLE / column["taxonomy"]).resolve())
+    shutil.copy(SAMPLE / "diagnosis_codes.txt", folder)
+    spec.update(name=name, mechanism={"name": "histogram", "params": {"epsilon": 1.0}})
+    spec["privacy"]["source"] = source
+    spec["input"] = {"path": input_name,
+                     "format": "parquet" if input_name.endswith(".parquet") else "csv"}
+    spec.pop("schedule", None)
+    if frame is not None:
+        frame.to_csv(folder / input_name, index=False)
+    (folder / "dataset.yaml").write_text(yaml.safe_dump(spec))
+    return folder / "dataset.yaml"
+
+
+def _spends(home: Path) -> int:
+    ledger = home / "ledger.sqlite"
+    return len(Ledger(ledger).spends()) if ledger.is_file() else 0
+
+
+def _published(home: Path, dataset: str) -> list[Path]:
+    folder = home / "releases" / dataset
+    return [p for p in folder.iterdir() if not p.name.startswith(".")] if folder.is_dir() else []
+
+
+# -- the row digest -------------------------------------------------------------------------
+
+def test_the_row_digest_ignores_format_line_ends_quoting_column_and_row_order(
+        tmp_path: Path, rows: pd.DataFrame, monkeypatch) -> None:
+    """One digest for the same rows as plain CSV, CRLF, every field quoted with the columns
+    reversed, shuffled, Parquet (typed columns) and latin-1 text (the row-wise reader DuckDB
+    leaves it to); another for one changed value."""
+    from medrelease.data.content import row_digest
+
+    monkeypatch.setenv("MEDRELEASE_INPUT_ROOTS", str(tmp_path))
+    config = load_config(_dataset(tmp_path / "ds", "content", "content", rows))
+    plain = tmp_path / "ds" / "extract.csv"
+    variants = {"crlf.csv": plain.read_bytes().replace(b"\n", b"\r\n")}
+    for name, data in variants.items():
+        (tmp_path / name).write_bytes(data)
+    rows[list(reversed(rows.columns))].to_csv(tmp_path / "quoted.csv", index=False,
+                                               quoting=csv.QUOTE_ALL)
+    rows.sample(frac=1.0, random_state=7).to_csv(tmp_path / "shuffled.csv", index=False)
+    rows.to_csv(tmp_path / "latin.csv", index=False, encoding="latin-1")
+    pd.read_csv(plain).to_parquet(tmp_path / "typed.parquet")  # age, region: int64
+    expected = row_digest(config, plain)
+    assert expected is not None and len(expected) == 64
+    for name in ("crlf.csv", "quoted.csv", "shuffled.csv", "typed.parquet"):
+        assert row_digest(config, tmp_path / name) == expected, name
+    latin = config.model_copy(update={"input": config.input.model_copy(
+        update={"encoding": "latin-1"})})
+    assert row_digest(latin, tmp_path / "latin.csv") == expected
+    changed = rows.copy()
+    changed.loc[0, "surgery"] = "Y" if changed.loc[0, "surgery"] == "N" else "N"
+    changed.to_csv(tmp_path / "changed.csv", index=False)
+    assert row_digest(config, tmp_path / "changed.csv") != expected
+
+
+# -- case 5: the same rows in another file are the same content ------------------------------
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_the_same_rows_with_crlf_or_as_parquet_are_charged_to_their_first_source(
+        home: Path, tmp_path: Path, rows: pd.DataFrame) -> None:
+    """Before: the CRLF copy and the Parquet re-export were charged to new sources (the
+    content key was the file's bytes). Now both are refused before any spend, nothing of them
+    is published, and the byte hash and the row digest are both claimed by the first."""
+    first = _dataset(tmp_path / "a", "copy-a", "hospital-a", rows)
+    result = release_flow(ReleaseRequest(dataset=str(first), evaluate=False))
+    extract = tmp_path / "a" / "extract.csv"
+    crlf = _dataset(tmp_path / "b", "copy-b", "hospital-b")
+    (tmp_path / "b" / "extract.csv").write_bytes(extract.read_bytes().replace(b"\n", b"\r\n"))
+    parquet = _dataset(tmp_path / "c", "copy-c", "hospital-c", input_name="extract.parquet")
+    pd.read_csv(extract).to_parquet(tmp_path / "c" / "extract.parquet")
+    spends = _spends(home)
+    for config, dataset in ((crlf, "copy-b"), (parquet, "copy-c")):
+        state = release_flow(ReleaseRequest(dataset=str(config), evaluate=False),
+                             return_state=True)
+        assert state.name == "Refused", (dataset, state.message)
+        assert "already charged to source 'hospital-a'" in state.message
+        assert "the same rows" in state.message and "Nothing was spent" in state.message
+        assert _spends(home) == spends and not _published(home, dataset)
+    with Ledger(home / "ledger.sqlite")._connect() as conn:
+        claims = dict(conn.execute("SELECT sha256, source FROM content_claims").fetchall())
+    record = result["record"]
+    assert claims[file_sha256(extract)] == "hospital-a" == claims["rows:"
+                                                                  + record["input_rows_sha256"]]
+    # steward data: the digest is in the steward record, never in the published folder
+    assert record["input_rows_sha256"] not in "".join(
+        p.read_text(errors="replace") for p in Path(result["path"]).rglob("*") if p.is_file())
+
+
+# -- case 6: identical content in two partitions ---------------------------------------------
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_two_partitions_with_the_same_rows_are_refused_before_any_spend(
+        home: Path, tmp_path: Path, rows: pd.DataFrame) -> None:
+    """Before: one partition and its CRLF-converted copy were accepted ("6,000 in" from 3,000
+    rows). Now: refused as identical content, nothing spent, nothing published."""
+    config = _dataset(tmp_path / "parts", "parted", "parted", input_name="part-*.csv")
+    rows.to_csv(tmp_path / "parts" / "part-1.csv", index=False)
+    (tmp_path / "parts" / "part-2.csv").write_bytes(
+        (tmp_path / "parts" / "part-1.csv").read_bytes().replace(b"\n", b"\r\n"))
+    state = release_flow(ReleaseRequest(dataset=str(config), evaluate=False),
+                         return_state=True)
+    assert state.name == "Refused", state.message
+    assert "part-1.csv and part-2.csv have identical content (the same rows" in state.message
+    assert _spends(home) == 0 and not _published(home, "parted")
+
+
+# -- case 7: what is hashed is what is read --------------------------------------------------
+
+class _ReplaceWhenResolved(logging.Handler):
+    """The issue's attack, deterministically: when the run logs "request resolved", another
+    source's file is moved over the extract (``mv``), before any step has read it."""
+
+    def __init__(self, other: Path, extract: Path) -> None:
+        super().__init__()
+        self.other, self.extract, self.done = other, extract, False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if not self.done and record.getMessage().startswith("request resolved"):
+            self.other.replace(self.extract)
+            self.done = True
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_a_file_replaced_after_resolution_is_not_what_the_run_reads(
+        home: Path, tmp_path: Path, rows: pd.DataFrame) -> None:
+    """Before: the rows of the file moved in after the hash were released, and the charge
+    named hash A. Now the run reads the snapshot taken (and hashed) at resolution: A's 3,000
+    rows are released and claimed, the other source's 2,000 rows are neither read nor
+    claimed, and the snapshot is gone when the run ends."""
+    config = _dataset(tmp_path / "a", "swapped", "hospital-a", rows)
+    extract = tmp_path / "a" / "extract.csv"
+    hash_a = file_sha256(extract)
+    other = tmp_path / "a" / "other-source.csv"
+    rows.iloc[1000:].to_csv(other, index=False)
+    hash_b = file_sha256(other)
+    hook = _ReplaceWhenResolved(other, extract)
+    logger = logging.getLogger("prefect.task_runs")  # where tasks' run loggers write
+    level = logger.level
+    logger.addHandler(hook)
+    logger.setLevel(logging.INFO)
+    try:
+        result = release_flow(ReleaseRequest(dataset=str(config), evaluate=False))
+    finally:
+        logger.removeHandler(hook)
+        logger.setLevel(level)
+    assert hook.done and file_sha256(extract) == hash_b  # the swap did happen mid-run
+    record = result["record"]
+    assert record["input_sha256"] == hash_a and record["input_rows"] == 3000
+    with Ledger(home / "ledger.sqlite")._connect() as conn:
+        claims = {row[0] for row in conn.execute("SELECT sha256 FROM content_claims")}
+    assert hash_a in claims and hash_b not in claims
+    snapshots = home / "steward" / "snapshots"
+    assert not snapshots.exists() or not any(snapshots.iterdir())
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_a_refusal_names_the_extract_not_its_snapshot(home: Path, tmp_path: Path) -> None:
+    """The readers read the snapshot; a steward is told about the file they put there."""
+    config = _dataset(tmp_path / "empty", "empty", "empty")
+    (tmp_path / "empty" / "extract.csv").write_text("")
+    state = release_flow(ReleaseRequest(dataset=str(config), evaluate=False), return_state=True)
+    assert state.name == "Refused", state.message
+    assert f"input file {tmp_path / 'empty' / 'extract.csv'} is empty" in state.message
+    assert "snapshots" not in state.message and _spends(home) == 0
