@@ -380,7 +380,8 @@ def _require_server() -> None:
 @app.command()
 def serve(
     inbox: Path | None = typer.Option(None, help="also watch this inbox folder for extracts"),
-    dataset: str = typer.Option("nps-sample", help="dataset the inbox's extracts belong to"),
+    dataset: str = typer.Option("nps-sample", help="dataset the inbox's extracts are released "
+                                "and charged as (fixed: no run's parameters change it)"),
     interval: float = typer.Option(1.0, help="inbox poll interval in seconds"),
 ) -> None:
     """Serve the on-demand, scheduled and on-arrival deployments (and watch an inbox)."""
