@@ -390,6 +390,11 @@ def serve(
     from deployments.serve import serve_all
 
     if inbox is not None:
+        try:  # every arrival is released as this dataset: a wrong name fails now, not per file
+            find_config(dataset)
+        except MedreleaseError as exc:
+            console.print(f"[red]--dataset {escape(dataset)}: {escape(str(exc))}[/]")
+            raise typer.Exit(2) from None
         inbox.mkdir(parents=True, exist_ok=True)
         console.print(f"watching {inbox.resolve()} for extracts of {dataset}")
     serve_all(inbox, dataset, interval)
