@@ -380,7 +380,8 @@ def _require_server() -> None:
 @app.command()
 def serve(
     inbox: Path | None = typer.Option(None, help="also watch this inbox folder for extracts"),
-    dataset: str = typer.Option("nps-sample", help="dataset the inbox's extracts belong to"),
+    dataset: str = typer.Option("nps-sample", help="dataset the inbox's extracts are released "
+                                "and charged as (fixed: no run's parameters change it)"),
     interval: float = typer.Option(1.0, help="inbox poll interval in seconds"),
 ) -> None:
     """Serve the on-demand, scheduled and on-arrival deployments (and watch an inbox)."""
@@ -389,6 +390,11 @@ def serve(
     from deployments.serve import serve_all
 
     if inbox is not None:
+        try:  # every arrival is released as this dataset: a wrong name fails now, not per file
+            find_config(dataset)
+        except MedreleaseError as exc:
+            console.print(f"[red]--dataset {escape(dataset)}: {escape(str(exc))}[/]")
+            raise typer.Exit(2) from None
         inbox.mkdir(parents=True, exist_ok=True)
         console.print(f"watching {inbox.resolve()} for extracts of {dataset}")
     serve_all(inbox, dataset, interval)

@@ -4,8 +4,8 @@
 * ``medrelease-release/scheduled-<dataset>``: one per dataset config with a ``schedule`` (cron);
 * ``medrelease-on-arrival/on-arrival``: started by the ``medrelease.extract.arrived`` event that
   the inbox watcher emits, with the event's dataset, file and hash as parameters;
-* ``medrelease-watch-inbox/watch-inbox``: the watcher itself as a long-lived flow run (start it
-  from the UI with the inbox path) for setups without a separate ``medrelease watch`` process.
+* ``medrelease-watch-inbox/watch-inbox``: the watcher itself as a long-lived flow run, for the
+  inbox and dataset ``serve --inbox --dataset`` fixed (no run parameter changes either).
 
 ``medrelease serve`` runs them (and, with ``--inbox``, the watcher) against the server named by
 ``PREFECT_API_URL``. ``deployments/prefect.yaml`` describes the same deployments for
@@ -29,6 +29,7 @@ from flows.arrival import arrival_release_flow
 from flows.release import DATASET_DEFAULT, release_flow
 from flows.watch import ARRIVED, watch_inbox_flow, watch_loop
 from medrelease.data.config import load_config, project_root
+from medrelease.storage.inbox import inbox_settings
 
 ARRIVAL_PARAMETERS = {
     "dataset": "{{ event.payload.dataset }}",
@@ -109,9 +110,9 @@ def serve_all(inbox: Path | None = None, dataset: str = "nps-sample",
               interval_s: float = 1.0) -> None:
     """Serve every deployment; with ``inbox``, also watch it in a background thread."""
     if inbox is not None:
-        # extracts announced from this inbox may be released (served runs inherit this)
-        known = [p for p in os.environ.get("MEDRELEASE_INBOX", "").split(os.pathsep) if p]
-        os.environ["MEDRELEASE_INBOX"] = os.pathsep.join([*known, str(Path(inbox).resolve())])
+        # extracts announced from this inbox may be released, as this dataset only (served
+        # runs inherit both; a run's parameters cannot change them)
+        os.environ.update(inbox_settings(Path(inbox), dataset))
         threading.Thread(target=watch_loop, args=(inbox, dataset, interval_s),
                          name="inbox-watcher", daemon=True).start()
     # The traceback asyncio sometimes logs for the runner's control channel cancelled on the

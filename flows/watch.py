@@ -14,9 +14,18 @@ from pathlib import Path
 
 from prefect import flow, get_run_logger
 from prefect.events import emit_event
+from prefect.states import State
 
+from flows.states import refused
 from medrelease.errors import ConfigError
-from medrelease.storage.inbox import Arrival, InboxWatcher, configured_inboxes, original_name
+from medrelease.storage.inbox import (
+    Arrival,
+    InboxWatcher,
+    WrongInboxDataset,
+    check_inbox_dataset,
+    configured_inboxes,
+    original_name,
+)
 
 ARRIVED = "medrelease.extract.arrived"
 
@@ -73,15 +82,22 @@ def watch_loop(inbox: Path, dataset: str, interval_s: float = 1.0, stable_polls:
 
 @flow(name="medrelease-watch-inbox", description="Announce complete extracts in the inbox the "
                                                 "service was started with")
-def watch_inbox_flow(dataset: str = "nps-sample", interval_s: float = 2.0,
-                     max_seconds: float | None = None) -> int:
-    """Watch the inbox fixed when the service started (``serve --inbox``): a UI user cannot
-    point the watcher at another folder (it creates folders and moves files there)."""
+def watch_inbox_flow(dataset: str | None = None, interval_s: float = 2.0,
+                     max_seconds: float | None = None) -> int | State:
+    """Watch the inbox fixed when the service started (``serve --inbox``) for the dataset
+    fixed with it (``serve --dataset``): a UI user can neither point the watcher at another
+    folder (it creates folders and moves files there) nor announce its arrivals as another
+    dataset (they would be charged to that dataset's source). ``dataset`` may be left empty;
+    any other value than the inbox's ends the run Refused before the inbox is touched."""
     inboxes = configured_inboxes()
     if not inboxes:
         raise ConfigError("this service was started without an inbox (medrelease serve "
                           "--inbox FOLDER); the watcher has nothing to watch")
+    try:
+        served = check_inbox_dataset(inboxes[0], dataset)
+    except (WrongInboxDataset, ConfigError) as exc:
+        return refused(exc)
     logger = get_run_logger()
-    count = watch_loop(inboxes[0], dataset, interval_s, max_seconds=max_seconds,
+    count = watch_loop(inboxes[0], served, interval_s, max_seconds=max_seconds,
                        on_arrival=lambda a: logger.info("announced %s", a.path.name))
     return count

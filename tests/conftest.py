@@ -59,6 +59,16 @@ def write_paper_dataset(folder: Path) -> Path:
     return folder / "dataset.yaml"
 
 
+def serve_inbox(monkeypatch, inbox: Path, dataset: str) -> Path:
+    """``inbox`` as ``medrelease serve --inbox INBOX --dataset DATASET`` configures it: its
+    extracts may be released, as ``dataset`` only."""
+    from medrelease.storage.inbox import inbox_settings
+
+    for name, value in inbox_settings(inbox, dataset).items():
+        monkeypatch.setenv(name, value)
+    return inbox
+
+
 def _stops_cleanly_on_sigterm(proc, log: Path) -> None:
     """``medrelease serve`` as systemd stops it: quickly, quietly, schedules left active."""
     import signal

@@ -19,7 +19,7 @@ from medrelease.privacy.ledger import Ledger
 from medrelease.storage.inbox import InboxWatcher
 from medrelease.storage.io import file_sha256
 
-from .conftest import PAPER_TABLE_5, write_paper_dataset
+from .conftest import PAPER_TABLE_5, serve_inbox, write_paper_dataset
 
 SECRET = "TOPSECRET_DB_PASSWORD=arrival-sentinel"
 
@@ -49,9 +49,10 @@ def _table(n_copies: int = 4) -> str:
 
 @pytest.mark.usefixtures("prefect_harness")
 def test_arrival_with_the_dataset_as_a_yaml_path_releases_then_refuses_the_duplicate(
-        inbox: Path, tmp_path: Path) -> None:
+        inbox: Path, tmp_path: Path, monkeypatch) -> None:
     (tmp_path / "ds").mkdir()
     config = str(write_paper_dataset(tmp_path / "ds"))
+    serve_inbox(monkeypatch, inbox, config)
     first = _claim(inbox, "monthly.csv", _table())
     result = arrival_release_flow(config, str(first.path), first.sha256)
     assert Path(result["path"]).is_dir() and not first.path.exists()
@@ -69,9 +70,11 @@ def test_arrival_with_the_dataset_as_a_yaml_path_releases_then_refuses_the_dupli
 
 
 @pytest.mark.usefixtures("prefect_harness")
-def test_a_bad_arrival_is_rejected_with_a_value_free_reason(inbox: Path, tmp_path: Path) -> None:
+def test_a_bad_arrival_is_rejected_with_a_value_free_reason(inbox: Path, tmp_path: Path,
+                                                            monkeypatch) -> None:
     (tmp_path / "ds").mkdir()
     config = str(write_paper_dataset(tmp_path / "ds"))
+    serve_inbox(monkeypatch, inbox, config)
     bad = _table().replace("M,", "XSENTINELX,", 1)
     arrival = _claim(inbox, "bad.csv", bad)
     with pytest.raises(InputValidationError, match=r"'Gender'.*not covered.*file line 2"):

@@ -20,7 +20,7 @@ from medrelease.errors import ConfigError, MedreleaseError
 from medrelease.privacy.ledger import Ledger, LedgerIntegrityError
 from medrelease.storage.inbox import InboxWatcher
 
-from .conftest import PAPER_TABLE_5, write_paper_dataset
+from .conftest import PAPER_TABLE_5, serve_inbox, write_paper_dataset
 
 
 def _unwrapped(output: str) -> str:
@@ -168,9 +168,10 @@ def test_the_arrival_flow_refuses_paths_outside_its_inbox_and_moves_nothing(
 
 
 @pytest.mark.usefixtures("prefect_harness")
-def test_the_arrival_flow_refuses_a_linked_file_in_processing(inbox: Path,
-                                                              tmp_path: Path) -> None:
+def test_the_arrival_flow_refuses_a_linked_file_in_processing(inbox: Path, tmp_path: Path,
+                                                              monkeypatch) -> None:
     InboxWatcher(inbox)  # makes processing/
+    serve_inbox(monkeypatch, inbox, "nps-sample")
     theirs = tmp_path / "theirs.csv"
     theirs.write_text("x\n")
     os.link(theirs, inbox / "processing" / ("a" * 64 + "-theirs.csv"))
@@ -224,7 +225,7 @@ def test_a_missing_ledger_with_published_releases_only_is_refused(tmp_path: Path
 
 @pytest.mark.usefixtures("prefect_harness")
 def test_an_inbox_arrival_of_charged_content_for_another_source_is_refused(
-        inbox: Path, tmp_path: Path) -> None:
+        inbox: Path, tmp_path: Path, monkeypatch) -> None:
     """The same extract through the inbox, announced for a dataset of another source: refused
     (the content is charged to the first source), filed under rejected/ with its reason."""
     first = tmp_path / "first"
@@ -237,6 +238,7 @@ def test_an_inbox_arrival_of_charged_content_for_another_source_is_refused(
     spec = yaml.safe_load(other.read_text())
     spec["name"], spec["privacy"]["source"] = "second-hospital", "fresh-budget"
     other.write_text(yaml.safe_dump(spec))
+    serve_inbox(monkeypatch, inbox, str(other))  # the inbox is the second hospital's
     shutil.copyfile(first / "table5.csv", inbox / "monthly.csv")
     (inbox / "monthly.csv.done").write_text("")
     [arrival] = InboxWatcher(inbox, stable_polls=1).poll()

@@ -25,7 +25,7 @@ from medrelease.privacy.publication import PUBLISHED, STEWARD_ONLY, BoundaryErro
 from medrelease.release import PublicFacts, release_from_counts
 from schemas.manifest import PublicManifest
 
-from .conftest import ROOT
+from .conftest import ROOT, serve_inbox
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
@@ -132,7 +132,7 @@ def test_a_seeded_release_is_a_test_release_and_never_blocks_the_arrival(home: P
 
     inbox = tmp_path / "inbox"
     inbox.mkdir()
-    monkeypatch.setenv("MEDRELEASE_INBOX", str(inbox))  # as `medrelease serve --inbox` does
+    serve_inbox(monkeypatch, inbox, config)  # as `medrelease serve --inbox --dataset` does
     shutil.copy(extract, inbox / "extract.csv")
     (inbox / "extract.csv.done").write_text("")
     [arrival] = InboxWatcher(inbox).poll()

@@ -21,7 +21,7 @@ from medrelease.mechanisms import Capabilities, label, register, unregister
 from medrelease.mechanisms.histogram import Histogram
 from medrelease.release import release, resolve_mechanism
 
-from .conftest import PAPER_TABLE_5, write_paper_dataset
+from .conftest import PAPER_TABLE_5, serve_inbox, write_paper_dataset
 
 MIMIC = Path(__file__).resolve().parents[2] / "shared" / "data" / "mimic-iii-demo"
 
@@ -147,7 +147,7 @@ def test_a_mimic_arrival_is_released_with_the_yaml_diffgen_parameters(tmp_path: 
     monkeypatch.setenv("MEDRELEASE_HOME", str(tmp_path / "home"))
     inbox = tmp_path / "inbox"
     inbox.mkdir()
-    monkeypatch.setenv("MEDRELEASE_INBOX", str(inbox))
+    serve_inbox(monkeypatch, inbox, "mimic-demo")
     write_admissions(MIMIC, inbox / "admissions.csv")
     (inbox / "admissions.csv.done").write_text("")
     [arrival] = InboxWatcher(inbox, stable_polls=1).poll()
