@@ -174,8 +174,8 @@ def test_a_cap_edited_in_sqlite_is_detected(home: Path, tmp_path: Path) -> None:
 def test_a_journal_deleted_then_a_cap_edited_is_detected(home: Path, tmp_path: Path) -> None:
     config = _dataset(tmp_path / "ds")
     _release(config)
-    assert Ledger(home / "ledger.sqlite").journal_path.is_file()
     Ledger(home / "ledger.sqlite").set_cap("paper-example", 3.0, 1e-5, "lowered by the board")
+    assert Ledger(home / "ledger.sqlite").journal_path.is_file()
     for journal in home.glob("ledger.sqlite.*jsonl"):
         journal.unlink()
     _sql(home, "UPDATE sources SET lifetime_epsilon = 100 WHERE source = 'paper-example'")
