@@ -289,7 +289,7 @@ def ledger_init() -> None:
 
 @ledger_app.command("restore")
 def ledger_restore() -> None:
-    """Rebuild a lost or emptied ledger from the steward records of the releases made."""
+    """Rebuild a lost or emptied ledger: its journal replayed, then releases on record."""
     from medrelease.privacy.ledger import restore_from_records
     from medrelease.settings import steward_root
     from medrelease.storage.store import StewardRecords
@@ -298,13 +298,40 @@ def ledger_restore() -> None:
     records = StewardRecords(steward_root()).records()
     manifests = published_manifests()
     try:
-        count = restore_from_records(ledger_path(), records, manifests)
+        restored = restore_from_records(ledger_path(), records, manifests)
     except MedreleaseError as exc:
         _fail(exc)
-    console.print(f"restored {count} spend(s) from {len(records)} steward record(s) and "
-                  f"{len(manifests)} published manifest(s) into {ledger_path()}, and replayed "
-                  "the cap journal beside it. Runs that crashed before writing a steward record "
-                  "left reservations that cannot be recovered: check the Prefect run history.")
+    console.print(f"restored {restored.spends} spend(s) into {ledger_path()}: "
+                  f"{restored.from_journal} from its journal (with every source's cap, policy, "
+                  "owner config and content claims), "
+                  f"{restored.from_records} from steward records and {restored.from_manifests} "
+                  f"from published manifests that the journal lacked (journaled now; a "
+                  "manifest carries no content hash). Checked against "
+                  f"{len(records)} steward record(s) and {len(manifests)} manifest(s).")
+    if not restored.from_journal and (restored.from_records or restored.from_manifests):
+        console.print("The journal held nothing: runs that failed after their charge are "
+                      "recorded only there; check the Prefect run history for them.")
+
+
+@ledger_app.command("verify")
+def ledger_verify() -> None:
+    """Check the ledger against its journal, the steward records and the published releases
+    (what every release checks before its charge); exit 1 naming what differs."""
+    from medrelease.privacy.ledger import reconcile
+    from medrelease.settings import steward_root
+    from medrelease.storage.store import StewardRecords
+    from tasks.budget import published_manifests
+
+    path = ledger_path()
+    try:
+        reconcile(path, StewardRecords(steward_root()).records(), published_manifests())
+    except MedreleaseError as exc:
+        console.print(f"[red bold]ledger inconsistent ({type(exc).__name__}):[/] {exc}",
+                      soft_wrap=True)
+        raise typer.Exit(1) from None
+    spends = len(Ledger(path).spends()) if path.is_file() else 0
+    console.print(f"ledger {path} matches its journal, the steward records and the published "
+                  f"releases ({spends} spend(s))")
 
 
 @ledger_app.command("set-cap")

@@ -12,7 +12,8 @@ from datetime import UTC, datetime
 
 from medrelease.data.config import DatasetConfig, ReleasePolicy
 from medrelease.data.extract import ResolvedExtract
-from medrelease.errors import PolicyError
+from medrelease.errors import ConfigError, PolicyError
+from medrelease.privacy.ledger import cap_bounds_problem
 from medrelease.release import ReleasePlan, enforce_policy
 
 
@@ -49,3 +50,19 @@ def enforce_source_policy(config: DatasetConfig, plan: ReleasePlan, recorded: st
     enforce_policy(owned, plan, where=(
         f"the policy of source {config.source_id!r}: it was first released with the policy of "
         f"{owner}, which also binds {config.config_file or 'this config'} (nothing was spent)"))
+
+
+def enforce_first_cap(config: DatasetConfig, known: bool) -> None:
+    """A new source's lifetime cap is the YAML's, fixed at its first spend: held to the bounds
+    ``medrelease ledger set-cap`` enforces (the ledger checks again when it fixes it). A known
+    source's cap is the ledger's; the YAML's value is then only compared with it."""
+    if known:
+        return
+    privacy = config.privacy
+    problem = cap_bounds_problem(privacy.lifetime_epsilon, privacy.lifetime_delta)
+    if problem:
+        raise ConfigError(
+            f"privacy.lifetime_epsilon {privacy.lifetime_epsilon:g} / lifetime_delta "
+            f"{privacy.lifetime_delta:g} in {config.config_file or 'the dataset config'} would "
+            f"become the lifetime cap of the new source {config.source_id!r}, and a cap needs "
+            f"{problem}; 'medrelease ledger set-cap' allows no more. Nothing was read or spent.")

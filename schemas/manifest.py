@@ -43,6 +43,11 @@ class LifetimeRecord(BaseModel):
         default_factory=list, description="every change of the cap: day, old, new, reason")
     void: bool
     void_reason: str | None
+    privacy_units: list[dict[str, Any]] = Field(
+        default_factory=list, description="per neighbouring relation (the privacy unit, in "
+                                          "words): the epsilon and delta spent under it")
+    mixed_units: bool = Field(default=False, description="spends under more than one unit: "
+                                                         "the statement says what that means")
     statement: str
 
 

@@ -13,7 +13,13 @@ from prefect.cache_policies import NO_CACHE
 
 from medrelease.data.config import DatasetConfig
 from medrelease.mechanisms import check_fits
-from medrelease.privacy.ledger import BudgetState, Ledger, SpendRequest, reconcile
+from medrelease.privacy.ledger import (
+    BudgetState,
+    Ledger,
+    SpendRequest,
+    reconcile,
+    request_record,
+)
 from medrelease.release import (
     PublicFacts,
     ReleasePlan,
@@ -37,10 +43,12 @@ def lattice_size(config: DatasetConfig) -> int:
 
 @dataclass(frozen=True)
 class Charge:
-    """A reservation in the ledger and the source's budget right after it."""
+    """A reservation in the ledger, the source's budget as it stands once the release is
+    published, and the request as journaled (the steward record keeps it, to restore)."""
 
     spend_id: str
     lifetime: BudgetState
+    request: dict | None = None
 
 
 @task(name="plan-release", cache_policy=NO_CACHE)
@@ -97,7 +105,8 @@ def spend_request(config: DatasetConfig, release_plan: ReleasePlan,
         lifetime_delta=config.privacy.lifetime_delta, dp=guarantee.proven,
         test=release_plan.random.test_release, input_key=config.input_key,
         flow_run_id=flow_run_id, content=content,
-        policy=config.policy.model_dump_json(), config_path=config.config_file or None)
+        policy=config.policy.model_dump_json(), config_path=config.config_file or None,
+        privacy_unit=guarantee.neighbouring)
 
 
 @task(name="charge-budget", cache_policy=NO_CACHE)
@@ -107,12 +116,14 @@ def charge_budget(
 ) -> Charge:
     """Reserve the release's (eps, delta) against its source and the content it reads (every
     file's SHA-256 and row digest: ``ResolvedExtract.claims``), or refuse; log it as an
-    artifact."""
+    artifact. The lifetime it returns is the one the release's own manifest states: with this
+    release counted, and void if this release's mechanism makes no proven DP claim."""
     guarantee = release_plan.guarantee
     ledger = Ledger(ledger_path)
-    spend_id = ledger.reserve(spend_request(config, release_plan, flow_run_id, content))
+    request = spend_request(config, release_plan, flow_run_id, content)
+    spend_id = ledger.reserve(request)
     lifetime = ledger.state(config.source_id, config.privacy.lifetime_epsilon,
-                            config.privacy.lifetime_delta)
+                            config.privacy.lifetime_delta, publishing=spend_id)
     markdown_artifact(  # a narrow table and a list: it fits a laptop screen
         markdown="\n".join(
             ["| step | epsilon | delta |", "|---|---|---|"]
@@ -131,7 +142,7 @@ def charge_budget(
                 " [TEST]" if release_plan.random.test_release else "")
     if lifetime.cap_note:
         logger.warning(lifetime.cap_note)
-    return Charge(spend_id, lifetime)
+    return Charge(spend_id, lifetime, request_record(request))
 
 
 @task(name="finalize-spend", cache_policy=NO_CACHE)

@@ -171,7 +171,10 @@ def steward_facts(run: RunFacts) -> dict[str, Any]:
                           "epsilon": float(guarantee.epsilon or 0.0),
                           "delta": float(guarantee.delta or 0.0), "dp": guarantee.proven,
                           "cap_epsilon": run.charge.lifetime.lifetime_epsilon,
-                          "cap_delta": run.charge.lifetime.lifetime_delta},
+                          "cap_delta": run.charge.lifetime.lifetime_delta,
+                          "privacy_unit": guarantee.neighbouring,
+                          # the journaled request: claims, input, policy, owner (to restore)
+                          "request": run.charge.request},
         "input_file": run.input_info.path, "input_sha256": run.input_info.sha256,
         "input_rows_sha256": run.input_info.rows_sha256,
         "input_rows": run.input_info.rows, "dropped_rows": run.input_info.dropped_rows,

@@ -12,7 +12,7 @@ from medrelease.data.config import find_config
 from medrelease.data.extract import resolve_extract
 from medrelease.privacy.ledger import Ledger
 from medrelease.release import resolve_mechanism
-from medrelease.request import ResolvedRequest, enforce_source_policy
+from medrelease.request import ResolvedRequest, enforce_first_cap, enforce_source_policy
 from tasks.budget import lattice_size, plan
 
 
@@ -25,9 +25,10 @@ def resolve_request(dataset: str, mechanism: str | None, epsilon: float | None,
     config = find_config(dataset)
     resolved = resolve_mechanism(config, mechanism, epsilon, parameters)
     release_plan = plan.fn(config, resolved.name, resolved.params, seed)
-    recorded, owner = (Ledger(ledger_path).source_policy(config.source_id)
-                       if Path(ledger_path).is_file() else (None, None))
+    book = Ledger(ledger_path) if Path(ledger_path).is_file() else None
+    recorded, owner = book.source_policy(config.source_id) if book else (None, None)
     enforce_source_policy(config, release_plan, recorded, owner)
+    enforce_first_cap(config, known=book is not None and book.knows_source(config.source_id))
     extract = resolve_extract(config, input_path)
     request = ResolvedRequest(config, extract, release_plan, lattice_size(config))
     get_run_logger().info("request resolved: dataset %s, source %s, %s, %d file(s), %d "

@@ -388,7 +388,7 @@ CASES = [
          "LedgerIntegrityError", "is missing the spends of 1 release.*ledger restore",
          _rows(200), setup=_prior_release_then(_ledger_and_records_deleted)),
     Case("sources table dropped after a lowered cap", "LedgerIntegrityError",
-         "cap journal says epsilon 5.*lowered by the board", _rows(200),
+         "journal says epsilon 5.*lowered by the board", _rows(200),
          setup=_prior_release_then(_cap_lowered_then_sources_dropped)),
     Case("pseudonymize without a key is refused before the charge", "ParameterError",
          "needs a key.*Nothing was spent", _rows(50),
@@ -411,6 +411,13 @@ CASES = [
          _rows(50), **_taxonomy("fine.yaml", "domain: {min: 0, max: 499.9999}\nresolution: "
                                 "0.0001\nlevels:\n  - cuts: ["
                                 + ", ".join(str(k / 2) for k in range(1, 1001)) + "]\n", "age")),
+    # -- issue 36: a new source's first cap (from its YAML) has set-cap's bounds ---------------
+    Case("lifetime_epsilon 1e300 for a new source", "ConfigError",
+         r"lifetime_epsilon 1e\+300.*new source 'corpus'.*0 < epsilon <= 100.*Nothing was "
+         "read or spent", HEADER + ROW, config={"privacy": {"lifetime_epsilon": 1e300}}),
+    Case("lifetime_delta 0.9 for a new source", "ConfigError",
+         r"lifetime_delta 0\.9 .*0 <= delta <= 0\.01.*Nothing was read or spent", HEADER + ROW,
+         config={"privacy": {"lifetime_delta": 0.9}}),
 ]
 
 

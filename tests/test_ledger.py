@@ -72,7 +72,7 @@ def test_two_processes_racing_never_overspend(tmp_path: Path) -> None:
         spent = Ledger(path).state("ds", 10.0, 1e-5).epsilon_spent
         assert spent <= 10.0
         Path(path).unlink()
-        for suffix in ("-wal", "-shm"):
+        for suffix in ("-wal", "-shm", ".journal.jsonl"):  # a new ledger: its journal too
             Path(path + suffix).unlink(missing_ok=True)
         Ledger(path)
         assert outcomes[0] == "ok" and outcomes[1].startswith("refused"), outcomes

@@ -335,8 +335,9 @@ def write_audit_dataset(folder: Path, mechanism: str) -> Path:
             (folder / "inf_domain.txt").write_text("\n".join(AUDIT_VALUES) + "\n")
             columns["inf"]["domain"] = "inf_domain.txt"
     config = {"name": f"audit-{mechanism}", "input": {"path": "extract.csv"},
-              "columns": columns, "privacy": {"lifetime_epsilon": 1000.0,
-                                              "lifetime_delta": 0.5},
+              # the largest cap a source may have (one release of eps <= 100 per home)
+              "columns": columns, "privacy": {"lifetime_epsilon": 100.0,
+                                              "lifetime_delta": 1e-2},
               "mechanism": {"name": mechanism},
               # the audit runs what it is asked to, at eps up to 100 (its own scratch data)
               "policy": {"mechanisms": [mechanism], "allow_unproven": True,

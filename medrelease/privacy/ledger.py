@@ -12,6 +12,16 @@ stays counted). TEST spends (fixed-seed runs) count too and are marked as such. 
 mechanism makes no proven DP claim voids the source's lifetime guarantee for good: later
 manifests say so. The check-and-reserve happens inside one ``BEGIN IMMEDIATE`` transaction,
 which SQLite serializes across processes, so two runs started at once can never overspend.
+
+The system of record is the append-only *journal* beside the ledger
+(``ledger.sqlite.journal.jsonl``): every change — a reservation with its whole request (source,
+cap, content hashes, input, policy, owner config, privacy unit), its outcome, a cap change — is
+appended and fsynced there *before* its SQLite transaction commits. The SQLite file is an index
+of the journal: every charge (and ``medrelease ledger verify``) replays the journal and refuses
+a ledger that differs from it (``LedgerIntegrityError``: a table dropped or edited, a failed
+spend deleted, a cap changed outside ``set-cap``, the journal removed). ``restore`` rebuilds the
+ledger by replaying the journal, then adds the releases that steward records or published
+manifests show and the journal lacks (journaling them too).
 """
 
 from __future__ import annotations
@@ -23,11 +33,12 @@ import sqlite3
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from contextvars import ContextVar
+from dataclasses import asdict, dataclass, fields
 from datetime import UTC, datetime
 from pathlib import Path
 
-from medrelease.errors import BudgetExceededError, MedreleaseError, PolicyError
+from medrelease.errors import BudgetExceededError, ConfigError, MedreleaseError, PolicyError
 
 STATUSES = ("reserved", "released", "failed")
 TOLERANCE = 1e-9
@@ -81,7 +92,7 @@ CREATE TABLE IF NOT EXISTS cap_changes (
 """
 # Columns added after the first schema; old ledgers are migrated in place.
 SPEND_COLUMNS = {"source": "TEXT", "test": "INTEGER NOT NULL DEFAULT 0",
-                 "dp": "INTEGER NOT NULL DEFAULT 1"}
+                 "dp": "INTEGER NOT NULL DEFAULT 1", "privacy_unit": "TEXT"}
 SOURCE_COLUMNS = {"policy": "TEXT", "owner_config": "TEXT"}
 # The product's bounds on a lifetime cap (a cap of 1e300 is no cap).
 MAX_CAP_EPSILON = 100.0
@@ -89,7 +100,10 @@ MAX_CAP_DELTA = 1e-2
 MIN_REASON_CHARS = 10
 SPEND_FIELDS = ("spend_id", "dataset", "mechanism", "epsilon", "delta", "lifetime_epsilon",
                 "lifetime_delta", "flow_run_id", "status", "release_id", "note", "created_at",
-                "updated_at", "source", "test", "dp")
+                "updated_at", "source", "test", "dp", "privacy_unit")
+# PRAGMA user_version of a ledger whose every change is in its journal; 0: an older ledger,
+# adopted (its rows journaled as one snapshot) when this version first opens it.
+JOURNAL_VERSION = 1
 
 
 class LedgerSourceError(MedreleaseError):
@@ -101,7 +115,8 @@ class LedgerLockedError(MedreleaseError):
 
 
 class LedgerIntegrityError(MedreleaseError):
-    """The ledger is missing spends that releases on record made (lost, emptied, replaced)."""
+    """The ledger differs from its journal, or lacks spends that releases on record made (a
+    table dropped or edited, rows deleted, the file or its journal lost or replaced)."""
 
 
 @dataclass(frozen=True)
@@ -122,6 +137,7 @@ class Spend:
     source: str
     test: bool
     dp: bool
+    privacy_unit: str | None = None  # the guarantee's neighbouring relation (None: older spend)
 
     @property
     def status_text(self) -> str:
@@ -148,6 +164,35 @@ class SpendRequest:
     content: tuple[str, ...] = ()        # every file's SHA-256 and 'rows:' + its row digest
     policy: str | None = None            # the config's policy (JSON), recorded for the source
     config_path: str | None = None       # the dataset YAML that made the request
+    privacy_unit: str | None = None      # the guarantee's neighbouring relation, in words
+
+
+def request_record(request: SpendRequest) -> dict:
+    """A request as the journal (and the steward record) keeps it: plain JSON values."""
+    return {**asdict(request), "content": list(request.content)}
+
+
+def request_from_record(record: dict) -> SpendRequest:
+    """The request a journal line or steward record kept (fields it lacks take their default;
+    fields this version does not know are left out)."""
+    known = {f.name for f in fields(SpendRequest)}
+    values = {k: v for k, v in record.items() if k in known}
+    values["content"] = tuple(values.get("content") or ())
+    return SpendRequest(**values)
+
+
+@dataclass(frozen=True)
+class UnitSpent:
+    """What a source spent under one neighbouring relation (its spends with a charge)."""
+
+    neighbouring: str | None  # None: spends made before the ledger recorded the unit
+    epsilon: float
+    delta: float
+    spends: int
+
+    @property
+    def label(self) -> str:
+        return self.neighbouring or "a unit not recorded (spent before units were recorded)"
 
 
 @dataclass(frozen=True)
@@ -163,6 +208,7 @@ class BudgetState:
     void_reason: str | None = None
     cap_note: str | None = None
     cap_history: tuple[dict, ...] = ()
+    units: tuple[UnitSpent, ...] = ()  # the privacy units the spends were made under
 
     @property
     def dataset(self) -> str:  # older callers named the budget's owner 'dataset'
@@ -180,6 +226,26 @@ class BudgetState:
     def void(self) -> bool:
         return self.void_reason is not None
 
+    @property
+    def mixed_units(self) -> bool:
+        """Spends under more than one neighbouring relation (a row and a patient): their sum
+        is one guarantee for neither."""
+        return len(self.units) > 1
+
+    def units_note(self) -> str | None:
+        """The mixing note, in words (docs/PRIVACY.md, "Units and the lifetime budget")."""
+        if not self.mixed_units:
+            return None
+        parts = "; ".join(f"under {u.label}: epsilon {u.epsilon:g}, delta {u.delta:g} "
+                          f"({u.spends} spend{'s' if u.spends != 1 else ''})" for u in self.units)
+        return (f"MIXED PRIVACY UNITS: the releases of source '{self.source}' were made under "
+                f"different neighbouring relations ({parts}), so their sum is a guarantee under "
+                "neither relation as it stands: for one row, each patient-level release counts "
+                "up to twice (a change within one patient's rows is protected at 2 epsilon and "
+                "(1 + e^epsilon) delta); for one patient with k rows, each row-level release "
+                "counts about k times its epsilon (group privacy). Each release's manifest "
+                "states its own unit.")
+
     def statement(self) -> str:
         """The lifetime guarantee of everything released from the source, in one sentence."""
         spent = f"epsilon {self.epsilon_spent:g} of {self.lifetime_epsilon:g} and delta " \
@@ -189,9 +255,13 @@ class BudgetState:
             last = self.cap_history[-1]
             spent += (f"; the cap was changed from epsilon {last['old_epsilon']:g} to "
                       f"{last['new_epsilon']:g} on {last['changed_on']} ({last['reason']})")
+        mixing = f" {self.units_note()}" if self.mixed_units else ""
         if self.void:
             return (f"Lifetime guarantee VOID: {self.void_reason}. ({spent}; each release's "
-                    "own guarantee, in its manifest, still holds for that release alone.)")
+                    f"own guarantee, in its manifest, still holds for that release alone.)"
+                    + mixing)
+        if self.mixed_units:
+            return f"Releases of source '{self.source}' together: {spent}." + mixing
         return (f"All releases of source '{self.source}' together are ({self.epsilon_spent:g}, "
                 f"{self.delta_spent:g})-DP ({spent}).")
 
@@ -201,11 +271,28 @@ class BudgetState:
                 "delta_spent": self.delta_spent, "epsilon_cap": self.lifetime_epsilon,
                 "delta_cap": self.lifetime_delta, "cap_changes": list(self.cap_history),
                 "void": self.void, "void_reason": self.void_reason,
+                "privacy_units": [{"neighbouring": u.neighbouring, "epsilon_spent": u.epsilon,
+                                   "delta_spent": u.delta} for u in self.units],
+                "mixed_units": self.mixed_units,
                 "statement": self.statement()}
 
 
+# Within one journaled change every timestamp is the change's own (its journal line's ``at``),
+# so that replaying the journal rebuilds the ledger byte for byte.
+_CLOCK: ContextVar[str | None] = ContextVar("medrelease_ledger_clock", default=None)
+
+
 def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
+    return _CLOCK.get() or datetime.now(UTC).isoformat(timespec="seconds")
+
+
+@contextmanager
+def _clock_at(at: str) -> Iterator[str]:
+    token = _CLOCK.set(at)
+    try:
+        yield at
+    finally:
+        _CLOCK.reset(token)
 
 
 class Ledger:
@@ -220,8 +307,9 @@ class Ledger:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with self._connect() as conn:
                 conn.executescript(SCHEMA)
-                _migrate(conn)
-        except LedgerLockedError:
+                _add_columns(conn)
+                _adopt_if_unjournaled(conn, self.path)
+        except (LedgerLockedError, LedgerIntegrityError):
             raise
         except (OSError, sqlite3.Error) as exc:
             raise MedreleaseError(f"cannot open the budget ledger at {self.path}: "
@@ -258,55 +346,58 @@ class Ledger:
 
     @property
     def journal_path(self) -> Path:
-        """The append-only journal of cap changes beside the ledger (``restore`` replays it)."""
+        """The append-only journal beside the ledger: the system of record it is checked
+        against, and what ``restore`` replays."""
         return self.journal_path_for(self.path)
 
     @staticmethod
     def journal_path_for(ledger_path: Path) -> Path:
+        return ledger_path.with_name(ledger_path.name + ".journal.jsonl")
+
+    @staticmethod
+    def legacy_caps_journal_for(ledger_path: Path) -> Path:
+        """Where versions before the full journal kept cap changes only (read, never written)."""
         return ledger_path.with_name(ledger_path.name + ".caps.jsonl")
+
+    def verify(self) -> None:
+        """Refuse (``LedgerIntegrityError``) a ledger that differs from its journal. Holds the
+        write lock: a change is journaled just before it commits, and must not be caught
+        between the two."""
+        with self._transaction() as conn:
+            _verify_against_journal(conn, self.path)
 
     def reserve(self, request: SpendRequest) -> str:
         """Reserve a spend, or refuse it (``BudgetExceededError``) if it would overspend.
 
-        The message shows spent / requested / cap. Nothing is written when refused.
+        The message shows spent / requested / cap. Nothing is written when refused. The ledger
+        is checked against its journal first, and the reservation journaled before it commits.
         """
         for name, value in (("epsilon", request.epsilon), ("delta", request.delta)):
             if not (math.isfinite(value) and value >= 0):
                 raise BudgetExceededError(f"{name} to reserve must be a finite number >= 0")
         spend_id = uuid.uuid4().hex
-        with self._transaction() as conn:
+        with self._transaction() as conn, _clock_at(_now()) as now:
+            _verify_against_journal(conn, self.path)
             _refuse_a_second_charge_of_one_run(conn, request)
-            _claim_input(conn, request)
-            _claim_content(conn, request)
-            cap_eps, cap_delta = _source_cap(conn, request)
-            eps_spent, delta_spent = _spent(conn, request.source)
-            _refuse_overspend(request, eps_spent, delta_spent, cap_eps, cap_delta)
-            now = _now()
-            conn.execute(
-                f"INSERT INTO spends ({', '.join(SPEND_FIELDS)}) "
-                f"VALUES ({', '.join('?' * len(SPEND_FIELDS))})",
-                (spend_id, request.dataset, request.mechanism, request.epsilon, request.delta,
-                 cap_eps, cap_delta, request.flow_run_id, "reserved", None, None, now, now,
-                 request.source, int(request.test), int(request.dp)))
+            _apply_reservation(conn, spend_id, request, enforce=True)
+            _append_journal(self.journal_path, {"event": "reserve", "at": now,
+                                                "spend_id": spend_id,
+                                                "request": request_record(request)})
         return spend_id
 
     def mark(self, spend_id: str, status: str, release_id: str | None = None,
              note: str | None = None) -> None:
         """Move a reservation to 'released' or 'failed' (it keeps counting either way). A
         release without a proven DP guarantee voids its source's lifetime guarantee when it
-        is *published*; a refused or failed run never does (nothing of it was released)."""
+        is *published*; a refused or failed run never does (nothing of it was released).
+        The outcome is journaled before it commits."""
         if status not in STATUSES:
             raise ValueError(f"status must be one of {STATUSES}")
-        with self._transaction() as conn:
-            cur = conn.execute(
-                "UPDATE spends SET status = ?, release_id = COALESCE(?, release_id), "
-                "note = COALESCE(?, note), updated_at = ? WHERE spend_id = ?",
-                (status, release_id, note, _now(), spend_id),
-            )
-            if cur.rowcount != 1:
-                raise MedreleaseError(f"no ledger entry {spend_id}")
-            if status == "released":
-                _void_if_unproven(conn, spend_id)
+        with self._transaction() as conn, _clock_at(_now()) as now:
+            _apply_outcome(conn, spend_id, status, release_id, note)
+            _append_journal(self.journal_path, {"event": "outcome", "at": now,
+                                                "spend_id": spend_id, "status": status,
+                                                "release_id": release_id, "note": note})
 
     def spends(self, source: str | None = None) -> list[Spend]:
         """Every spend (of one source), oldest first."""
@@ -317,17 +408,27 @@ class Ledger:
             args = (source,)
         with self._connect() as conn:
             rows = conn.execute(query + " ORDER BY created_at, rowid", args).fetchall()
-        return [Spend(*row[:14], bool(row[14]), bool(row[15])) for row in rows]
+        return [Spend(*row[:14], bool(row[14]), bool(row[15]), row[16]) for row in rows]
 
     def sources(self) -> list[str]:
         with self._connect() as conn:
             return [r[0] for r in conn.execute("SELECT source FROM sources ORDER BY source")]
 
+    def knows_source(self, source: str) -> bool:
+        """Whether the source's cap is already fixed (by its first spend)."""
+        with self._connect() as conn:
+            return conn.execute("SELECT 1 FROM sources WHERE source = ?",
+                                (source,)).fetchone() is not None
+
     def state(self, source: str, lifetime_epsilon: float | None = None,
-              lifetime_delta: float | None = None) -> BudgetState:
+              lifetime_delta: float | None = None,
+              publishing: str | None = None) -> BudgetState:
         """The source's budget; its cap from the ledger (or the given values for a new source).
 
         ``cap_note`` says when the given (config) values differ from the ledger's cap.
+        ``publishing``: the spend of a release about to be published, whose manifest states
+        this budget — if its mechanism makes no proven DP claim, the lifetime is void from that
+        release on, and the release itself says so.
         """
         with self._connect() as conn:
             row = conn.execute("SELECT lifetime_epsilon, lifetime_delta, void_reason FROM "
@@ -335,10 +436,14 @@ class Ledger:
             eps_spent, delta_spent = _spent(conn, source)
             test_eps = conn.execute("SELECT COALESCE(SUM(epsilon), 0) FROM spends WHERE "
                                     "source = ? AND test = 1", (source,)).fetchone()[0]
+            units = _units_spent(conn, source)
+            pending = _void_reason_of(conn, publishing) if publishing else None
         cap_eps, cap_delta, void = row if row else (lifetime_epsilon, lifetime_delta, None)
         if cap_eps is None or cap_delta is None:
             raise MedreleaseError(f"source {source!r} has no spends in the ledger and no cap "
                                   "was given")
+        if void is None and pending is not None:
+            void = pending
         note = _cap_note(source, cap_eps, cap_delta, lifetime_epsilon, lifetime_delta) \
             if row else None
         history = tuple({"changed_on": changed_at[:10], "old_epsilon": old_eps,
@@ -347,7 +452,7 @@ class Ledger:
                         for _, old_eps, new_eps, old_delta, new_delta, reason, changed_at
                         in self.cap_changes(source))
         return BudgetState(source, eps_spent, delta_spent, cap_eps, cap_delta, test_eps,
-                           void, note, history)
+                           void, note, history, units)
 
     def source_policy(self, source: str) -> tuple[str | None, str | None]:
         """(policy JSON, owner config path) recorded for a source at its spends, if any."""
@@ -362,12 +467,11 @@ class Ledger:
             raise MedreleaseError(
                 f"a cap change needs a reason of at least {MIN_REASON_CHARS} characters (it is "
                 "kept in the ledger and stated in every later manifest)")
-        if not (math.isfinite(epsilon) and 0 < epsilon <= MAX_CAP_EPSILON
-                and math.isfinite(delta) and 0 <= delta <= MAX_CAP_DELTA):
-            raise MedreleaseError(
-                f"the cap needs 0 < epsilon <= {MAX_CAP_EPSILON:g} and 0 <= delta <= "
-                f"{MAX_CAP_DELTA:g} (the product's bounds: a larger cap protects no one)")
-        with self._transaction() as conn:
+        problem = cap_bounds_problem(epsilon, delta)
+        if problem:
+            raise MedreleaseError(f"the cap needs {problem}")
+        with self._transaction() as conn, _clock_at(_now()) as now:
+            _verify_against_journal(conn, self.path)
             row = conn.execute("SELECT lifetime_epsilon, lifetime_delta FROM sources WHERE "
                                "source = ?", (source,)).fetchone()
             if row is None:
@@ -378,13 +482,12 @@ class Ledger:
                 raise MedreleaseError(
                     f"source {source!r} has already spent epsilon {eps_spent:g}, delta "
                     f"{delta_spent:g}: the cap cannot go below that")
-            conn.execute("UPDATE sources SET lifetime_epsilon = ?, lifetime_delta = ? WHERE "
-                         "source = ?", (epsilon, delta, source))
             change = {"source": source, "old_epsilon": row[0], "new_epsilon": epsilon,
                       "old_delta": row[1], "new_delta": delta, "reason": reason.strip(),
-                      "changed_at": _now()}
-            _insert_cap_change(conn, change)
-            _append_journal(self.journal_path, change)  # before COMMIT: no change unjournaled
+                      "changed_at": now}
+            _apply_cap_change(conn, change)
+            # before COMMIT: no change unjournaled
+            _append_journal(self.journal_path, {"event": "cap", "at": now, **change})
 
     def cap_changes(self, source: str | None = None) -> list[tuple]:
         query = ("SELECT source, old_epsilon, new_epsilon, old_delta, new_delta, reason, "
@@ -401,8 +504,18 @@ class Ledger:
         return [r[0] for r in conn.execute("SELECT source FROM sources ORDER BY source")]
 
 
-def _migrate(conn: sqlite3.Connection) -> None:
-    """Bring a ledger written by an older version up to this schema (idempotent)."""
+def cap_bounds_problem(epsilon: float, delta: float) -> str | None:
+    """What is wrong with a lifetime cap, against the product's bounds (None: within them).
+    One rule for a source's first cap (from its YAML) and for ``set-cap``."""
+    if (math.isfinite(epsilon) and 0 < epsilon <= MAX_CAP_EPSILON
+            and math.isfinite(delta) and 0 <= delta <= MAX_CAP_DELTA):
+        return None
+    return (f"0 < epsilon <= {MAX_CAP_EPSILON:g} and 0 <= delta <= {MAX_CAP_DELTA:g} (the "
+            "product's bounds: a larger cap protects no one)")
+
+
+def _add_columns(conn: sqlite3.Connection) -> None:
+    """Columns added after the first schema, and the index (idempotent)."""
     have = {row[1] for row in conn.execute("PRAGMA table_info(spends)")}
     for column, kind in SPEND_COLUMNS.items():
         if column not in have:
@@ -411,12 +524,37 @@ def _migrate(conn: sqlite3.Connection) -> None:
     for column, kind in SOURCE_COLUMNS.items():
         if column not in have_sources:
             conn.execute(f"ALTER TABLE sources ADD COLUMN {column} {kind}")
-    conn.execute("UPDATE spends SET source = dataset WHERE source IS NULL")
-    conn.execute(
-        "INSERT OR IGNORE INTO sources (source, lifetime_epsilon, lifetime_delta, created_at) "
-        "SELECT source, lifetime_epsilon, lifetime_delta, MIN(created_at) FROM spends "
-        "GROUP BY source")
     conn.execute("CREATE INDEX IF NOT EXISTS spends_source ON spends (source)")
+
+
+def _adopt_if_unjournaled(conn: sqlite3.Connection, ledger_path: Path) -> None:
+    """A ledger this version has not opened before (``user_version`` 0): a new one is marked
+    journaled; an older one with rows is migrated in place (each spend's source, a source row
+    per source), checked against the cap journal it kept, and journaled as one snapshot.
+
+    A ledger marked journaled is never migrated again: a table dropped from it comes back
+    empty and is then caught by the check against the journal, never silently rebuilt.
+    """
+    if conn.execute("PRAGMA user_version").fetchone()[0] >= JOURNAL_VERSION:
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        if conn.execute("PRAGMA user_version").fetchone()[0] < JOURNAL_VERSION:
+            journal = Ledger.journal_path_for(ledger_path)
+            if _holds_rows(conn) and not read_journal(journal):
+                conn.execute("UPDATE spends SET source = dataset WHERE source IS NULL")
+                conn.execute(
+                    "INSERT OR IGNORE INTO sources (source, lifetime_epsilon, lifetime_delta, "
+                    "created_at) SELECT source, lifetime_epsilon, lifetime_delta, "
+                    "MIN(created_at) FROM spends GROUP BY source")
+                _refuse_caps_unlike_legacy_journal(conn, ledger_path)
+                _append_journal(journal, {"event": "adopt", "at": _now(),
+                                          "tables": _snapshot(conn)})
+            conn.execute(f"PRAGMA user_version = {JOURNAL_VERSION}")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
 
 
 def _refuse_a_second_charge_of_one_run(conn: sqlite3.Connection,
@@ -468,17 +606,88 @@ def _claim_content(conn: sqlite3.Connection, request: SpendRequest) -> None:
                 f"{row[0]!r}. Nothing was spent.")
 
 
-def _void_if_unproven(conn: sqlite3.Connection, spend_id: str) -> None:
-    row = conn.execute("SELECT dp, mechanism, dataset, test, source FROM spends WHERE "
-                       "spend_id = ?", (spend_id,)).fetchone()
+def _apply_reservation(conn: sqlite3.Connection, spend_id: str, request: SpendRequest,
+                       enforce: bool) -> None:
+    """A reservation's rows: the claims on its content and input, its source (a new source's
+    cap fixed now, its policy and owner config), the spend. ``enforce``: refuse what would
+    break a rule (a new source's cap beyond the bounds, an overspend); a replay of the journal
+    does not — what the journal holds happened."""
+    if enforce and not _source_known(conn, request.source):
+        _refuse_first_cap_out_of_bounds(request)
+    _claim_input(conn, request)
+    _claim_content(conn, request)
+    cap_eps, cap_delta = _source_cap(conn, request)
+    if enforce:
+        eps_spent, delta_spent = _spent(conn, request.source)
+        _refuse_overspend(request, eps_spent, delta_spent, cap_eps, cap_delta)
+    now = _now()
+    conn.execute(
+        f"INSERT INTO spends ({', '.join(SPEND_FIELDS)}) "
+        f"VALUES ({', '.join('?' * len(SPEND_FIELDS))})",
+        (spend_id, request.dataset, request.mechanism, request.epsilon, request.delta,
+         cap_eps, cap_delta, request.flow_run_id, "reserved", None, None, now, now,
+         request.source, int(request.test), int(request.dp), request.privacy_unit))
+
+
+def _source_known(conn: sqlite3.Connection, source: str) -> bool:
+    return conn.execute("SELECT 1 FROM sources WHERE source = ?", (source,)).fetchone() is not None
+
+
+def _refuse_first_cap_out_of_bounds(request: SpendRequest) -> None:
+    """A new source's cap comes from its YAML: held to the bounds ``set-cap`` enforces."""
+    problem = cap_bounds_problem(request.lifetime_epsilon, request.lifetime_delta)
+    if problem:
+        raise ConfigError(
+            f"dataset {request.dataset!r} would open source {request.source!r} with lifetime "
+            f"epsilon {request.lifetime_epsilon:g}, delta {request.lifetime_delta:g} "
+            f"(privacy.lifetime_epsilon / lifetime_delta): a source's cap needs {problem}. "
+            "Nothing was spent.")
+
+
+def _apply_outcome(conn: sqlite3.Connection, spend_id: str, status: str,
+                   release_id: str | None, note: str | None) -> None:
+    if status not in STATUSES:
+        raise ValueError(f"status must be one of {STATUSES}")
+    cur = conn.execute(
+        "UPDATE spends SET status = ?, release_id = COALESCE(?, release_id), "
+        "note = COALESCE(?, note), updated_at = ? WHERE spend_id = ?",
+        (status, release_id, note, _now(), spend_id),
+    )
+    if cur.rowcount != 1:
+        raise MedreleaseError(f"no ledger entry {spend_id}")
+    if status == "released":
+        _void_if_unproven(conn, spend_id)
+
+
+def _void_reason_of(conn: sqlite3.Connection, spend_id: str) -> str | None:
+    """Why the spend voids its source's lifetime guarantee once published (None: it does not,
+    its mechanism's guarantee is proven)."""
+    row = conn.execute("SELECT dp, mechanism, dataset, test FROM spends WHERE spend_id = ?",
+                       (spend_id,)).fetchone()
     if row is None or row[0]:
-        return
-    _, mechanism, dataset, test, source = row
+        return None
+    _, mechanism, dataset, test = row
     # no clock or id in the reason: it is published in every later manifest
-    reason = (f"a {mechanism} release (no proven DP guarantee) of dataset '{dataset}' was made"
-              + (" (a TEST release)" if test else ""))
-    conn.execute("UPDATE sources SET void_spend = ?, void_reason = ? WHERE source = ? AND "
-                 "void_spend IS NULL", (spend_id, reason, source))
+    return (f"a {mechanism} release (no proven DP guarantee) of dataset '{dataset}' was made"
+            + (" (a TEST release)" if test else ""))
+
+
+def _void_if_unproven(conn: sqlite3.Connection, spend_id: str) -> None:
+    reason = _void_reason_of(conn, spend_id)
+    if reason is None:
+        return
+    conn.execute("UPDATE sources SET void_spend = ?, void_reason = ? WHERE source = (SELECT "
+                 "source FROM spends WHERE spend_id = ?) AND void_spend IS NULL",
+                 (spend_id, reason, spend_id))
+
+
+def _apply_cap_change(conn: sqlite3.Connection, change: dict) -> None:
+    cur = conn.execute("UPDATE sources SET lifetime_epsilon = ?, lifetime_delta = ? WHERE "
+                       "source = ?", (change["new_epsilon"], change["new_delta"],
+                                      change["source"]))
+    if cur.rowcount != 1:
+        raise MedreleaseError(f"no source {change['source']!r} to change the cap of")
+    _insert_cap_change(conn, change)
 
 
 def _insert_cap_change(conn: sqlite3.Connection, change: dict) -> None:
@@ -489,28 +698,40 @@ def _insert_cap_change(conn: sqlite3.Connection, change: dict) -> None:
                   change["changed_at"]))
 
 
-def _append_journal(path: Path, change: dict) -> None:
-    """One line per cap change, flushed to disk before the ledger commits it."""
+def _units_spent(conn: sqlite3.Connection, source: str) -> tuple[UnitSpent, ...]:
+    """Per neighbouring relation, what the source's charged spends add up to (first used
+    first)."""
+    rows = conn.execute("SELECT privacy_unit, SUM(epsilon), SUM(delta), COUNT(*) FROM spends "
+                        "WHERE source = ? AND (epsilon > 0 OR delta > 0) GROUP BY privacy_unit "
+                        "ORDER BY MIN(rowid)", (source,)).fetchall()
+    return tuple(UnitSpent(unit, float(eps), float(delta), int(n)) for unit, eps, delta, n in rows)
+
+
+def _append_journal(path: Path, event: dict) -> None:
+    """One line per change, flushed to disk before the ledger commits it."""
     with path.open("a", encoding="utf-8") as handle:
-        handle.write(json.dumps(change, sort_keys=True) + "\n")
+        handle.write(json.dumps(event, sort_keys=True) + "\n")
         handle.flush()
         os.fsync(handle.fileno())
 
 
 def read_journal(path: Path) -> list[dict]:
-    """The cap changes journaled beside a ledger, oldest first (none if there is no journal)."""
+    """The changes journaled beside a ledger, oldest first (none if there is no journal)."""
     if not path.is_file():
         return []
-    changes = []
+    events = []
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
         if not line.strip():
             continue
         try:
-            changes.append(json.loads(line))
+            event = json.loads(line)
         except json.JSONDecodeError:
-            raise LedgerIntegrityError(f"the cap journal {path} is damaged at line {number}; "
-                                       "restore it from backup") from None
-    return changes
+            event = None
+        if not isinstance(event, dict):
+            raise LedgerIntegrityError(f"the ledger journal {path} is damaged at line {number}; "
+                                       "restore it from backup. Nothing was spent.")
+        events.append(event)
+    return events
 
 
 def _claim_input(conn: sqlite3.Connection, request: SpendRequest) -> None:
@@ -578,9 +799,223 @@ def _refuse_overspend(request: SpendRequest, eps_spent: float, delta_spent: floa
             f"spent {delta_spent:g} + requested {request.delta:g} > total {cap_delta:g}")
 
 
+# -- the journal: replayed, compared, restored ---------------------------------------------------
+
+MAX_LISTED = 4  # differences named in one message
+
+
+def _tables(conn: sqlite3.Connection) -> list[str]:
+    return [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' "
+                                       "AND name NOT LIKE 'sqlite_%' ORDER BY name")]
+
+
+def _columns(conn: sqlite3.Connection, table: str) -> list[tuple[str, int]]:
+    """(name, position in the primary key, 0 if none) of a table's columns."""
+    return [(r[1], r[5]) for r in conn.execute(f'PRAGMA table_info("{table}")')]
+
+
+def _holds_rows(conn: sqlite3.Connection) -> bool:
+    return any(conn.execute(f'SELECT 1 FROM "{t}" LIMIT 1').fetchone() for t in _tables(conn))
+
+
+def _snapshot(conn: sqlite3.Connection) -> dict[str, list[dict]]:
+    """Every row of every ledger table (an older ledger's state, journaled when adopted)."""
+    snapshot = {}
+    for table in _tables(conn):
+        names = [name for name, _ in _columns(conn, table)]
+        quoted = ", ".join(f'"{n}"' for n in names)
+        snapshot[table] = [dict(zip(names, row, strict=True))
+                           for row in conn.execute(f'SELECT {quoted} FROM "{table}"')]
+    return snapshot
+
+
+def _load_snapshot(conn: sqlite3.Connection, tables: dict[str, list[dict]]) -> None:
+    known = set(_tables(conn))
+    for table, rows in tables.items():
+        if table not in known:
+            raise LedgerIntegrityError(f"the journal's snapshot names an unknown table {table!r}")
+        columns = {name for name, _ in _columns(conn, table)}
+        for row in rows:
+            if not set(row) <= columns:
+                raise LedgerIntegrityError(f"the journal's snapshot of table {table} has "
+                                           "unknown columns")
+            names = list(row)
+            quoted = ", ".join(f'"{n}"' for n in names)
+            conn.execute(f'INSERT INTO "{table}" ({quoted}) VALUES '
+                         f"({', '.join('?' * len(names))})", [row[n] for n in names])
+
+
+def _apply_event(conn: sqlite3.Connection, event: dict) -> None:
+    """Apply one journaled change with the code that made it (and its own timestamps)."""
+    kind = event.get("event", "cap")  # the cap journal of older versions: cap changes only
+    if kind == "reserve":
+        with _clock_at(event["at"]):
+            _apply_reservation(conn, event["spend_id"], request_from_record(event["request"]),
+                               enforce=False)
+    elif kind == "outcome":
+        with _clock_at(event["at"]):
+            _apply_outcome(conn, event["spend_id"], event["status"], event.get("release_id"),
+                           event.get("note"))
+    elif kind == "cap":
+        _apply_cap_change(conn, event)
+    elif kind == "adopt":
+        _load_snapshot(conn, event["tables"])
+    else:
+        raise LedgerIntegrityError(f"unknown journal event {kind!r}")
+
+
+def _replay_events(conn: sqlite3.Connection, events: list[dict], journal: Path) -> None:
+    for number, event in enumerate(events, start=1):
+        try:
+            _apply_event(conn, event)
+        except (MedreleaseError, sqlite3.Error, KeyError, TypeError, ValueError) as exc:
+            raise LedgerIntegrityError(
+                f"the ledger journal {journal} cannot be replayed at its entry {number} "
+                f"({type(exc).__name__}): it was edited or damaged; restore it from backup. "
+                "Nothing was spent.") from None
+
+
+def _replayed(events: list[dict], journal: Path) -> sqlite3.Connection:
+    """A ledger rebuilt in memory from the journal: what the ledger file must hold."""
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    try:
+        conn.executescript(SCHEMA)
+        _add_columns(conn)
+        conn.execute("BEGIN")
+        _replay_events(conn, events, journal)
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _verify_against_journal(conn: sqlite3.Connection, ledger_path: Path) -> None:
+    """Refuse a ledger whose tables differ from its journal's replay, row by row and column
+    by column (``LedgerIntegrityError`` naming what differs)."""
+    journal = Ledger.journal_path_for(ledger_path)
+    expected = _replayed(read_journal(journal), journal)
+    try:
+        problems = _differences(conn, expected)
+    finally:
+        expected.close()
+    if not problems:
+        return
+    listed = "; ".join(problems[:MAX_LISTED]) + (
+        f"; and {len(problems) - MAX_LISTED} more" if len(problems) > MAX_LISTED else "")
+    if not journal.is_file():
+        raise LedgerIntegrityError(
+            f"the budget ledger {ledger_path} holds spends and sources, but its journal "
+            f"{journal}, the system of record, is missing (deleted or moved): nothing in the "
+            f"ledger can be trusted ({listed}). Nothing was spent. Put the journal back from "
+            "backup; without one, move the ledger aside and run 'medrelease ledger restore' "
+            "(it rebuilds from the steward records and published manifests).")
+    raise LedgerIntegrityError(
+        f"the budget ledger {ledger_path} does not match its journal {journal}, the system of "
+        f"record ({len(problems)} difference{'s' if len(problems) != 1 else ''}: {listed}). "
+        "The ledger was altered outside medrelease (a table dropped, a row edited or deleted), "
+        "or its journal was; nothing was spent. Restore both from backup, or move the ledger "
+        "aside and run 'medrelease ledger restore' (it replays the journal).")
+
+
+def _differences(live: sqlite3.Connection, expected: sqlite3.Connection) -> list[str]:
+    """What the ledger file holds that its journal does not, and the other way round."""
+    problems: list[str] = []
+    have_tables = set(_tables(live))
+    for table in _tables(expected):
+        columns = _columns(expected, table)
+        names = [name for name, _ in columns]
+        keys = [name for name, pk in sorted(columns, key=lambda c: c[1]) if pk] or names
+        if table not in have_tables:
+            problems.append(f"table {table} is missing")
+            continue
+        lacking = [n for n in names if n not in {name for name, _ in _columns(live, table)}]
+        if lacking:
+            problems.append(f"table {table} lacks column(s) {', '.join(lacking)}")
+            continue
+        want, have = (_rows_by_key(c, table, names, keys) for c in (expected, live))
+        for key in sorted(want.keys() - have.keys(), key=repr):
+            problems.append(f"{_describe(table, want[key])} is in the journal but missing "
+                            f"from the ledger{_what_the_journal_says(expected, table, want[key])}")
+        for key in sorted(have.keys() - want.keys(), key=repr):
+            problems.append(f"{_describe(table, have[key])} is in the ledger but not in its "
+                            "journal")
+        for key in sorted(want.keys() & have.keys(), key=repr):
+            changed = [n for n in names if want[key][n] != have[key][n]]
+            if changed:
+                problems.append(f"{_describe(table, want[key])} differs from the journal in "
+                                f"{', '.join(changed)}"
+                                f"{_what_the_journal_says(expected, table, want[key], have[key])}")
+    return problems
+
+
+def _rows_by_key(conn: sqlite3.Connection, table: str, names: list[str],
+                 keys: list[str]) -> dict[tuple, dict]:
+    quoted = ", ".join(f'"{n}"' for n in names)
+    rows = (dict(zip(names, row, strict=True))
+            for row in conn.execute(f'SELECT {quoted} FROM "{table}"'))
+    return {tuple(row[k] for k in keys): row for row in rows}
+
+
+def _describe(table: str, row: dict) -> str:
+    """A ledger row in words: ids, sources and hash prefixes, never a path or a data value."""
+    if table == "spends":
+        return (f"spend {row['spend_id']} of source {row['source']!r} ({row['status']}, "
+                f"epsilon {row['epsilon']:g})")
+    if table == "sources":
+        return f"source {row['source']!r}"
+    if table == "content_claims":
+        return f"the claim of source {row['source']!r} on content {str(row['sha256'])[:12]}..."
+    if table == "source_inputs":
+        return f"the claim of source {row['source']!r} on an input file"
+    if table == "cap_changes":
+        return f"cap change {row['change_id']} of source {row['source']!r}"
+    return f"a row of table {table}" + (f" (source {row['source']!r})" if "source" in row else "")
+
+
+def _what_the_journal_says(expected: sqlite3.Connection, table: str, want: dict,
+                           have: dict | None = None) -> str:
+    """For a source: the cap (and its last change) and the void its journal holds."""
+    if table != "sources":
+        return ""
+    says = []
+    if have is None or (want["lifetime_epsilon"], want["lifetime_delta"]) != (
+            have["lifetime_epsilon"], have["lifetime_delta"]):
+        last = expected.execute("SELECT reason, changed_at FROM cap_changes WHERE source = ? "
+                                "ORDER BY change_id DESC LIMIT 1", (want["source"],)).fetchone()
+        says.append((f"the ledger's cap is epsilon {have['lifetime_epsilon']:g}, delta "
+                     f"{have['lifetime_delta']:g}, but " if have else "")
+                    + f"its journal says epsilon {want['lifetime_epsilon']:g}, delta "
+                    + f"{want['lifetime_delta']:g}"
+                    + (f" (changed {last[1][:10]}: {last[0]})" if last
+                       else " (fixed at its first spend)"))
+    if want["void_reason"] and (have is None or not have["void_reason"]):
+        says.append(f"its journal says its lifetime guarantee is VOID ({want['void_reason']})")
+    return f" ({'; '.join(says)})" if says else ""
+
+
+def _refuse_caps_unlike_legacy_journal(conn: sqlite3.Connection, ledger_path: Path) -> None:
+    """An older ledger is adopted only if its caps are those its cap journal last recorded."""
+    last: dict[str, dict] = {}
+    for change in read_journal(Ledger.legacy_caps_journal_for(ledger_path)):
+        last[change["source"]] = change
+    for source, change in last.items():
+        have = conn.execute("SELECT lifetime_epsilon, lifetime_delta FROM sources WHERE "
+                            "source = ?", (source,)).fetchone()
+        if have is None or not (math.isclose(have[0], change["new_epsilon"]) and math.isclose(
+                have[1], change["new_delta"], abs_tol=1e-18)):
+            raise LedgerIntegrityError(
+                f"source {source!r}: the ledger's cap "
+                f"{'is missing' if have is None else f'is epsilon {have[0]:g}'} but its cap "
+                f"journal says epsilon {change['new_epsilon']:g} (changed "
+                f"{change['changed_at'][:10]}: {change['reason']}). The ledger was altered; "
+                "nothing was spent. Restore it from backup, or move it aside and run "
+                "'medrelease ledger restore' (which replays the journal).")
+
+
 def published_charges(manifests: list[dict]) -> list[dict]:
-    """Charges as the published manifests state them (source, mechanism, eps, delta, cap), in
-    the steward records' shape, for releases whose steward record is gone."""
+    """Charges as the published manifests state them (source, mechanism, eps, delta, cap,
+    unit), in the steward records' shape, for releases whose steward record is gone."""
     charges = []
     for manifest in manifests:
         lifetime = manifest.get("lifetime") or {}
@@ -596,18 +1031,21 @@ def published_charges(manifests: list[dict]) -> list[dict]:
                 "delta": float(manifest.get("delta_spent") or 0.0),
                 "dp": bool(guarantee.get("proven", True)),
                 "cap_epsilon": float(lifetime.get("epsilon_cap") or 0.0),
-                "cap_delta": float(lifetime.get("delta_cap") or 0.0)}})
+                "cap_delta": float(lifetime.get("delta_cap") or 0.0),
+                "privacy_unit": guarantee.get("neighbouring")}})
     return charges
 
 
 def reconcile(ledger_path: Path, records: list[dict], manifests: list[dict] = ()) -> None:
     """Refuse a ledger that lacks spends the steward records or the published releases show,
-    or whose caps differ from its journal (a table dropped, a file replaced).
+    or that differs from its journal (a table dropped or edited, a spend deleted, a cap
+    changed outside ``set-cap``, the journal removed).
 
-    Called before every charge. A missing ledger file is not created when records or releases
-    exist: a new empty ledger would silently restart every source's budget from zero.
+    Called before every charge, and by ``medrelease ledger verify``. A missing ledger file is
+    not created when records, releases or a journal exist: a new empty ledger would silently
+    restart every source's budget from zero.
     """
-    known_spends, known_releases, caps = _ledger_contents(ledger_path)
+    known_spends, known_releases = _ledger_contents(ledger_path)
     lost = [r["release_id"] for r in records
             if r.get("ledger_spend_id") and r["ledger_spend_id"] not in known_spends]
     lost += [m["release_id"] for m in manifests if m["release_id"] not in known_releases
@@ -619,87 +1057,155 @@ def reconcile(ledger_path: Path, records: list[dict], manifests: list[dict] = ()
             f"the budget ledger {ledger_path} {state} the spends of {len(lost)} release(s) on "
             f"record ({examples}{' ...' if len(lost) > 3 else ''}): it was lost, emptied or "
             "replaced, and its budgets would restart from zero. Nothing was spent. Restore the "
-            "ledger file from backup, or rebuild it with 'medrelease ledger restore' (from the "
-            "steward records, and from the published manifests where those are gone).")
-    for change in _last_cap_per_source(read_journal(Ledger.journal_path_for(ledger_path))):
-        have = caps.get(change["source"])
-        if have is None or not (math.isclose(have[0], change["new_epsilon"])
-                                and math.isclose(have[1], change["new_delta"], abs_tol=1e-18)):
-            raise LedgerIntegrityError(
-                f"source {change['source']!r}: the ledger's cap "
-                f"{'is missing' if have is None else f'is epsilon {have[0]:g}'} but its cap "
-                f"journal says epsilon {change['new_epsilon']:g} (changed "
-                f"{change['changed_at'][:10]}: {change['reason']}). The ledger was altered; "
-                "nothing was spent. Restore it from backup, or move it aside and run "
-                "'medrelease ledger restore' (which replays the journal).")
+            "ledger file from backup, or rebuild it with 'medrelease ledger restore' (from its "
+            "journal, the steward records, and the published manifests where those are gone).")
+    if ledger_path.is_file():
+        Ledger(ledger_path).verify()
+        return
+    journal = Ledger.journal_path_for(ledger_path)
+    if read_journal(journal):
+        raise LedgerIntegrityError(
+            f"the budget ledger {ledger_path} is missing, but its journal {journal} holds "
+            f"{len(read_journal(journal))} change(s): a new empty ledger would restart their "
+            "budgets from zero. Nothing was spent. Rebuild it with 'medrelease ledger restore' "
+            "(it replays the journal).")
 
 
-def _ledger_contents(ledger_path: Path) -> tuple[set[str], set[str], dict[str, tuple]]:
-    """(spend ids, release ids, caps per source) of a ledger file, without creating it."""
+def _ledger_contents(ledger_path: Path) -> tuple[set[str], set[str]]:
+    """(spend ids, release ids) of a ledger file, without creating it."""
     if not ledger_path.is_file():
-        return set(), set(), {}
+        return set(), set()
     with Ledger(ledger_path)._connect() as conn:
-        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = "
-                                             "'table'")}
-        if "spends" not in tables:
-            return set(), set(), {}
         rows = conn.execute("SELECT spend_id, release_id FROM spends").fetchall()
-        caps = ({r[0]: (r[1], r[2]) for r in conn.execute(
-            "SELECT source, lifetime_epsilon, lifetime_delta FROM sources")}
-            if "sources" in tables else {})
-    return {r[0] for r in rows}, {r[1] for r in rows if r[1]}, caps
+    return {r[0] for r in rows}, {r[1] for r in rows if r[1]}
 
 
-def _last_cap_per_source(changes: list[dict]) -> list[dict]:
-    last: dict[str, dict] = {}
-    for change in changes:
-        last[change["source"]] = change
-    return list(last.values())
+@dataclass(frozen=True)
+class Restored:
+    """What ``restore_from_records`` rebuilt, by where each spend came from."""
+
+    from_journal: int
+    from_records: int
+    from_manifests: int
+
+    @property
+    def spends(self) -> int:
+        return self.from_journal + self.from_records + self.from_manifests
 
 
 def restore_from_records(ledger_path: Path, records: list[dict],
-                         manifests: list[dict] = ()) -> int:
-    """Rebuild a ledger from the steward records' charges (and, for releases whose record is
-    gone, from their published manifests), then replay the cap journal; returns how many
-    spends it holds.
+                         manifests: list[dict] = ()) -> Restored:
+    """Rebuild a lost or emptied ledger. First its journal, the system of record, is replayed:
+    every spend with its source's cap, policy and owner config, its content and input claims,
+    every outcome (a failed run's spend included) and every cap change. Then the releases the
+    steward records — or, where those are gone, the published manifests — show and the
+    journal lacks (a journal lost too, or older than the release) are added from what they
+    state (a manifest carries no content hash: such a release's content claim is lost), and
+    journaled as they are added.
 
     Refuses to touch a ledger that already holds spends. Reservations of runs that crashed
-    before writing a steward record cannot be recovered (the command says so).
+    before writing a steward record are recoverable from the journal only.
     """
     if ledger_path.is_file() and Ledger(ledger_path).spends():
         raise MedreleaseError(f"the ledger {ledger_path} already holds spends; restore only "
                               "into a missing or empty ledger (move the old file aside first)")
     ledger = Ledger(ledger_path)
-    on_record = {r["release_id"] for r in records}
-    charges = [*records, *(m for m in published_charges(list(manifests))
-                           if m["release_id"] not in on_record)]
+    journal = ledger.journal_path
+    events = read_journal(journal)
     with ledger._transaction() as conn:
-        for record in sorted(charges, key=lambda r: r["release_id"].removeprefix("TEST-")):
-            if record.get("ledger_charge"):
-                _restore_spend(conn, record)
-        for change in read_journal(ledger.journal_path):
-            conn.execute("UPDATE sources SET lifetime_epsilon = ?, lifetime_delta = ? WHERE "
-                         "source = ?", (change["new_epsilon"], change["new_delta"],
-                                        change["source"]))
-            _insert_cap_change(conn, change)
-    return len(ledger.spends())
+        for table in _tables(conn):  # what an emptied ledger kept is rebuilt from the journal
+            conn.execute(f'DELETE FROM "{table}"')
+        if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'sqlite_sequence'").fetchone():
+            conn.execute("DELETE FROM sqlite_sequence")
+        _replay_events(conn, events, journal)
+        from_journal = conn.execute("SELECT COUNT(*) FROM spends").fetchone()[0]
+        added = _releases_the_journal_lacks(conn, records, manifests)
+        new_sources: dict[str, dict] = {}
+        for record in added:
+            source = record["ledger_charge"]["source"]
+            if source in new_sources or not _source_known(conn, source):
+                new_sources[source] = record  # the latest release on record of the source
+            for event in _events_from_record(record):
+                _journal_and_apply(conn, journal, event)
+        if not events:  # a ledger of an older version: its cap changes were journaled apart
+            for change in read_journal(Ledger.legacy_caps_journal_for(ledger_path)):
+                if _source_known(conn, change["source"]):
+                    _journal_and_apply(conn, journal, {**change, "event": "cap",
+                                                       "at": change["changed_at"]})
+        for source, record in new_sources.items():
+            _restore_the_cap_on_record(conn, journal, source, record)
+    from_manifests = sum(1 for r in added if r.get("from_manifest"))
+    return Restored(from_journal, len(added) - from_manifests, from_manifests)
 
 
-def _restore_spend(conn: sqlite3.Connection, record: dict) -> None:
+def _releases_the_journal_lacks(conn: sqlite3.Connection, records: list[dict],
+                                manifests: list[dict]) -> list[dict]:
+    """Steward records (and manifests of releases without one) whose spend is not in the
+    ledger, in release order."""
+    spends = {r[0] for r in conn.execute("SELECT spend_id FROM spends")}
+    releases = {r[0] for r in conn.execute("SELECT release_id FROM spends WHERE release_id "
+                                           "IS NOT NULL")}
+    on_record = {r["release_id"] for r in records}
+    lacking = [r for r in records if r.get("ledger_charge")
+               and r.get("ledger_spend_id") not in spends and r["release_id"] not in releases]
+    lacking += [m for m in published_charges(list(manifests))
+                if m["release_id"] not in on_record and m["release_id"] not in releases]
+    return sorted(lacking, key=lambda r: r["release_id"].removeprefix("TEST-"))
+
+
+def _journal_and_apply(conn: sqlite3.Connection, journal: Path, event: dict) -> None:
+    _apply_event(conn, event)
+    _append_journal(journal, event)  # before the restore commits, as every change
+
+
+def _events_from_record(record: dict) -> list[dict]:
+    """A release on record as the journal's reservation and outcome. Its request is the one
+    the record kept (records of older versions: rebuilt from the charge, the config and the
+    input hash); the source's cap is the one the record says was in force."""
     charge = record["ledger_charge"]
+    from_manifest = bool(record.get("from_manifest"))
+    config = record.get("dataset_config") or {}
+    if charge.get("request"):
+        request = request_from_record(charge["request"])
+    else:
+        request = SpendRequest(
+            source=charge["source"], dataset=record.get("dataset", ""),
+            mechanism=charge["mechanism"], epsilon=float(charge["epsilon"]),
+            delta=float(charge["delta"]), lifetime_epsilon=0.0, lifetime_delta=0.0,
+            dp=bool(charge["dp"]), test=bool(record.get("test_release")),
+            flow_run_id=record.get("flow_run_id"),
+            content=(record["input_sha256"],) if record.get("input_sha256") else (),
+            policy=json.dumps(config["policy"]) if config.get("policy") is not None else None,
+            config_path=config.get("config_file") or None,
+            privacy_unit=charge.get("privacy_unit"))
+    request = SpendRequest(**{**asdict(request), "lifetime_epsilon": float(charge["cap_epsilon"]),
+                              "lifetime_delta": float(charge["cap_delta"])})
+    at = record.get("requested_at") or _now()
     status = {"published": "released", "failed": "failed"}.get(record.get("status"), "reserved")
-    note = ("restored from the published manifest" if record.get("from_manifest")
+    note = ("restored from the published manifest" if from_manifest
             else "restored from the steward record")
-    conn.execute(
-        "INSERT OR IGNORE INTO sources (source, lifetime_epsilon, lifetime_delta, created_at) "
-        "VALUES (?, ?, ?, ?)", (charge["source"], charge["cap_epsilon"], charge["cap_delta"],
-                                _now()))
-    conn.execute(
-        f"INSERT INTO spends ({', '.join(SPEND_FIELDS)}) "
-        f"VALUES ({', '.join('?' * len(SPEND_FIELDS))})",
-        (record["ledger_spend_id"], record["dataset"], charge["mechanism"], charge["epsilon"],
-         charge["delta"], charge["cap_epsilon"], charge["cap_delta"], record.get("flow_run_id"),
-         status, record["release_id"], note, _now(), _now(), charge["source"],
-         int(record.get("test_release", False)), int(charge["dp"])))
-    if status == "released" and not charge["dp"]:
-        _void_if_unproven(conn, record["ledger_spend_id"])
+    return [{"event": "reserve", "at": at, "spend_id": record["ledger_spend_id"],
+             "request": request_record(request)},
+            {"event": "outcome", "at": record.get("published_at") or at,
+             "spend_id": record["ledger_spend_id"], "status": status,
+             "release_id": record["release_id"], "note": note}]
+
+
+def _restore_the_cap_on_record(conn: sqlite3.Connection, journal: Path, source: str,
+                               latest: dict) -> None:
+    """A source known only from records and manifests: the cap its latest release states
+    (a later change, journaled only, is lost with the journal), as a recorded cap change."""
+    charge = latest["ledger_charge"]
+    row = conn.execute("SELECT lifetime_epsilon, lifetime_delta FROM sources WHERE source = ?",
+                       (source,)).fetchone()
+    if row is None or (row[0], row[1]) == (charge["cap_epsilon"], charge["cap_delta"]):
+        return
+    if conn.execute("SELECT 1 FROM cap_changes WHERE source = ?", (source,)).fetchone():
+        return  # the cap journal of an older version said it
+    now = _now()
+    _journal_and_apply(conn, journal, {
+        "event": "cap", "at": now, "source": source, "old_epsilon": row[0],
+        "new_epsilon": float(charge["cap_epsilon"]), "old_delta": row[1],
+        "new_delta": float(charge["cap_delta"]), "changed_at": now,
+        "reason": f"restored: the cap stated by release {latest['release_id']}, the latest "
+                  "on record (the journal was lost)"})
