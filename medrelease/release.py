@@ -166,7 +166,7 @@ def plan_release(
     for step in steps:
         accountant.spend(step)
     source = RandomSource(seed)
-    seeds = source.spawn(n_nodes + 4)
+    seeds = source.spawn(n_nodes + 3)  # (the unit bound's stream is its own: unit_stream)
     return ReleasePlan(
         mechanism=impl.name,
         params=parsed,
@@ -177,7 +177,7 @@ def plan_release(
         selection_seed=seeds[n_nodes],
         release_seed=seeds[n_nodes + 1],
         shuffle_seed=seeds[n_nodes + 2],
-        unit=UnitBound(facts.unit_column, facts.unit_rows, seeds[n_nodes + 3])
+        unit=UnitBound(facts.unit_column, facts.unit_rows, source.unit_stream())
         if calibrated else None,
     )
 
