@@ -38,6 +38,7 @@ from medrelease.mechanisms.base import (
     summarize,
 )
 from medrelease.privacy.guarantee import BudgetStep, Guarantee, PrivacyAccountant
+from medrelease.privacy.ledger import MAX_CAP_DELTA, MAX_CAP_EPSILON
 from medrelease.privacy.randomness import (
     RandomSource,
     exponential_mechanism,
@@ -165,7 +166,7 @@ def plan_release(
     for step in steps:
         accountant.spend(step)
     source = RandomSource(seed)
-    seeds = source.spawn(n_nodes + 4)
+    seeds = source.spawn(n_nodes + 3)  # (the unit bound's stream is its own: unit_stream)
     return ReleasePlan(
         mechanism=impl.name,
         params=parsed,
@@ -176,21 +177,31 @@ def plan_release(
         selection_seed=seeds[n_nodes],
         release_seed=seeds[n_nodes + 1],
         shuffle_seed=seeds[n_nodes + 2],
-        unit=UnitBound(facts.unit_column, facts.unit_rows, seeds[n_nodes + 3])
+        unit=UnitBound(facts.unit_column, facts.unit_rows, source.unit_stream())
         if calibrated else None,
     )
 
 
 MIN_STEP_EPSILON = 2.0 ** -20   # below this a noise scale is beyond any sensible use
-MAX_EPSILON = 1000.0            # numerically safe; a dataset's policy caps far lower
+# A release can never spend more than a lifetime cap may hold: the product's bounds on a cap
+# (``ledger set-cap``) bound every release's epsilon and delta too (delta = 0.5 promises nothing).
+MAX_EPSILON = MAX_CAP_EPSILON
+MAX_DELTA = MAX_CAP_DELTA
 
 
 def _check_budget_numbers(mechanism: str, steps: list[BudgetStep]) -> None:
-    """Epsilons every sampler and threshold handles exactly and in bounded time."""
+    """Epsilons every sampler and threshold handles exactly and in bounded time, and a total
+    (epsilon, delta) within the product's bounds on a lifetime cap; before anything is read."""
     total = math.fsum(s.epsilon for s in steps)
     if total > MAX_EPSILON:
-        raise ParameterError(f"{mechanism}: epsilon {total:g} is above {MAX_EPSILON:g}, where "
-                             "a privacy guarantee means nothing; a dataset's policy caps lower")
+        raise ParameterError(f"{mechanism}: epsilon {total:g} is above {MAX_EPSILON:g}, the "
+                             "product's bound on a lifetime cap (where a privacy guarantee means "
+                             "nothing); use a smaller epsilon. Nothing was read or spent.")
+    delta = math.fsum(s.delta for s in steps)
+    if not delta <= MAX_DELTA:
+        raise ParameterError(f"{mechanism}: delta {delta:g} is above {MAX_DELTA:g}, the "
+                             "product's bound on a lifetime cap (a larger delta protects no "
+                             "one); use a smaller delta. Nothing was read or spent.")
     for step in steps:
         if 0 < step.epsilon < MIN_STEP_EPSILON:
             raise ParameterError(
@@ -244,6 +255,17 @@ def enforce_lattice_limit(config: DatasetConfig, plan: ReleasePlan, nodes: int) 
             "raise the limit. Nothing was read or spent.")
 
 
+def enforce_work_limits(config: DatasetConfig, plan: ReleasePlan) -> None:
+    """Refuse a release whose work (cells drawn, rows sampled, noise epsilons) the mechanism
+    bounds from public facts only — its parameters, the taxonomies, the declared domains and
+    the policy's limits — before anything is read or spent (the flow's plan step; like the
+    other policy limits, not the in-process engine, which spends nothing). A mechanism that
+    needs no such bound beyond ``enforce_noise_rows`` declares no ``check_work``."""
+    check = getattr(get_mechanism(plan.mechanism), "check_work", None)
+    if check is not None:
+        check(config, plan.params)
+
+
 def enforce_noise_rows(config: DatasetConfig, context: ReleaseContext, plan: ReleasePlan
                        ) -> float:
     """Refuse a release whose noise alone is expected to add more rows than the policy allows
@@ -255,8 +277,10 @@ def enforce_noise_rows(config: DatasetConfig, context: ReleaseContext, plan: Rel
     if expected > limit:
         raise PolicyError(
             f"{plan.mechanism} at epsilon {plan.guarantee.epsilon or 0:g} on dataset "
-            f"{config.name!r} is expected to add {expected:,.0f} noise rows (every empty cell "
-            f"of its domain released with a noisy count), over the limit of {limit:,} (policy: "
+            f"{config.name!r} is expected to add {expected:,.0f} noise rows (noise alone, "
+            "bounded from its parameters and the taxonomies or declared domain: empty cells "
+            "released with a noisy count, or counterfeit rows in every class it could release), "
+            f"over the limit of {limit:,} (policy: "
             "max_noise_rows in its config); use a larger epsilon or a coarser node, or raise "
             "the limit. Nothing was spent.")
     return expected

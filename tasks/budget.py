@@ -25,6 +25,7 @@ from medrelease.release import (
     ReleasePlan,
     enforce_lattice_limit,
     enforce_policy,
+    enforce_work_limits,
     plan_release,
 )
 from medrelease.settings import steward_root, store_root, test_store_root
@@ -60,6 +61,7 @@ def plan(config: DatasetConfig, mechanism: str, params: dict, seed: int | None) 
     release_plan = plan_release(mechanism, params, nodes, seed, PublicFacts.of(config))
     enforce_policy(config, release_plan)
     enforce_lattice_limit(config, release_plan, nodes)
+    enforce_work_limits(config, release_plan)
     return release_plan
 
 

@@ -311,7 +311,7 @@ CASES = [
          request={"mechanism": {"mechanism": "ipa", "epsilon": float("nan")}}),
     Case("epsilon 1e-300", "ParameterError", r"below 9\.5", HEADER + ROW,
          request={"mechanism": {"mechanism": "ipa", "epsilon": 1e-300}}),
-    Case("epsilon 1e9", "ParameterError", "above 1000", HEADER + ROW,
+    Case("epsilon 1e9", "ParameterError", "above 100, the product.s bound", HEADER + ROW,
          request={"mechanism": {"mechanism": "ipa", "epsilon": 1e9}}),
     Case("epsilon above the policy's cap", "PolicyError", "above the per-release cap 2",
          HEADER + ROW, request={"mechanism": {"mechanism": "ipa", "epsilon": 3.0}}),

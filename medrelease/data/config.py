@@ -168,6 +168,10 @@ class ReleasePolicy(_Strict):
     max_noise_rows: int = Field(
         default=2_000_000, ge=0, le=10**9,
         description="refuse a release whose noise is expected to add more rows than this")
+    max_leaf_cells: int = Field(
+        default=5_000_000, ge=1, le=10**9,
+        description="diffgen: refuse specializations whose final cut could have more leaf "
+                    "partitions x class values than this (every one is drawn)")
 
 
 class DatasetConfig(_Strict):

@@ -14,7 +14,8 @@ the largest that implies the release's (eps, delta), for add/remove one row.
 from __future__ import annotations
 
 import itertools
-from typing import ClassVar
+import math
+from typing import Any, ClassVar
 
 from pydantic import Field
 from pydantic.json_schema import SkipJsonSchema
@@ -22,6 +23,7 @@ from pydantic.json_schema import SkipJsonSchema
 from medrelease.errors import ParameterError
 from medrelease.mechanisms.base import Capabilities, MechanismBase, MechanismParams
 from medrelease.privacy.guarantee import ADD_REMOVE_ONE_ROW, BudgetStep, Guarantee
+from medrelease.privacy.randomness import MIN_NOISE_EPSILON
 from medrelease.privacy.zcdp import rho_for
 
 DEFAULT_DELTA = 1e-6
@@ -52,6 +54,11 @@ class AIMParams(MechanismParams):
     workload_degree: int = Field(default=3, ge=1, le=4,
                                  description="without a declared workload: every marginal of "
                                              "2 up to this many columns")
+    max_synthetic_rows: int = Field(
+        default=5_000_000, ge=1, le=50_000_000,
+        description="at most this many synthetic rows are sampled: the noisy total is clipped "
+                    "to it (a public ceiling; at a tiny epsilon the noisy total alone can ask "
+                    "for tens of millions of rows)")
     # Set by the release driver from the dataset config, never by users (hidden from forms).
     public_domain: SkipJsonSchema[bool] = True
     unit_rows: SkipJsonSchema[int] = 1  # m: marginals move by m in L2, scores by m * w_r
@@ -103,10 +110,44 @@ class AIM(MechanismBase):
             "exponential-mechanism selection (eps_t^2/8) and a discrete Gaussian measurement "
             "(1/(2 sigma_t^2)); rho's add up, the last round spends what is left")]
 
-    def row_bounds(self, params: AIMParams, n_rows: int, total_sigma: float) -> tuple[int, int]:
-        """Plausible released rows (steward check): the noisy total within 12 of its sigmas."""
+    def row_bounds(self, params: AIMParams, noisy_total: float,
+                   total_sigma: float) -> tuple[int, int]:
+        """Plausible released rows (steward check): within 12 of the noisy total's sigmas of
+        the (clipped) noisy total the rows were sampled to — a DP output, never the input's
+        row count, so whether a release passes the check does not depend on the data."""
         spread = int(12 * total_sigma) + 1
-        return max(1, n_rows - spread), n_rows + spread
+        centre = round(noisy_total)
+        return max(1, centre - spread), min(params.max_synthetic_rows, centre + spread)
+
+    def smallest_round_epsilon(self, params: AIMParams, n_columns: int) -> float:
+        """A lower bound on every round's selection epsilon, from public parameters only.
+
+        With rho_r = the rounds' rho, T = rounds_per_column x n_columns and the rounds' shares
+        (``aim_rounds``: 0.9 measurement, 0.1 selection): a round that is not the last uses
+        eps_0 = sqrt(0.8 rho_r / T) or more (annealing only doubles it); the last spends what
+        is left, eps = sqrt(0.8 left). Left after round 0 is at least rho_r (1 - 0.9 /
+        rounds_per_column); left at a later last round is at least the cost of the round before
+        (it was not last, so twice its cost was left), and that cost is at least rho_r / T.
+        So every round's epsilon is at least min(eps_0, sqrt(0.8 rho_r (1 - 0.9 / rpc)))."""
+        rho = self.rounds_rho(params)
+        rounds = params.rounds_per_column * max(n_columns, 1)
+        first = math.sqrt(0.8 * rho / rounds)
+        after_round_zero = math.sqrt(0.8 * rho * (1 - 0.9 / params.rounds_per_column))
+        return min(first, after_round_zero)
+
+    def check_work(self, config: Any, params: AIMParams) -> None:
+        """Before anything is read or spent: every round's selection epsilon must reach the
+        samplers' floor 2^-20 (a run at eps 1e-6 was charged, then stopped at a round's
+        epsilon of 3.3e-7). The rows sampled are bounded by ``max_synthetic_rows``."""
+        columns = len(config.dimensions) + len(config.informative)
+        smallest = self.smallest_round_epsilon(params, columns)
+        if smallest < MIN_NOISE_EPSILON:
+            raise ParameterError(
+                f"aim at epsilon {params.epsilon:g} on dataset {config.name!r}: a round's "
+                f"selection could get epsilon {smallest:.3g}, below the samplers' floor "
+                f"{MIN_NOISE_EPSILON:g} (2^-20) ({columns} columns x rounds_per_column "
+                f"{params.rounds_per_column} rounds); use a larger epsilon or fewer rounds "
+                "(parameter 'rounds_per_column'). Nothing was read or spent.")
 
 
 def default_workload(columns: list[str], degree: int) -> list[tuple[tuple[str, ...], float]]:

@@ -34,12 +34,13 @@ from pydantic.json_schema import SkipJsonSchema
 
 from medrelease.data.config import DatasetConfig
 from medrelease.data.taxonomy import Taxonomy
-from medrelease.errors import ParameterError
+from medrelease.errors import ParameterError, PolicyError
 from medrelease.mechanisms.base import (
     Capabilities,
     MechanismBase,
     MechanismParams,
     declared_draws,
+    expected_rows_above,
     noise_bound,
 )
 from medrelease.mechanisms.setvalued import ChildGroups, SetCut, encode_item_sets
@@ -175,6 +176,54 @@ class DiffGen(MechanismBase):
     def row_bounds(self, params: DiffGenParams, n_rows: int, n_cells: int) -> tuple[int, int]:
         return 0, n_rows + n_cells * noise_bound(params.epsilon / (2 * params.unit_rows))
 
+    def leaf_noise_epsilon(self, params: DiffGenParams) -> float:
+        """The epsilon each leaf cell's discrete Laplace is drawn at (the leaf-count step's,
+        over the unit's rows)."""
+        leaves = next(s.epsilon for s in self.budget_steps(params) if s.step == "leaf counts")
+        return leaves / params.unit_rows
+
+    def cell_ceiling(self, config: DatasetConfig, params: DiffGenParams) -> int:
+        """The most leaf cells (partitions x class values) a release may draw: the policy's
+        ``max_leaf_cells``, and no more cells than keep the rows their noise is expected to
+        add within ``max_noise_rows`` (public: the policy and the parameters)."""
+        per_cell = expected_rows_above(self.leaf_noise_epsilon(params))
+        by_noise = math.floor(config.policy.max_noise_rows / per_cell) if per_cell > 0 \
+            else config.policy.max_leaf_cells
+        return max(0, min(config.policy.max_leaf_cells, by_noise))
+
+    def check_work(self, config: DatasetConfig, params: DiffGenParams) -> None:
+        """Before anything is read or spent: the largest final cut the ``specializations``
+        rounds could reach (``leaf_partitions_bound``, from the taxonomies only) times the
+        class values must fit ``max_leaf_cells``, and the rows its noise is expected to add
+        must fit ``max_noise_rows`` (every leaf cell is drawn, empty ones included; a run at
+        200 specializations drew 1.03e9 cells, one at eps 5e-5 released 60.7M rows).
+        Set-valued columns count with their two starting values here; while the rounds run,
+        a split that would take the cells past ``cell_ceiling`` is not made (see
+        ``release_frame``)."""
+        relational = [config.taxonomies[p] for p in config.dimensions]
+        classes = max(len(config.class_domain or []), 1)
+        leaves = leaf_partitions_bound(relational, params.specializations) \
+            * 2 ** len(config.set_valued)
+        cells = leaves * classes
+        policy = config.policy
+        where = f"dataset {config.name!r}"
+        if cells > policy.max_leaf_cells:
+            raise PolicyError(
+                f"diffgen on {where}: {params.specializations} specializations could cut its "
+                f"predictors into {leaves:,} leaf partitions, {cells:,} cells with the "
+                f"{classes} class values (every one drawn, empty ones included), over the limit "
+                f"of {policy.max_leaf_cells:,} (policy: max_leaf_cells in its config); use fewer "
+                "specializations (parameter 'specializations') or raise the limit. Nothing was "
+                "read or spent.")
+        noise_rows = cells * expected_rows_above(self.leaf_noise_epsilon(params))
+        if noise_rows > policy.max_noise_rows:
+            raise PolicyError(
+                f"diffgen at epsilon {params.epsilon:g} on {where} is expected to add "
+                f"{noise_rows:,.0f} noise rows (up to {cells:,} leaf cells, each released with "
+                f"a noisy count), over the limit of {policy.max_noise_rows:,} (policy: "
+                "max_noise_rows in its config); use a larger epsilon or fewer specializations "
+                "(parameter 'specializations'), or raise the limit. Nothing was read or spent.")
+
     def release_frame(self, frame: pd.DataFrame, config: DatasetConfig, params: DiffGenParams,
                       rng: np.random.Generator, draws: StepDraws | None = None
                       ) -> tuple[pd.DataFrame, dict[str, Any]]:
@@ -234,13 +283,21 @@ class DiffGen(MechanismBase):
                 cut.splits.append(None)
 
         set_steps: list[dict[str, Any]] = []
+        ceiling = self.cell_ceiling(config, params)
         for _ in range(params.specializations):
             candidates: list[tuple] = []
             scores: list[float] = []
+            sizes = [len(c.values) for c in cuts] + [len(c.values) for c in set_cuts]
             for i, cut in enumerate(cuts):
                 for v in range(len(cut.values)):
                     child = self._children(cut, v, leaf[:, i])
                     if child is None:
+                        continue
+                    # Only set-valued splits can take a cut past what check_work bounded:
+                    # then a relational split that would pass the ceiling is not a candidate
+                    # (the sizes are earlier private outputs: post-processing).
+                    if set_cuts and _cells_after(sizes, i, self._child_count(cut, v),
+                                                 n_cls) > ceiling:
                         continue
                     mine = assign[:, i] == v
                     n_children = int(child.max()) + 1 if child.size else 1
@@ -268,8 +325,10 @@ class DiffGen(MechanismBase):
             _, j, groups, group, mine = chosen
             group_counts = np.bincount(group[mine], weights=counts[mine],
                                        minlength=groups.parent.size).astype(np.int64)
+            others = math.prod(sizes) // max(sizes[n_rel + j], 1) * n_cls
             step = set_cuts[j].specialize(groups, group_counts, per_call["split"],
-                                          params.spurious_per_split, rng, set_assign[j])
+                                          params.spurious_per_split, rng, set_assign[j],
+                                          max_values=ceiling // max(others, 1))
             set_steps.append({"column": config.set_valued[j], **step})
 
         shape = [len(c.values) for c in cuts] + [len(c.values) for c in set_cuts]
@@ -344,6 +403,15 @@ class DiffGen(MechanismBase):
         lookup[kids] = np.arange(kids.size)
         return lookup[below[leaf]]
 
+    @staticmethod
+    def _child_count(cut: _Cut, v: int) -> int:
+        """How many values cut value ``v`` becomes when specialized (public: the taxonomy)."""
+        if cut.numeric:
+            return 2
+        level, code = cut.values[v]
+        under = cut.taxonomy.level_codes[level] == code
+        return int(np.unique(cut.taxonomy.level_codes[level - 1][under]).size)
+
     def _specialize(self, cut: _Cut, v: int, leaf: np.ndarray, assign: np.ndarray,
                     classes: np.ndarray, counts: np.ndarray, n_cls: int, params: DiffGenParams,
                     sensitivity: float, eps_call: float, rng: np.random.Generator) -> None:
@@ -409,3 +477,45 @@ def _cell_groups(groups: ChildGroups, n_sets: int, set_cell: np.ndarray
     of_set[groups.cells] = groups.group
     group = of_set[set_cell]
     return group, group >= 0
+
+
+def _cells_after(sizes: list[int], column: int, children: int, n_classes: int) -> int:
+    """Leaf cells once one value of ``column`` becomes ``children`` values."""
+    grown = list(sizes)
+    grown[column] += children - 1
+    return math.prod(grown) * n_classes
+
+
+def cut_growth(taxonomy: Taxonomy, rounds: int) -> list[int]:
+    """An upper bound on one predictor's cut size after r = 0..rounds specializations of it.
+
+    Numeric: each split adds one interval. Categorical: a specialization replaces a value by
+    its children, adding (children - 1); the r largest such gains of the whole taxonomy bound
+    any r specializations. Never more values than the taxonomy has leaves."""
+    if taxonomy.kind == "numeric":
+        gains = [1] * rounds
+    else:
+        gains = []
+        for level in range(1, taxonomy.height + 1):
+            pairs = np.unique(np.column_stack([taxonomy.level_codes[level],
+                                               taxonomy.level_codes[level - 1]]), axis=0)
+            gains += [int(k) - 1 for k in np.bincount(pairs[:, 0])]
+        gains = sorted(gains, reverse=True)[:rounds]
+        gains += [0] * (rounds - len(gains))
+    out, size = [1], 1
+    for gain in gains:
+        size += gain
+        out.append(min(size, taxonomy.n_leaves))
+    return out
+
+
+def leaf_partitions_bound(taxonomies: list[Taxonomy], specializations: int) -> int:
+    """The most leaf partitions (the product of the predictors' cut sizes) that
+    ``specializations`` rounds can reach, from the taxonomies only: the largest product over
+    every way of sharing the rounds among the predictors (exact integers)."""
+    best = [1] * (specializations + 1)  # best[r]: largest product with r rounds so far
+    for taxonomy in taxonomies:
+        growth = cut_growth(taxonomy, specializations)
+        best = [max(growth[k] * best[r - k] for k in range(r + 1))
+                for r in range(specializations + 1)]
+    return max(best)

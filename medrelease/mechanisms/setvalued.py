@@ -145,31 +145,52 @@ class SetCut:
 
     def specialize(self, groups: ChildGroups, group_counts: np.ndarray, eps_test: float,
                    spurious_per_split: float, rng: np.random.Generator,
-                   assign: np.ndarray) -> dict[str, float | int | str]:
-        """Split ``groups.node``: noisy emptiness test, spurious children, remainders; in place."""
+                   assign: np.ndarray, max_values: int | None = None
+                   ) -> dict[str, float | int | str]:
+        """Split ``groups.node``: noisy emptiness test, spurious children, remainders; in place.
+
+        ``max_values`` (public: DiffGen's cell ceiling over the other columns' cut sizes): a
+        split whose kept children would take the column past it keeps none of them — every
+        record stays in its parent, which keeps ``node`` for good (a remainder). That decision
+        reads the noisy test's outcome only (post-processing), so the step's epsilon is
+        unchanged, and no cell beyond the ceiling is ever drawn."""
         node, k = groups.node, groups.kids.size
         threshold = emptiness_threshold(k, eps_test, spurious_per_split)
         noisy = group_counts + discrete_laplace(rng, eps_test, group_counts.size)
         pass_probability = discrete_laplace_tail(eps_test, threshold)
         new_children: dict[tuple[int, bytes], int] = {}
         parents = [i for i, v in enumerate(self.values) if node in v.nodes and node not in v.frozen]
+        room = None if max_values is None else max_values - len(self.values)
+        children: list[SetValue] = []
+        over = False
         for parent in parents:
             mine = np.flatnonzero(groups.parent == parent)
             observed = {groups.masks[g].tobytes() for g in mine}
             kept = [groups.masks[g] for g in mine if noisy[g] >= threshold]
             n_spurious = tail_binomial(rng, (1 << k) - 1 - len(observed), eps_test, threshold)
+            if room is not None and len(children) + len(kept) + n_spurious > room:
+                over = True  # the split is not made: no child is kept, nothing more is drawn
+                break
             kept += _random_masks(rng, k, groups.masks.shape[1], n_spurious, observed)
             for mask in kept:
-                new_children[(parent, mask.tobytes())] = len(self.values)
-                self.values.append(self._child(self.values[parent], node, groups.kids, mask))
+                new_children[(parent, mask.tobytes())] = len(self.values) + len(children)
+                children.append(self._child(self.values[parent], node, groups.kids, mask))
+        if over:
+            new_children, children = {}, []
+        self.values.extend(children)
+        for parent in parents:
             old = self.values[parent]
             self.values[parent] = SetValue(old.nodes, old.frozen | {node})
         self.history.append((node, new_children))
         self._move(groups, assign, new_children)
         level, code = node
-        return {"node": self.taxonomy.level_labels[level][code], "children_possible": (1 << k) - 1,
-                "threshold": threshold, "children_kept": len(new_children),
-                "expected_spurious_per_value": ((1 << k) - 1) * pass_probability}
+        step: dict[str, float | int | str] = {
+            "node": self.taxonomy.level_labels[level][code], "children_possible": (1 << k) - 1,
+            "threshold": threshold, "children_kept": len(new_children),
+            "expected_spurious_per_value": ((1 << k) - 1) * pass_probability}
+        if over:
+            step["not_made"] = "its kept children would exceed the leaf-cell ceiling"
+        return step
 
     def replay(self, itemsets: ItemSets) -> np.ndarray:
         """Current values of new cells (held-out records) under the recorded splits."""

@@ -104,6 +104,8 @@ DETAILS: dict[str, Basis] = {
     "measurements": Basis.OUTPUT,          # aim: columns, levels, sigma, selection eps
     "one_way_sigma": Basis.PUBLIC,         # aim: a function of the parameters
     "merged_rare_values": Basis.OUTPUT,    # aim: from the noisy 1-way marginals
+    "synthetic_rows_ceiling": Basis.PUBLIC,  # aim: the parameter max_synthetic_rows
+    "noisy_total_clipped": Basis.OUTPUT,   # aim: whether the noisy total reached the ceiling
 }
 
 # Tables a mechanism publishes beside its data (``Capabilities.published_tables``), column by

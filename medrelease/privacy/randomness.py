@@ -6,9 +6,10 @@ ChaCha20 generator (``randomgen.ChaCha``, 20 rounds, 256-bit key, counter from 0
 cryptographically secure keystream, as fast here as numpy's PCG64 (measured, docs/PRIVACY.md).
 An explicit ``seed`` makes a TEST release (separate store, never published: anyone who knows the
 seed can subtract the noise) on numpy's seeded PCG64. Independent child streams (one per lattice
-node, one for the selection, one for the final draw, one for the unit bound) are spawned from
-the root, so work can be split across threads or processes without sharing a generator; a
-stream turned into a generator twice gives the same draws twice (a scored candidate replays).
+node, one for the selection, one for the final draw, one for the shuffle; the unit bound's from
+its own child, ``unit_stream``) are spawned from the root, so work can be split across threads
+or processes without sharing a generator; a stream turned into a generator twice gives the same
+draws twice (a scored candidate replays).
 
 Samplers (docs/PRIVACY.md, "Samplers"): every privacy claim assumes the noise has exactly the
 stated law, so none of them rounds a floating-point draw.
@@ -39,6 +40,9 @@ NOISE_GRID_BITS = 32
 NOISE_GRID = 1 << NOISE_GRID_BITS
 MIN_NOISE_EPSILON = 2.0 ** -20
 INT64_SAFE = 1 << 62
+# The unit bound's child index: above any count of children ``spawn`` gives a plan (lattice
+# nodes + 3; ``max_lattice_nodes`` is at most 10^7).
+UNIT_STREAM = 1 << 32
 
 
 CHACHA_ROUNDS = 20
@@ -119,6 +123,16 @@ class RandomSource:
 
     def generator(self) -> np.random.Generator:
         return generator_for(self.spawn(1)[0])
+
+    def unit_stream(self) -> StreamSeed:
+        """The privacy unit's bound's own stream: a fresh OS key for publication; for a test
+        seed, child ``UNIT_STREAM`` of the root — never one of the children ``spawn`` hands
+        out (nodes, selection, final draw, shuffle), however many nodes there are, so the rows
+        a unit keeps are independent of every noise draw (it was child 3, which was also
+        node 3's noise stream in the engine's plan)."""
+        if self.seed is None:
+            return CryptoSeed.fresh()
+        return np.random.SeedSequence(self.seed, spawn_key=(UNIT_STREAM,))
 
 
 # -- the noise epsilon ---------------------------------------------------------------------

@@ -58,6 +58,7 @@ class Settings:
     iters: int             # mirror descent steps per round (at most)
     final_iters: int
     tolerance: float | None = None  # stop a fit early below this relative loss improvement
+    max_rows: int | None = None     # the public ceiling on the rows sampled (and the total)
 
 
 @dataclass(frozen=True)
@@ -153,6 +154,7 @@ class AIMState:
     done: bool = False
     total: float = 1.0        # noisy total of the leaf-level 1-way measurements
     total_sigma: float = 0.0  # its standard deviation
+    total_clipped: bool = False  # the noisy total was above the ceiling (a DP output)
     one_way_noisy: list[np.ndarray] = field(default_factory=list)  # round 0, leaves, int64
     noisy: list[np.ndarray] = field(default_factory=list)  # per record: its noisy vector, int64
     previous_model: object = None  # the model before the latest round's measurement, p_{T-1}
@@ -191,6 +193,9 @@ class AIMRounds:
         state.one_way_noisy = [np.rint(y).astype(np.int64) for y in oneway]
         sigma = math.sqrt(float(grid_sigma_sq(state.sigma)))
         state.total, state.total_sigma = noisy_total(oneway, sigma)
+        ceiling = self.settings.max_rows
+        if ceiling is not None and state.total > ceiling:  # post-processing of the DP total
+            state.total, state.total_clipped = float(ceiling), True
         for c, noisy in enumerate(oneway):
             self._record_one_way(c, noisy, sigma)
         self.candidates = build_candidates(self.space, self.workload, self.settings)
@@ -357,6 +362,8 @@ class AIMRounds:
         model = pgm.estimate(self.domain, self.state.measurements, self.settings.final_iters,
                              self.state.total, warm_start=self.state.model)
         rows = max(1, round(float(model.total)))
+        if self.settings.max_rows is not None:
+            rows = min(rows, self.settings.max_rows)
         codes = pgm.sample(model, rows, seed)
         expand = np.random.default_rng(seed + 1)
         for merge in self.merges:

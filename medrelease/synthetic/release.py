@@ -49,7 +49,8 @@ def aim_rounds(counts: CountTable, config: DatasetConfig | None, plan: ReleasePl
                         rounds=params.rounds_per_column * len(space.attributes),
                         max_model_size=params.max_model_size, max_cells=params.max_cells,
                         iters=params.iters, final_iters=params.final_iters,
-                        tolerance=params.tolerance or None)
+                        tolerance=params.tolerance or None,
+                        max_rows=params.max_synthetic_rows)
     rng = generator_for(plan.release_seed)
     return AIMRounds(space, workload_of(config, space, params), settings, rng, log)
 
@@ -81,12 +82,15 @@ def synthetic_release(run: AIMRounds, counts: CountTable, plan: ReleasePlan) -> 
         "measurements": [r.as_dict() for r in state.records],
         "one_way_sigma": float(state.measurements[0].stddev),
         "merged_rare_values": {run.space.names[m.column]: m.merged for m in run.merges},
+        # the public ceiling on the rows sampled, and whether the noisy total reached it
+        "synthetic_rows_ceiling": run.settings.max_rows,
+        "noisy_total_clipped": state.total_clipped,
     }
     total_sigma = state.total_sigma
     impl = get_mechanism("aim")
     return MaterializedRelease(
         index=-1, node=tuple(0 for _ in counts.dimensions), rows=released, il=None,
-        row_bounds=impl.row_bounds(plan.params, counts.n_rows, total_sigma), details=details,
+        row_bounds=impl.row_bounds(plan.params, state.total, total_sigma), details=details,
         nodes=(tuple(0 for _ in counts.dimensions),),
         error_bars=researcher_error_bars(run, codes),
         tables={"measurements.parquet": measurements_frame(run)})
