@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ from medrelease.release import (
     ReleasePlan,
     enforce_lattice_limit,
     enforce_policy,
+    lattice_size,
     plan_release,
 )
 from medrelease.settings import steward_root, store_root, test_store_root
@@ -29,10 +29,6 @@ from medrelease.storage.store import ReleaseStore, StewardRecords, StoreError
 def artifact_key(dataset: str, what: str) -> str:
     """Artifact keys allow lower-case letters, digits and dashes only."""
     return f"{dataset.replace('_', '-')}-{what}"
-
-
-def lattice_size(config: DatasetConfig) -> int:
-    return math.prod(config.taxonomies[c].height + 1 for c in config.dimensions)
 
 
 @dataclass(frozen=True)
