@@ -85,6 +85,7 @@ class ColumnProfile:
     lettered: int        # present values with a letter
     leading_zero: int    # present values starting with 0 and another digit
     spaced: int          # present values containing a space
+    listed: int          # present values holding '|' (a list of items in one cell)
     mean_length: float
     decimal_places: int
     numbers: int         # distinct numeric values (3 and 3.0 are one)
@@ -103,6 +104,8 @@ class ColumnProfile:
         """numeric, date, code, text or empty: how the column is written."""
         if not self.present:
             return "empty"
+        if self.listed > self.present / 2:
+            return "list"
         if self.dates == self.present:
             return "date"
         if self.codes == self.present and (self.lettered or self.leading_zero):
@@ -297,7 +300,7 @@ def profile_csv(path: Path, delimiter: str | None = None,
             raise DraftError(f"{path.name} has a header but no rows: nothing to draft from")
         stats = connection.execute(
             "SELECT " + ", ".join(_column_stats(n) for n in header) + " FROM extract").fetchone()
-        per_column = 16
+        per_column = 17
         profiles = []
         listed = []
         for i, name in enumerate(header):
@@ -330,17 +333,17 @@ def _column_stats(name: str) -> str:
         f"count_if(regexp_full_match({q}, {_literal(CODE)}))",
         f"count_if(regexp_matches({q}, '[A-Za-z]'))",
         f"count_if(regexp_matches({q}, '^0[0-9]'))",
-        f"count_if(contains({q}, ' '))",
+        f"count_if(contains({q}, ' '))", f"count_if(contains({q}, '|'))",
         f"coalesce(avg(length({q})), 0)", places,
         f"count(DISTINCT {number})", f"min({number})", f"max({number})",
     ]) + f", min(CASE WHEN {is_date} THEN {q} END), max(CASE WHEN {is_date} THEN {q} END)"
 
 
 def _profile(name: str, rows: int, part: tuple) -> ColumnProfile:
-    (present, distinct, whole, decimal, dates, codes, lettered, leading_zero, spaced,
+    (present, distinct, whole, decimal, dates, codes, lettered, leading_zero, spaced, listed,
      mean_length, places, numbers, minimum, maximum, first, last) = part
     return ColumnProfile(name, rows, present, distinct, whole, decimal, dates, codes, lettered,
-                         leading_zero, spaced, float(mean_length), int(places or 0),
+                         leading_zero, spaced, listed, float(mean_length), int(places or 0),
                          int(numbers), minimum, maximum,
                          date.fromisoformat(first) if dates == present and first else None,
                          date.fromisoformat(last) if dates == present and last else None)
@@ -383,7 +386,7 @@ def _rows_kept_by_bound(connection, ids: list[ColumnProfile]) -> dict[str, dict[
 
 def _id_like(profile: ColumnProfile) -> bool:
     """Named like an id with many values, or unique (and not a measurement or a date)."""
-    if profile.kind in ("decimal", "date", "empty"):
+    if profile.kind in ("decimal", "date", "empty", "list"):
         return False
     named = bool(ID_NAME.search(profile.name)) and profile.distinct > max(20, profile.rows // 50)
     return named or (profile.unique and profile.rows >= 20 and profile.spaced == 0)
@@ -516,10 +519,13 @@ def _file_stem(name: str) -> str:
 
 
 def _relative(target: Path, folder: Path) -> str:
+    """Relative when the file is near the dataset folder (they move together), else absolute
+    (a path climbing out of the whole tree reads as a puzzle)."""
     try:
-        return os.path.relpath(target, folder)
+        relative = os.path.relpath(target, folder)
     except ValueError:  # another drive
         return str(target)
+    return relative if relative.count("..") <= 3 else str(target)
 
 
 def _dimension(profile: ColumnProfile, folder: Path) -> ColumnDraft:
@@ -629,6 +635,10 @@ def draft_dataset(profile: TableProfile, name: str, root: Path, informative: str
                                    else " (one row each)"))
         elif column.kind == "empty":
             draft = ColumnDraft(column.name, "drop", "no values")
+        elif column.kind == "list":
+            draft = ColumnDraft(column.name, "drop", "a list of items in one cell ('|'): "
+                                "declare it set_valued with an item taxonomy by hand (diffgen "
+                                "releases it)")
         elif (reason := _free_text_reason(column)) is not None:
             draft = ColumnDraft(column.name, "drop", reason)
         else:
