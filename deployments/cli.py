@@ -149,8 +149,8 @@ def _show_result(result: dict[str, Any], seconds: float) -> None:
     console.print(Panel("\n".join(body), title=f"released {manifest['dataset']}"))
 
 
-def _fail(exc: BaseException) -> None:
-    console.print(f"[red bold]release refused:[/] {exc}")
+def _fail(exc: BaseException, what: str = "release refused") -> None:
+    console.print(f"[red bold]{what}:[/] {escape(str(exc))}")
     raise typer.Exit(1)
 
 
@@ -206,6 +206,126 @@ def release(
     except MedreleaseError as exc:
         _fail(exc)
     _show_result(result, time.perf_counter() - started)
+
+
+@app.command()
+def init(
+    csv_file: Path = typer.Argument(..., metavar="CSV", help="the table to draft a config for"),
+    name: str = typer.Option(..., help="dataset name: lower-case letters, digits, - or _"),
+    informative: str | None = typer.Option(
+        None, help="the column released as it is (e.g. the diagnosis); asked for when the "
+                   "terminal allows, else the candidates are listed"),
+    unit: str | None = typer.Option(
+        None, help="the privacy unit's id column, or 'row' (default: the id column whose rows "
+                   "repeat, if any)"),
+    root: Path | None = typer.Option(
+        None, help="the dataset root to write under (default: the first; must be one of "
+                   "them: datasets/, the data home's datasets/, MEDRELEASE_DATASETS)"),
+    delimiter: str | None = typer.Option(None, help="the CSV's delimiter (default: sniffed)"),
+) -> None:
+    """Draft datasets/NAME/dataset.yaml and its taxonomies from one pass over CSV (never
+    overwrites); prints what it decided and what to review. No Prefect, no budget."""
+    from medrelease.data.draft import (
+        InformativeNeeded,
+        draft_dataset,
+        profile_csv,
+        write_draft,
+    )
+    from medrelease.settings import dataset_roots
+
+    roots = dataset_roots()
+    target = (root or roots[0]).resolve()
+    if target not in [r.resolve() for r in roots]:
+        _fail(MedreleaseError(f"--root {target} is not a dataset root; roots: "
+                              f"{', '.join(str(r) for r in roots)} (MEDRELEASE_DATASETS adds "
+                              "one)"), "init refused")
+    try:
+        if (target / name / "dataset.yaml").exists():
+            raise MedreleaseError(f"{target / name / 'dataset.yaml'} exists: init never "
+                                  "overwrites a config; pick another --name")
+        profile = profile_csv(csv_file, delimiter)
+        try:
+            draft = draft_dataset(profile, name, target, informative, unit)
+        except InformativeNeeded as exc:
+            if not (sys.stdin.isatty() and exc.candidates):
+                raise
+            chosen = typer.prompt(f"informative column ({', '.join(exc.candidates)})",
+                                  type=click_choice(exc.candidates))
+            draft = draft_dataset(profile, name, target, chosen, unit)
+        written = write_draft(draft)
+    except MedreleaseError as exc:
+        _fail(exc, "init refused")
+    _show_draft(draft, written)
+
+
+def click_choice(options: list[str]) -> Any:
+    import click
+
+    return click.Choice(options)
+
+
+def _show_draft(draft: Any, written: list[Path]) -> None:
+    table = Table(title=f"{draft.folder / 'dataset.yaml'} ({draft.rows:,} rows read)",
+                  expand=True)
+    for column in ("column", "role", "why", "file"):
+        table.add_column(column, overflow="fold")
+    for column in draft.columns:
+        table.add_row(escape(column.name), column.role, escape(column.reason),
+                      escape(column.taxonomy or column.domain or ""))
+    console.print(table)
+    unit = (f"{draft.unit} (at most {draft.max_rows_per_unit} rows each)" if draft.unit
+            else "one row")
+    console.print(f"[bold]privacy unit[/] {escape(unit)}   [bold]missing values[/] "
+                  f"{draft.dataset_missing}   [bold]lattice[/] {draft.lattice_nodes:,} nodes   "
+                  f"[bold]files[/] {len(written)}", soft_wrap=True)
+    if draft.review:
+        console.print("[yellow bold]review before a release that matters:[/]")
+        for line in draft.review:
+            console.print(f"  - {escape(line)}", soft_wrap=True, highlight=False)
+    console.print(f"next: [bold]medrelease check {draft.name}[/], then "
+                  f"[bold]medrelease release {draft.name}[/]", soft_wrap=True)
+
+
+@app.command()
+def check(
+    dataset: str = typer.Argument(..., help="dataset name or path to its dataset.yaml"),
+    input_path: Path | None = typer.Option(None, "--input", help="check this file instead"),
+    mechanism: str | None = typer.Option(None, help="check the plan for this mechanism"),
+    epsilon: float | None = typer.Option(None, help="check the plan at this epsilon"),
+) -> None:
+    """Validate the config, its taxonomies and the input, list every problem at once, and
+    show the release that would run. No Prefect, nothing spent."""
+    from medrelease.checkup import check_dataset
+
+    report = check_dataset(dataset, str(input_path.resolve()) if input_path else None,
+                           mechanism, epsilon)
+    source = f" ({report.config_file})" if report.config_file else ""
+    if report.findings:
+        table = Table(title=f"{len(report.findings)} problem(s) in {report.dataset}{source}",
+                      expand=True, show_lines=True)
+        for column in ("#", "where", "column", "problem", "rows", "first lines"):
+            table.add_column(column, overflow="fold")
+        for number, finding in enumerate(report.findings, start=1):
+            table.add_row(str(number), finding.stage, escape(finding.column or "-"),
+                          escape(finding.problem),
+                          f"{finding.rows:,}" if finding.rows is not None else "-",
+                          escape(finding.first_lines or "-"))
+        console.print(table)
+        if report.steward_log:
+            console.print(f"example values, for the steward only: {report.steward_log}",
+                          soft_wrap=True)
+    else:
+        console.print(f"[green bold]no problems[/] in {report.dataset}{source}"
+                      + (f": {report.rows:,} rows" if report.rows is not None else ""),
+                      soft_wrap=True)
+    if report.release:
+        title = "the release it would run" + (" (once the problems are fixed)"
+                                               if report.findings else "")
+        console.print(Panel("\n".join(f"[bold]{k:<9}[/] {escape(v)}" for k, v in report.release),
+                            title=title))
+    console.print(f"checked in {report.seconds:.1f} s; nothing spent", highlight=False)
+    if report.findings:
+        raise typer.Exit(1)
 
 
 @app.command()

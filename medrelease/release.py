@@ -90,11 +90,13 @@ class PublicFacts:
     unit_rows: int = 1  # rows one unit may have after the bound (1: the unit is one row)
     unit_column: str | None = None  # the declared unit's identifier column
     unit_relation: str | None = None  # the neighbouring relation in words, for that unit
+    domain_from_data: str | None = None  # informative column whose domain was read from data
 
     @classmethod
     def of(cls, config: DatasetConfig) -> PublicFacts:
         privacy, unit = config.privacy, config.unit_column
         return cls(public_domain=config.informative_domain is not None,
+                   domain_from_data=config.domain_read_from_data,
                    n_numeric=numeric_predictors(config), max_rows=privacy.max_rows,
                    unit_rows=privacy.max_rows_per_unit if unit else 1, unit_column=unit,
                    unit_relation=unit_relation(privacy.unit_noun, privacy.row_noun, unit,
@@ -160,6 +162,9 @@ def plan_release(
     calibrated = facts.unit_column is not None and "unit_rows" in impl.Params.model_fields
     if calibrated:  # every sensitivity, threshold and delta was derived for one unit
         guarantee = replace(guarantee, neighbouring=facts.unit_relation)
+    if facts.domain_from_data and guarantee.epsilon is not None:
+        guarantee = replace(guarantee, label=guarantee.label + domain_from_data_caveat(
+            facts.domain_from_data))
     _check_steps_make_the_guarantee(impl.name, steps, guarantee)
     accountant = PrivacyAccountant(guarantee.epsilon or 0.0, guarantee.delta or 0.0)
     # (syntactic models and pseudonymization spend nothing: no steps, no limit needed)
@@ -180,6 +185,19 @@ def plan_release(
         unit=UnitBound(facts.unit_column, facts.unit_rows, source.unit_stream())
         if calibrated else None,
     )
+
+
+def domain_from_data_caveat(column: str) -> str:
+    """What the guarantee adds while a domain read from the data is unreviewed: the list of
+    values is the table's own, so which values occur is disclosed, whatever epsilon says."""
+    return (f"; the set of values of {column!r} was taken from the data (its domain file, "
+            "drafted by medrelease init, is not marked domain_reviewed), so which values occur "
+            "is disclosed and not covered by this guarantee")
+
+
+def lattice_size(config: DatasetConfig) -> int:
+    """Lattice nodes: the product of each dimension's taxonomy levels (public: the config's)."""
+    return math.prod(config.taxonomies[c].height + 1 for c in config.dimensions)
 
 
 MIN_STEP_EPSILON = 2.0 ** -20   # below this a noise scale is beyond any sensible use

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +25,7 @@ from medrelease.release import (
     enforce_lattice_limit,
     enforce_policy,
     enforce_work_limits,
+    lattice_size,
     plan_release,
 )
 from medrelease.settings import steward_root, store_root, test_store_root
@@ -36,10 +36,6 @@ from tasks.artifacts import markdown_artifact
 def artifact_key(dataset: str, what: str) -> str:
     """Artifact keys allow lower-case letters, digits and dashes only."""
     return f"{dataset.replace('_', '-')}-{what}"
-
-
-def lattice_size(config: DatasetConfig) -> int:
-    return math.prod(config.taxonomies[c].height + 1 for c in config.dimensions)
 
 
 @dataclass(frozen=True)

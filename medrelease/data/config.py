@@ -64,8 +64,13 @@ class ColumnSpec(_Strict):
     domain: str | None = None
     values: list[str] | None = None
     missing: str | None = Field(
-        default=None, description="dimension only: the taxonomy leaf that stands for a missing "
-                                  "value (missing values become their own category)")
+        default=None, description="dimension or informative column: the category a missing "
+                                  "value becomes (a leaf of the dimension's taxonomy, a value "
+                                  "of the informative column's domain)")
+    domain_reviewed: bool = Field(
+        default=False, description="informative column: a steward has reviewed a domain file "
+                                   "that 'medrelease init' read from the data (its values are "
+                                   "now public knowledge, not the table's); init never sets it")
     description: str = ""
 
     @model_validator(mode="after")
@@ -83,9 +88,18 @@ class ColumnSpec(_Strict):
         if self.role == "identifier" and (self.taxonomy or self.domain or self.separator):
             raise ValueError("an 'identifier' column (a patient or record id, never released) "
                              "takes no taxonomy, domain or separator")
-        if self.missing is not None and (self.role != "dimension" or not self.missing.strip()):
-            raise ValueError("'missing' (the category a missing value becomes) is for "
-                             "dimension columns and must not be blank")
+        if self.missing is not None and self.role not in ("dimension", "informative"):
+            raise ValueError(
+                f"'missing' (the category a missing value becomes) is for dimension and "
+                f"informative columns, not for a {self.role!r} column; for missing values "
+                "anywhere, the dataset-wide 'missing: drop_rows' drops their rows")
+        if self.missing is not None and not self.missing.strip():
+            raise ValueError("'missing' names the category a missing value becomes, so it "
+                             "cannot be an empty text; to drop rows with missing values use "
+                             "the dataset-wide 'missing: drop_rows' instead")
+        if self.domain_reviewed and not self.domain:
+            raise ValueError("'domain_reviewed' marks a reviewed 'domain' file; this column "
+                             "declares none")
         return self
 
 
@@ -381,14 +395,31 @@ class DatasetConfig(_Strict):
         if len(columns) != 1 or not self.columns[columns[0]].domain:
             return None
         path = self.resolve(self.columns[columns[0]].domain or "")
-        try:
-            values = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
-        except OSError as exc:
-            raise ConfigError(f"cannot read the domain file of {columns[0]!r}: {exc}") from exc
-        values = [v for v in values if v]
+        values = [v for v in domain_file_lines(path, columns[0])[1] if v]
         if len(set(values)) != len(values) or not values:
             raise ConfigError(f"domain file {path} must list distinct, non-empty values")
+        label = self.columns[columns[0]].missing
+        if label is not None and label not in values:
+            raise ConfigError(
+                f"column {columns[0]!r}: missing: {label!r} is not a value of its domain file "
+                f"{path.name}; add it as a line so missing values have a place")
         return values
+
+    @cached_property
+    def domain_read_from_data(self) -> str | None:
+        """The informative column whose domain file says it was read from the data (written
+        by ``medrelease init``) and that no steward has marked reviewed, else None.
+
+        Such a domain is a list of the values this table happens to hold: releasing it says
+        which values occur, which no epsilon covers; the guarantee says so in words until the
+        steward reviews the list and sets ``domain_reviewed: true``."""
+        columns = self.informative
+        if len(columns) != 1 or not self.columns[columns[0]].domain:
+            return None
+        spec = self.columns[columns[0]]
+        comments, _ = domain_file_lines(self.resolve(spec.domain or ""), columns[0])
+        marked = any(line.startswith(READ_FROM_DATA_MARK) for line in comments)
+        return columns[0] if marked and not spec.domain_reviewed else None
 
     @cached_property
     def informative_taxonomy(self) -> Taxonomy | None:
@@ -419,6 +450,24 @@ class DatasetConfig(_Strict):
 
 
 PATTERN_CHARS = frozenset("*?[")
+# The first line of a domain file that ``medrelease init`` read from the data.
+READ_FROM_DATA_MARK = "# medrelease: values read from the data"
+
+
+def domain_file_lines(path: Path, column: str) -> tuple[list[str], list[str]]:
+    """A domain file's leading comment lines (``#``) and its values, one a line, stripped.
+
+    Only lines at the top may be comments: a value further down that starts with ``#`` is a
+    value. The error names the file, never its content."""
+    try:
+        lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read the domain file of {column!r} ({path}): "
+                          f"{type(exc).__name__}") from None
+    header = 0
+    while header < len(lines) and lines[header].startswith("#"):
+        header += 1
+    return lines[:header], lines[header:]
 
 
 def _inside(path: Path, roots: list[Path]) -> bool:

@@ -1,0 +1,825 @@
+"""``medrelease init``: a first dataset config drafted from the table itself.
+
+A steward with a CSV should not have to learn the config format before a first release. One
+DuckDB pass reads the file into memory (all columns as text, strictly: a file it cannot parse
+is refused with the line and column); per column a handful of aggregates (present values,
+distinct values, how many look like whole numbers, decimals, ISO dates or codes, lengths,
+spaces) decide its role and its taxonomy:
+
+* an id-like column (named like an id, or unique) is an ``identifier``; the one with the fewest
+  ids whose rows repeat becomes the privacy unit;
+* free text and very high cardinality are dropped, with the reason;
+* numbers get nested bands on round edges (1 -> 5 -> 10 -> 20 -> ``*``) that extend past the
+  data's range and never sit on its exact minimum or maximum;
+* code-like text (letters and digits, e.g. ICD) gets prefix levels, or the shipped ICD-9
+  taxonomy when every code is an ICD-9 code; ISO dates get month -> year; the rest is flat;
+* the informative column's domain is the shipped ICD-9 list where that fits, else the values
+  found, in a file whose first line marks it as read from the data (the guarantee says so
+  until the steward sets ``domain_reviewed: true``, which this module never writes);
+* blanks: a ``(blank)`` category in a dimension; in the informative column ``missing:
+  drop_rows`` when they are few, else a ``(blank)`` value of its domain.
+
+Everything the module decides from the data is listed for review. Nothing is overwritten. The
+console never shows a value of the table (counts, column names and line numbers only).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from datetime import date, timedelta
+from decimal import Decimal
+from pathlib import Path
+
+from medrelease.data.binning import DECIMAL, WHOLE
+from medrelease.data.config import DATASET_NAME, READ_FROM_DATA_MARK
+from medrelease.errors import ConfigError, InputValidationError
+from medrelease.settings import project_root
+
+BLANK = "(blank)"
+CANDIDATE_DELIMITERS = (",", ";", "\t", "|")
+ISO_DATE = r"\d{4}-\d{2}-\d{2}"
+CODE = r"[A-Za-z]{0,3}[0-9][0-9A-Za-z.]{0,9}"
+ID_NAME = re.compile(r"(?i)(^id$|[_\- ]id$|^id[_\- ]|[a-z]Id$|(^|[_\- ])(key|no|nr|number|mrn|"
+                     r"ssn)$|^(subject|patient|person|hadm|encounter|visit|case)(_?id)?$)")
+MAX_FINE_LEAVES = 200          # a numeric column's finest level: at most about this many bins
+MAX_FLAT_VALUES = 500          # more distinct text values than this, and not a code: dropped
+MAX_DOMAIN_VALUES = 20_000     # an informative column with more distinct values is refused
+LATTICE_LIMIT = 20_000         # the policy's default max_lattice_nodes
+FEW_BLANKS = 0.03              # informative blanks up to this share: missing: drop_rows
+UNIT_BOUNDS = (1, 2, 3, 4, 5, 10, 20, 50)
+UNIT_KEEPS = 0.9               # the smallest bound that keeps this share of the rows
+UNIT_NOUNS = (("patient", ("patient", "subject", "person", "pid", "mrn", "member")),
+              ("admission", ("admission", "hadm", "stay")), ("visit", ("visit",)),
+              ("encounter", ("encounter",)), ("case", ("case",)),
+              ("household", ("household",)), ("client", ("client", "customer")))
+
+
+class DraftError(ConfigError):
+    """The table cannot be drafted as asked (the message says what to change)."""
+
+
+class InformativeNeeded(DraftError):
+    """No informative column was named and none can be asked for: the candidates are listed."""
+
+    def __init__(self, message: str, candidates: list[str]) -> None:
+        super().__init__(message)
+        self.candidates = candidates
+
+
+@dataclass(frozen=True)
+class ColumnProfile:
+    """What one pass learned about a column: counts and bounds, never shown as values."""
+
+    name: str
+    rows: int
+    present: int
+    distinct: int
+    whole: int           # present values written as whole numbers ("3", "3.0")
+    decimal: int         # present values written as plain decimals
+    dates: int           # present values that are ISO dates (YYYY-MM-DD)
+    codes: int           # present values shaped like codes (letters and digits)
+    lettered: int        # present values with a letter
+    leading_zero: int    # present values starting with 0 and another digit
+    spaced: int          # present values containing a space
+    listed: int          # present values holding '|' (a list of items in one cell)
+    mean_length: float
+    decimal_places: int
+    numbers: int         # distinct numeric values (3 and 3.0 are one)
+    minimum: float | None
+    maximum: float | None
+    first_date: date | None
+    last_date: date | None
+    values: tuple[str, ...] | None = None  # distinct values, when few enough to list
+
+    @property
+    def blanks(self) -> int:
+        return self.rows - self.present
+
+    @property
+    def kind(self) -> str:
+        """numeric, date, code, text or empty: how the column is written."""
+        if not self.present:
+            return "empty"
+        if self.listed > self.present / 2:
+            return "list"
+        if self.dates == self.present:
+            return "date"
+        if self.codes == self.present and (self.lettered or self.leading_zero):
+            return "code"
+        if self.decimal == self.present:
+            return "integer" if self.whole == self.present else "decimal"
+        return "text"
+
+    @property
+    def unique(self) -> bool:
+        return self.present == self.rows and self.distinct == self.rows
+
+
+@dataclass(frozen=True)
+class TableProfile:
+    """The table's columns (in file order), rows, delimiter and ids' rows per id."""
+
+    path: Path
+    delimiter: str
+    rows: int
+    columns: tuple[ColumnProfile, ...]
+    rows_kept_by_bound: dict[str, dict[int, float]] = field(default_factory=dict)
+
+    def column(self, name: str) -> ColumnProfile:
+        return next(c for c in self.columns if c.name == name)
+
+
+@dataclass
+class ColumnDraft:
+    """One column of the drafted config and the files it needs."""
+
+    name: str
+    role: str
+    reason: str
+    type: str = "string"
+    taxonomy: str | None = None          # file name (relative to the dataset folder)
+    domain: str | None = None
+    missing: str | None = None
+    files: dict[str, str] = field(default_factory=dict)  # file name -> text to write
+    read_from_data: bool = False         # its taxonomy or domain lists values found
+    levels: int = 0                      # taxonomy height (lattice levels - 1)
+
+
+@dataclass
+class DatasetDraft:
+    """A whole drafted config: what ``write`` puts on disk and what the steward reviews."""
+
+    name: str
+    folder: Path
+    input_path: str
+    delimiter: str
+    rows: int
+    columns: list[ColumnDraft]
+    dataset_missing: str
+    unit: str | None
+    max_rows_per_unit: int
+    unit_noun: str
+    row_noun: str
+    review: list[str]
+    lattice_nodes: int
+
+    def yaml_text(self) -> str:
+        return _yaml_text(self)
+
+    def files(self) -> dict[str, str]:
+        written = {"dataset.yaml": self.yaml_text()}
+        for column in self.columns:
+            written.update(column.files)
+        return written
+
+
+# -- one pass over the file ---------------------------------------------------------------
+
+
+def sniff_delimiter(path: Path) -> str:
+    """The delimiter that splits the first lines into the same number (>1) of fields."""
+    try:
+        with path.open(encoding="utf-8", newline="") as handle:
+            head = [handle.readline() for _ in range(20)]
+    except UnicodeDecodeError:
+        return ","  # the parse check names the line and column
+    best, fields = ",", 1
+    for delimiter in CANDIDATE_DELIMITERS:
+        counts = {len(row) for row in csv.reader([line for line in head if line.strip()],
+                                                 delimiter=delimiter)}
+        if len(counts) == 1 and (count := counts.pop()) > fields:
+            best, fields = delimiter, count
+    return best
+
+
+def _header(path: Path, delimiter: str) -> list[str]:
+    try:
+        with path.open(encoding="utf-8-sig", newline="") as handle:
+            header = next(csv.reader(handle, delimiter=delimiter), [])
+    except (UnicodeDecodeError, csv.Error):
+        raise DraftError(f"{path.name}: {locate_parse_problem(path, delimiter)}") from None
+    if not header:
+        raise DraftError(f"{path.name} is empty: nothing to draft from")
+    blank = [i + 1 for i, name in enumerate(header) if not name.strip()]
+    if blank:
+        raise DraftError(f"{path.name}: line 1, column {blank[0]} has no column name; every "
+                         "column needs a name in the header")
+    repeated = sorted({n for n in header if header.count(n) > 1})
+    if repeated:
+        raise DraftError(f"{path.name}: the header repeats column name(s) "
+                         f"{', '.join(map(repr, repeated))}; rename them")
+    return header
+
+
+def locate_parse_problem(path: Path, delimiter: str) -> str:
+    """Where a CSV first stops being one: line and column, never the text found there."""
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                column = len(raw[:exc.start].decode("utf-8", errors="replace")) + 1
+                return (f"line {number}, column {column} (character position) is not UTF-8 "
+                        "text; save the file as UTF-8")
+    with path.open(encoding="utf-8-sig", newline="") as handle:
+        reader = csv.reader(handle, delimiter=delimiter, strict=True)
+        width = None
+        try:
+            for fields in reader:
+                if width is None:
+                    width = len(fields)
+                elif fields and len(fields) != width:
+                    where = (f"column {width + 1} is one too many" if len(fields) > width
+                             else f"columns {len(fields) + 1} to {width} are missing")
+                    return (f"line {reader.line_num} has {len(fields)} fields where the "
+                            f"header has {width}: {where} (a delimiter {delimiter!r} or a "
+                            "quote inside a value?)")
+        except csv.Error as exc:
+            line = reader.line_num
+            return (f"line {line}, column {_field_of_stray_quote(path, line, delimiter)}: "
+                    f"{str(exc).split(':')[0]} (quote the whole value, and double a quote "
+                    "inside it)")
+    return "a line could not be read as CSV (check quotes and the delimiter)"
+
+
+def _field_of_stray_quote(path: Path, line: int, delimiter: str) -> int:
+    """The field (1-based) of a physical line where a quote stands inside an unquoted value."""
+    with path.open(encoding="utf-8-sig", newline="") as handle:
+        text = next((t for number, t in enumerate(handle, start=1) if number == line), "")
+    column, quoted, start = 1, False, True
+    for char in text:
+        if char == '"':
+            if start:
+                quoted = True
+            elif not quoted:
+                return column
+            else:
+                quoted = False
+        elif char == delimiter and not quoted:
+            column, start = column + 1, True
+            continue
+        start = False
+    return column
+
+
+def _identifier(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def profile_csv(path: Path, delimiter: str | None = None,
+                value_limit: int = MAX_DOMAIN_VALUES) -> TableProfile:
+    """Read ``path`` once with DuckDB (strictly, all text) and profile every column."""
+    import duckdb
+
+    path = Path(path)
+    if not path.is_file() or path.stat().st_size == 0:
+        raise DraftError(f"{path} is not a file with content: nothing to draft from")
+    delimiter = delimiter or sniff_delimiter(path)
+    header = _header(path, delimiter)
+    types = ", ".join(f"{_literal(n)}: 'VARCHAR'" for n in header)
+    scan = (f"read_csv({_literal(str(path))}, header=true, auto_detect=false, "
+            f"columns={{{types}}}, delim={_literal(delimiter)}, quote='\"', escape='\"', "
+            "comment='', strict_mode=true, null_padding=false, encoding='utf-8')")
+    connection = duckdb.connect()
+    try:
+        try:
+            connection.execute(f"CREATE TABLE extract AS SELECT * FROM {scan}")
+        except duckdb.Error:  # its message quotes the line: only where it is, from Python
+            raise DraftError(f"cannot read {path.name} as CSV with delimiter {delimiter!r}: "
+                             f"{locate_parse_problem(path, delimiter)}") from None
+        rows = connection.execute("SELECT count(*) FROM extract").fetchone()[0]
+        if not rows:
+            raise DraftError(f"{path.name} has a header but no rows: nothing to draft from")
+        stats = connection.execute(
+            "SELECT " + ", ".join(_column_stats(n) for n in header) + " FROM extract").fetchone()
+        per_column = 17
+        profiles = []
+        listed = []
+        for i, name in enumerate(header):
+            part = stats[i * per_column:(i + 1) * per_column]
+            profiles.append(_profile(name, rows, part))
+            if 0 < part[1] <= value_limit:
+                listed.append(name)
+        values = _distinct_values(connection, listed)
+        profiles = [_with_values(p, values.get(p.name)) for p in profiles]
+        bounds = _rows_kept_by_bound(connection, [p for p in profiles if _id_like(p)])
+    finally:
+        connection.close()
+    return TableProfile(path.resolve(), delimiter, rows, tuple(profiles), bounds)
+
+
+def _column_stats(name: str) -> str:
+    q = _identifier(name)
+    trimmed = f"trim({q})"
+    number = f"TRY_CAST(CASE WHEN regexp_full_match({q}, {_literal(DECIMAL.pattern[1:-1])}) " \
+             f"THEN {trimmed} END AS DOUBLE)"
+    is_date = f"(regexp_full_match({q}, {_literal(ISO_DATE)}) AND " \
+              f"try_strptime({q}, '%Y-%m-%d') IS NOT NULL)"
+    places = (f"max(CASE WHEN contains({trimmed}, '.') THEN "
+              f"length(rtrim(split_part({trimmed}, '.', 2), '0')) ELSE 0 END)")
+    return ", ".join([
+        f"count({q})", f"count(DISTINCT {q})",
+        f"count_if(regexp_full_match({q}, {_literal(WHOLE.pattern[1:-1])}))",
+        f"count_if(regexp_full_match({q}, {_literal(DECIMAL.pattern[1:-1])}))",
+        f"count_if({is_date})",
+        f"count_if(regexp_full_match({q}, {_literal(CODE)}))",
+        f"count_if(regexp_matches({q}, '[A-Za-z]'))",
+        f"count_if(regexp_matches({q}, '^0[0-9]'))",
+        f"count_if(contains({q}, ' '))", f"count_if(contains({q}, '|'))",
+        f"coalesce(avg(length({q})), 0)", places,
+        f"count(DISTINCT {number})", f"min({number})", f"max({number})",
+    ]) + f", min(CASE WHEN {is_date} THEN {q} END), max(CASE WHEN {is_date} THEN {q} END)"
+
+
+def _profile(name: str, rows: int, part: tuple) -> ColumnProfile:
+    (present, distinct, whole, decimal, dates, codes, lettered, leading_zero, spaced, listed,
+     mean_length, places, numbers, minimum, maximum, first, last) = part
+    return ColumnProfile(name, rows, present, distinct, whole, decimal, dates, codes, lettered,
+                         leading_zero, spaced, listed, float(mean_length), int(places or 0),
+                         int(numbers), minimum, maximum,
+                         date.fromisoformat(first) if dates == present and first else None,
+                         date.fromisoformat(last) if dates == present and last else None)
+
+
+def _with_values(profile: ColumnProfile, values: list[str] | None) -> ColumnProfile:
+    if values is None:
+        return profile
+    return ColumnProfile(**{**profile.__dict__, "values": tuple(sorted(values))})
+
+
+def _distinct_values(connection, names: list[str]) -> dict[str, list[str]]:
+    if not names:
+        return {}
+    lists = connection.execute(
+        "SELECT " + ", ".join(f"list(DISTINCT {_identifier(n)})" for n in names)
+        + " FROM extract").fetchone()
+    return {n: [v for v in values if v is not None] for n, values in zip(names, lists,
+                                                                          strict=True)}
+
+
+def _rows_kept_by_bound(connection, ids: list[ColumnProfile]) -> dict[str, dict[int, float]]:
+    """Per id-like column whose rows repeat: the share of rows each candidate bound keeps."""
+    kept: dict[str, dict[int, float]] = {}
+    for profile in ids:
+        if profile.distinct >= profile.present:
+            continue
+        q = _identifier(profile.name)
+        sums = ", ".join(f"sum(least(n, {m}))" for m in UNIT_BOUNDS)
+        row = connection.execute(
+            f"SELECT sum(n), {sums} FROM (SELECT count(*) AS n FROM extract WHERE {q} IS NOT "
+            f"NULL GROUP BY {q})").fetchone()
+        kept[profile.name] = {m: float(row[i + 1]) / float(row[0])
+                              for i, m in enumerate(UNIT_BOUNDS)}
+    return kept
+
+
+# -- decisions ------------------------------------------------------------------------------
+
+
+def _id_like(profile: ColumnProfile) -> bool:
+    """Named like an id with many values, or unique (and not a measurement or a date)."""
+    if profile.kind in ("decimal", "date", "empty", "list"):
+        return False
+    named = bool(ID_NAME.search(profile.name)) and profile.distinct > max(20, profile.rows // 50)
+    return named or (profile.unique and profile.rows >= 20 and profile.spaced == 0)
+
+
+def _free_text_reason(profile: ColumnProfile) -> str | None:
+    if profile.kind != "text":
+        return None
+    if profile.spaced > profile.present / 2 and profile.distinct > max(20, profile.present / 4):
+        return "free text (most values have spaces, most are different)"
+    if profile.mean_length > 40:
+        return "free text (long values)"
+    if profile.distinct > MAX_FLAT_VALUES:
+        return (f"{profile.distinct:,} distinct values: too many for a taxonomy drafted "
+                "without knowing the column (write one by hand to keep it)")
+    if profile.values is not None and any(_unfit_leaf(v) for v in profile.values):
+        return "values a taxonomy file cannot hold (';' or spaces around the value)"
+    return None
+
+
+def _unfit_leaf(value: str) -> bool:
+    return ";" in value or value != value.strip() or value.startswith("#")
+
+
+def round_widths() -> list[Decimal]:
+    """1, 2, 5 times the powers of ten, from 10^-6 to 10^15."""
+    return [Decimal(m).scaleb(k) for k in range(-6, 16) for m in (1, 2, 5)]
+
+
+def _nested_widths(resolution: Decimal, span: float, most: int = 3) -> list[Decimal]:
+    """Round widths above the leaves', each a multiple of the one below (so bands nest):
+    5x the leaves' first, then at least 2x, while a band is narrower than the data's range."""
+    widths: list[Decimal] = []
+    current = resolution
+    for width in round_widths():
+        if len(widths) == most or width >= Decimal(str(span)):
+            break
+        factor = 5 if not widths else 2
+        if width >= current * factor and width % current == 0:
+            widths.append(width)
+            current = width
+    return widths
+
+
+def _number_text(value: Decimal) -> str:
+    text = f"{value.normalize():f}"
+    return text
+
+
+def numeric_taxonomy(profile: ColumnProfile, most: int = 3
+                     ) -> tuple[str, int, Decimal, Decimal]:
+    """A YAML numeric taxonomy: round bins and nested round bands whose edges extend past
+    the data's range (never its exact minimum or maximum). Returns the text, the number of
+    levels below ``*``, and the domain's edges (lower, upper exclusive)."""
+    low, high = Decimal(str(profile.minimum)), Decimal(str(profile.maximum))
+    span = max(float(high - low), 1.0 if profile.kind == "integer" else 1e-6)
+    finest = Decimal(1).scaleb(-profile.decimal_places) if profile.kind == "decimal" \
+        else Decimal(1)
+    resolution = next(w for w in round_widths()
+                      if w >= finest and Decimal(str(span)) / w <= MAX_FINE_LEAVES)
+    widths = _nested_widths(resolution, span, most)
+    band = widths[-1] if widths else resolution
+    lower = (low / band).to_integral_value(rounding="ROUND_FLOOR") * band
+    upper = ((high / band).to_integral_value(rounding="ROUND_FLOOR") + 1) * band
+    if lower == low and low != 0:
+        lower -= band
+    if upper - resolution <= high:
+        upper += band
+    if low >= 0 > lower:
+        lower = Decimal(0)
+    lines = [f"# drafted by medrelease init from {profile.name!r}: bands on round edges "
+             f"({', '.join(_number_text(w) for w in [resolution, *widths])}) that extend past "
+             "the values found. Review them.",
+             f"attribute: {_yaml_key(profile.name)}",
+             f"domain: {{min: {_number_text(lower)}, max: {_number_text(upper - resolution)}}}"]
+    if resolution != 1 or profile.kind == "decimal" or profile.blanks:
+        lines.append(f"resolution: {_number_text(resolution)}")
+    if profile.blanks:
+        lines.append(f"missing: {_yaml_scalar(BLANK)}")
+    lines.append("levels:" if widths else "levels: []")
+    lines += [f"  - {{width: {_number_text(w)}, anchor: 0}}" for w in widths]
+    return "\n".join(lines) + "\n", len(widths) + 1, lower, upper
+
+
+def _icd9_leaves() -> frozenset[str]:
+    path = project_root() / "taxonomies" / "icd9" / "icd9.csv"
+    return frozenset(line.split(";", 1)[0].strip()
+                     for line in path.read_text(encoding="utf-8").splitlines() if line.strip())
+
+
+def _is_icd9(profile: ColumnProfile) -> bool:
+    return (profile.kind == "code" and profile.values is not None
+            and set(profile.values) <= _icd9_leaves())
+
+
+def code_taxonomy(profile: ColumnProfile) -> tuple[str, int]:
+    """Prefix levels for codes: the code, its first three characters, its first, ``*``."""
+    lines = [f"{v};{v[:3]};{v[:1]};*" for v in profile.values or ()]
+    if profile.blanks:
+        lines.append(f"{BLANK};{BLANK};{BLANK};*")
+    return "\n".join(lines) + "\n", 3
+
+
+def date_taxonomy(profile: ColumnProfile) -> tuple[str, int]:
+    """Every day of whole five-year spans around the dates found: day -> month -> year."""
+    assert profile.first_date is not None and profile.last_date is not None
+    first = date(profile.first_date.year // 5 * 5, 1, 1)
+    last = date(profile.last_date.year // 5 * 5 + 4, 12, 31)
+    lines = []
+    day = first
+    while day <= last:
+        text = day.isoformat()
+        lines.append(f"{text};{text[:7]};{text[:4]};*")
+        day += timedelta(days=1)
+    if profile.blanks:
+        lines.append(f"{BLANK};{BLANK};{BLANK};*")
+    return "\n".join(lines) + "\n", 3
+
+
+def flat_taxonomy(profile: ColumnProfile) -> tuple[str, int]:
+    lines = [f"{v};*" for v in profile.values or ()]
+    if profile.blanks:
+        lines.append(f"{BLANK};*")
+    return "\n".join(lines) + "\n", 1
+
+
+def _file_stem(name: str) -> str:
+    stem = re.sub(r"[^A-Za-z0-9_-]+", "_", name).strip("_").lower()
+    return stem or "column"
+
+
+def _relative(target: Path, folder: Path) -> str:
+    """Relative when the file is near the dataset folder (they move together), else absolute
+    (a path climbing out of the whole tree reads as a puzzle)."""
+    try:
+        relative = os.path.relpath(target, folder)
+    except ValueError:  # another drive
+        return str(target)
+    return relative if relative.count("..") <= 3 else str(target)
+
+
+def _dimension(profile: ColumnProfile, folder: Path) -> ColumnDraft:
+    kind, stem = profile.kind, _file_stem(profile.name)
+    missing = BLANK if profile.blanks else None
+    if _is_icd9(profile) and not profile.blanks:
+        icd9 = project_root() / "taxonomies" / "icd9" / "icd9.csv"
+        return ColumnDraft(profile.name, "dimension", "ICD-9 codes: the shipped ICD-9 "
+                           "taxonomy (public)", taxonomy=_relative(icd9, folder), levels=3)
+    if kind in ("integer", "decimal"):
+        text, levels, *_ = numeric_taxonomy(profile)
+        return ColumnDraft(profile.name, "dimension", f"{kind}s: nested round bands",
+                           type=kind, taxonomy=f"{stem}.yaml", missing=missing,
+                           files={f"{stem}.yaml": text}, levels=levels)
+    if kind == "date":
+        text, levels = date_taxonomy(profile)
+        return ColumnDraft(profile.name, "dimension", "dates: day -> month -> year",
+                           taxonomy=f"{stem}.csv", missing=missing,
+                           files={f"{stem}.csv": text}, levels=levels)
+    if kind == "code":
+        text, levels = code_taxonomy(profile)
+        return ColumnDraft(profile.name, "dimension", "codes: prefix levels (first three "
+                           "characters, first character)", taxonomy=f"{stem}.csv",
+                           missing=missing, files={f"{stem}.csv": text}, levels=levels,
+                           read_from_data=True)
+    text, levels = flat_taxonomy(profile)
+    return ColumnDraft(profile.name, "dimension", f"{len(profile.values or ())} categories: "
+                       "flat", taxonomy=f"{stem}.csv", missing=missing,
+                       files={f"{stem}.csv": text}, levels=levels, read_from_data=True)
+
+
+def _informative(profile: ColumnProfile, folder: Path) -> tuple[ColumnDraft, str]:
+    """The informative column (its domain file) and the dataset-wide missing-value rule."""
+    if profile.values is None or profile.distinct > MAX_DOMAIN_VALUES:
+        raise DraftError(f"column {profile.name!r} has more than {MAX_DOMAIN_VALUES:,} "
+                         "distinct values: too many to be the informative column; name another")
+    if any(_unfit_leaf(v) for v in profile.values):
+        raise DraftError(f"column {profile.name!r} has values with spaces around them or "
+                         "starting with '#', which a domain file cannot hold; clean the "
+                         "column or name another")
+    stem = _file_stem(profile.name)
+    many_blanks = profile.blanks > FEW_BLANKS * profile.rows
+    missing = BLANK if profile.blanks and many_blanks else None
+    rule = "drop_rows" if profile.blanks and not many_blanks else "reject"
+    if _is_icd9(profile):
+        icd9 = project_root() / "taxonomies" / "icd9" / "icd9.csv"
+        codes = sorted(_icd9_leaves()) + ([BLANK] if missing else [])
+        text = ("# the ICD-9 code list shipped with medrelease (taxonomies/icd9/icd9.csv): "
+                "public, not read from the data\n" + "\n".join(codes) + "\n")
+        return ColumnDraft(profile.name, "informative", "ICD-9 codes: the shipped code list",
+                           taxonomy=_relative(icd9, folder), domain=f"{stem}_domain.txt",
+                           missing=missing, files={f"{stem}_domain.txt": text}), rule
+    values = list(profile.values) + ([BLANK] if missing else [])
+    text = (f"{READ_FROM_DATA_MARK} by medrelease init ({len(profile.values)} values found "
+            f"in column {profile.name!r}).\n# Until a steward reviews this list and sets "
+            "domain_reviewed: true on the column, the guarantee says the set of values was "
+            "taken from the data.\n" + "\n".join(values) + "\n")
+    return ColumnDraft(profile.name, "informative", "the informative column (as named)",
+                       domain=f"{stem}_domain.txt", missing=missing,
+                       files={f"{stem}_domain.txt": text}, read_from_data=True), rule
+
+
+def informative_candidates(profile: TableProfile) -> list[str]:
+    """Columns that could be the informative one: listed, text or codes, few enough values."""
+    return [c.name for c in profile.columns
+            if not _id_like(c) and _free_text_reason(c) is None and c.kind != "empty"
+            and c.values is not None and c.kind not in ("date",)]
+
+
+def noun_for(column: str, fallback: str) -> str:
+    """What one unit (or row) is, in words, from a column's name; ``fallback`` when nothing
+    fits (so a table of households never says 'patient')."""
+    lowered = column.lower()
+    for noun, stems in UNIT_NOUNS:
+        if any(stem in lowered for stem in stems):
+            return noun
+    return fallback
+
+
+def draft_dataset(profile: TableProfile, name: str, root: Path, informative: str | None = None,
+                  unit: str | None = None) -> DatasetDraft:
+    """Decide every column's role, taxonomy and domain, the missing-value rule, the unit and
+    the nouns; nothing is written (``write_draft``)."""
+    if not DATASET_NAME.match(name):
+        raise DraftError(f"dataset name {name!r}: use lower-case letters, digits, '-' or '_' "
+                         "(at most 64), it becomes a folder name")
+    folder = root / name
+    names = [c.name for c in profile.columns]
+    for given, what in ((informative, "--informative"), (unit, "--unit")):
+        if given is not None and given != "row" and given not in names:
+            raise DraftError(f"{what} {given!r} is not a column of {profile.path.name} "
+                             f"(columns: {', '.join(names)})")
+    if informative is None:
+        candidates = informative_candidates(profile)
+        raise InformativeNeeded(
+            "name the informative column (the one released as it is, e.g. a diagnosis) with "
+            f"--informative; candidates: {', '.join(candidates) or 'none found'}", candidates)
+    review: list[str] = []
+    drafts: list[ColumnDraft] = []
+    rule = "reject"
+    for column in profile.columns:
+        if column.name == informative:
+            draft, rule = _informative(column, folder)
+        elif column.name == unit or _id_like(column):
+            draft = ColumnDraft(column.name, "identifier", "an id: never released"
+                                + (" (rows repeat per id)" if column.distinct < column.present
+                                   else " (one row each)"))
+        elif column.kind == "empty":
+            draft = ColumnDraft(column.name, "drop", "no values")
+        elif column.kind == "list":
+            draft = ColumnDraft(column.name, "drop", "a list of items in one cell ('|'): "
+                                "declare it set_valued with an item taxonomy by hand (diffgen "
+                                "releases it)")
+        elif (reason := _free_text_reason(column)) is not None:
+            draft = ColumnDraft(column.name, "drop", reason)
+        else:
+            draft = _dimension(column, folder)
+        drafts.append(draft)
+    if not any(d.role == "dimension" for d in drafts):
+        raise DraftError("no column can be a dimension (every other column is an id, free "
+                         "text or empty): a release needs at least one")
+    chosen_unit, bound = _unit(profile, drafts, unit, review)
+    lattice = _fit_lattice(drafts, profile, review)
+    _review_notes(profile, drafts, rule, review)
+    row_ids = [d.name for d in drafts if d.role == "identifier" and d.name != chosen_unit]
+    row_noun = next((noun_for(c, "") for c in row_ids if noun_for(c, "")), "row")
+    unit_noun = noun_for(chosen_unit, "unit") if chosen_unit else "row"
+    if row_noun == unit_noun:
+        row_noun = "row"
+    return DatasetDraft(
+        name=name, folder=folder, input_path=_relative(profile.path, folder),
+        delimiter=profile.delimiter, rows=profile.rows, columns=drafts, dataset_missing=rule,
+        unit=chosen_unit, max_rows_per_unit=bound, unit_noun=unit_noun, row_noun=row_noun,
+        review=review, lattice_nodes=lattice)
+
+
+def _unit(profile: TableProfile, drafts: list[ColumnDraft], asked: str | None,
+          review: list[str]) -> tuple[str | None, int]:
+    """The privacy unit: as asked, else the id with the fewest ids whose rows repeat."""
+    if asked == "row":
+        return None, 1
+    if asked is None:
+        repeating = [d.name for d in drafts if d.role == "identifier"
+                     and d.name in profile.rows_kept_by_bound]
+        if not repeating:
+            return None, 1
+        asked = min(repeating, key=lambda n: profile.column(n).distinct)
+        review.append(f"privacy unit: {asked!r} (rows repeat per id), so the guarantee "
+                      f"protects one {noun_for(asked, 'unit')} and all their rows; "
+                      "--unit row protects one row instead")
+    kept = profile.rows_kept_by_bound.get(asked)
+    if kept is None:
+        return asked, 1
+    bound = next((m for m in UNIT_BOUNDS if kept[m] >= UNIT_KEEPS), UNIT_BOUNDS[-1])
+    review.append(f"max_rows_per_unit: {bound} (keeps {kept[bound]:.0%} of the rows; chosen "
+                  "from the data: a public parameter, set it from what you know of the "
+                  "source)")
+    return asked, bound
+
+
+def _fit_lattice(drafts: list[ColumnDraft], profile: TableProfile, review: list[str]) -> int:
+    """Fewer numeric levels until the lattice fits the policy's default node limit."""
+    dims = [d for d in drafts if d.role == "dimension"]
+    nodes = math.prod(d.levels + 1 for d in dims)
+    while nodes > LATTICE_LIMIT:
+        numeric = [d for d in dims if d.type in ("integer", "decimal") and d.levels > 1]
+        if not numeric:
+            review.append(f"the lattice has {nodes:,} nodes, over the default limit "
+                          f"{LATTICE_LIMIT:,}: drop some columns (role: drop) or raise "
+                          "policy.max_lattice_nodes")
+            break
+        tallest = max(numeric, key=lambda d: d.levels)
+        text, tallest.levels, *_ = numeric_taxonomy(profile.column(tallest.name),
+                                                    most=tallest.levels - 2)
+        tallest.files = {tallest.taxonomy or "": text}
+        nodes = math.prod(d.levels + 1 for d in dims)
+    return nodes
+
+
+def _review_notes(profile: TableProfile, drafts: list[ColumnDraft], rule: str,
+                  review: list[str]) -> None:
+    for draft in drafts:
+        column = profile.column(draft.name)
+        if draft.role == "informative" and draft.read_from_data:
+            review.append(f"{draft.domain}: the {column.distinct} values found in "
+                          f"{draft.name!r}, read from the data; the guarantee says so until "
+                          "you check the list is what any such table could hold and set "
+                          "domain_reviewed: true")
+        elif draft.read_from_data:
+            review.append(f"{draft.taxonomy}: lists the values found in {draft.name!r}; a "
+                          "value only this table holds is disclosed if released: add the "
+                          "values any such table could hold, remove rare ones")
+        if column.kind in ("integer", "decimal") and column.numbers < column.distinct:
+            review.append(f"{draft.name!r}: {column.distinct - column.numbers} number(s) "
+                          "written in more than one way (as 3 and 3.0): "
+                          + ("one leaf each in its numeric taxonomy" if draft.role ==
+                             "dimension" else "listed once per spelling, as the file has "
+                             "them; write them one way in the file to merge them"))
+        if column.blanks and draft.role in ("dimension", "informative"):
+            how = (f"the category {BLANK!r}" if draft.missing else
+                   "their rows are dropped (missing: drop_rows)")
+            review.append(f"{draft.name!r}: {column.blanks} blank value(s): {how}")
+        if draft.role == "drop":
+            review.append(f"{draft.name!r} dropped: {draft.reason}")
+
+
+# -- writing --------------------------------------------------------------------------------
+
+
+def _yaml_scalar(text: str) -> str:
+    import json
+
+    return json.dumps(text, ensure_ascii=False)
+
+
+def _yaml_key(text: str) -> str:
+    return text if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_\-]*", text) else _yaml_scalar(text)
+
+
+def _yaml_text(draft: DatasetDraft) -> str:
+    width = max(len(_yaml_key(c.name)) for c in draft.columns) + 1
+    lines = [
+        f"# Drafted by medrelease init from {Path(draft.input_path).name} ({draft.rows:,} "
+        "rows). Review every line marked",
+        "# 'read from the data' before a release that matters; `medrelease check "
+        f"{draft.name}` validates it.",
+        f"name: {draft.name}",
+        f"description: {_yaml_scalar('drafted by medrelease init; describe the table here')}",
+        "input:",
+        f"  path: {_yaml_scalar(draft.input_path)}",
+        "  format: csv",
+        f"  delimiter: {_yaml_scalar(draft.delimiter)}",
+        "columns:",
+    ]
+    for column in draft.columns:
+        spec = [f"role: {column.role}"]
+        if column.type != "string":
+            spec.append(f"type: {column.type}")
+        if column.taxonomy:
+            spec.append(f"taxonomy: {_yaml_scalar(column.taxonomy)}")
+        if column.domain:
+            spec.append(f"domain: {_yaml_scalar(column.domain)}")
+        if column.missing:
+            spec.append(f"missing: {_yaml_scalar(column.missing)}")
+        note = column.reason + ("; read from the data" if column.read_from_data else "")
+        lines.append(f"  {(_yaml_key(column.name) + ':').ljust(width)} {{{', '.join(spec)}}}"
+                     f"  # {note}")
+    if draft.dataset_missing == "drop_rows":
+        lines += ["# Blank informative values are few: their rows are dropped (at most "
+                  "drop_limit of the rows,", "# else the release is refused)."]
+    else:
+        lines.append("# A blank where no 'missing:' category is declared refuses the release.")
+    lines.append(f"missing: {draft.dataset_missing}")
+    lines += ["privacy:",
+              "  lifetime_epsilon: 10.0   # the source's lifetime budget (fixed in the ledger "
+              "at the first spend)",
+              "  lifetime_delta: 1.0e-5"]
+    if draft.unit:
+        lines += [f"  unit: {_yaml_key(draft.unit)}",
+                  f"  max_rows_per_unit: {draft.max_rows_per_unit}   # chosen from the data: "
+                  "review"]
+    lines += [f"  unit_noun: {_yaml_scalar(draft.unit_noun)}",
+              f"  row_noun: {_yaml_scalar(draft.row_noun)}",
+              "# No mechanism named: the registry's rule picks one (medrelease check shows "
+              "which)."]
+    if draft.lattice_nodes > LATTICE_LIMIT:
+        lines += ["policy:", f"  max_lattice_nodes: {draft.lattice_nodes}"]
+    return "\n".join(lines) + "\n"
+
+
+def write_draft(draft: DatasetDraft) -> list[Path]:
+    """Write the config and its files; refuses, before writing anything, when any exists."""
+    targets = {draft.folder / name: text for name, text in draft.files().items()}
+    existing = [p for p in targets if p.exists()]
+    if existing:
+        raise DraftError(f"{draft.folder} already holds {', '.join(p.name for p in existing)}: "
+                         "init never overwrites; pick another --name or remove them")
+    draft.folder.mkdir(parents=True, exist_ok=True)
+    for path, text in targets.items():
+        with path.open("x", encoding="utf-8") as handle:  # "x": never over a file
+            handle.write(text)
+    return list(targets)
+
+
+def init_dataset(csv_path: Path, name: str, root: Path, informative: str | None = None,
+                 unit: str | None = None, delimiter: str | None = None) -> DatasetDraft:
+    """Profile, draft and write (the CLI asks for the informative column first, if it can)."""
+    if (root / name / "dataset.yaml").exists():
+        raise DraftError(f"{root / name / 'dataset.yaml'} exists: init never overwrites a "
+                         "config; pick another --name")
+    draft = draft_dataset(profile_csv(csv_path, delimiter), name, root, informative, unit)
+    write_draft(draft)
+    return draft
+
+
+__all__ = ["BLANK", "DatasetDraft", "DraftError", "InformativeNeeded", "InputValidationError",
+           "draft_dataset", "init_dataset", "profile_csv", "write_draft"]

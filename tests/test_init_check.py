@@ -1,0 +1,223 @@
+"""``medrelease init`` drafts a config a release accepts as it is; ``medrelease check`` lists
+every problem of a dataset in one run, without Prefect and without spending."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from deployments.cli import app
+from medrelease.data.config import READ_FROM_DATA_MARK, find_config
+from medrelease.privacy.ledger import Ledger
+
+from .conftest import ROOT
+
+WIDE = {"COLUMNS": "240"}
+SECRET = "SECRETVALUE"  # a value no console line may show
+
+
+def generated_visits(path: Path, rows: int = 3000, seed: int = 7) -> pd.DataFrame:
+    """A table as a steward has one: a patient id repeated per patient, a decimal, ICD-like
+    codes, dates, free text, a flat category, and blanks in the informative column."""
+    rng = np.random.default_rng(seed)
+    words = ["pain", "fever", "cough", "follow", "up", "chest", "acute", "mild", "severe"]
+    frame = pd.DataFrame({
+        "patient_id": [f"P{p:05d}" for p in rng.integers(1, rows // 3, rows)],
+        "age": rng.integers(18, 91, rows),
+        "bmi": np.round(rng.normal(27, 4, rows), 1),
+        "icd_code": [f"{rng.choice(list('ABJK'))}{rng.integers(0, 30):02d}.{rng.integers(0, 4)}"
+                     for _ in range(rows)],
+        "admitted": (pd.Timestamp("2016-01-01")
+                     + pd.to_timedelta(rng.integers(0, 900, rows), unit="D")).strftime("%Y-%m-%d"),
+        "notes": [" ".join(rng.choice(words, 5)) + f" {i}" for i in range(rows)],
+        "sex": rng.choice(["F", "M"], rows),
+        "outcome": rng.choice(["home", "transfer", "rehab"], rows).astype(object),
+    })
+    frame.loc[rng.choice(rows, rows // 100, replace=False), "outcome"] = None
+    frame.to_csv(path, index=False)
+    return frame
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch) -> Path:
+    monkeypatch.setenv("MEDRELEASE_HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
+
+
+def _init(csv: Path, name: str, root: Path, *extra: str):
+    return CliRunner().invoke(app, ["init", str(csv), "--name", name, "--root", str(root),
+                                    *extra], env=WIDE)
+
+
+def test_init_drafts_every_kind_of_column(tmp_path: Path, home: Path) -> None:
+    frame = generated_visits(tmp_path / "visits.csv")
+    root = home / "datasets"
+    result = _init(tmp_path / "visits.csv", "visits", root, "--informative", "outcome")
+    assert result.exit_code == 0, result.output
+    folder = root / "visits"
+    spec = yaml.safe_load((folder / "dataset.yaml").read_text())
+    roles = {name: column["role"] for name, column in spec["columns"].items()}
+    assert roles == {"patient_id": "identifier", "age": "dimension", "bmi": "dimension",
+                     "icd_code": "dimension", "admitted": "dimension", "notes": "drop",
+                     "sex": "dimension", "outcome": "informative"}
+    assert spec["privacy"]["unit"] == "patient_id" and spec["privacy"]["unit_noun"] == "patient"
+    assert spec["privacy"]["row_noun"] == "row"
+    assert spec["missing"] == "drop_rows"  # 1 % blank informative values: a readable rule
+    age = yaml.safe_load((folder / "age.yaml").read_text())
+    assert age["domain"]["min"] < frame["age"].min() and age["domain"]["max"] > frame["age"].max()
+    assert [level["width"] for level in age["levels"]] == [5, 10, 20]
+    bmi = yaml.safe_load((folder / "bmi.yaml").read_text())
+    assert bmi["domain"]["min"] < frame["bmi"].min() < frame["bmi"].max() < bmi["domain"]["max"]
+    assert (folder / "icd_code.csv").read_text().splitlines()[0].split(";")[1:] == \
+        [sorted(frame["icd_code"])[0][:3], sorted(frame["icd_code"])[0][:1], "*"]
+    assert (folder / "admitted.csv").read_text().splitlines()[0] == "2015-01-01;2015-01;2015;*"
+    domain = (folder / "outcome_domain.txt").read_text().splitlines()
+    assert domain[0].startswith(READ_FROM_DATA_MARK) and "home" in domain
+    config = find_config("visits")
+    assert config.domain_read_from_data == "outcome"
+    assert "review" in result.output and "read from the data" in result.output
+
+
+def test_init_never_overwrites_and_refuses_an_unparseable_file(tmp_path: Path,
+                                                                home: Path) -> None:
+    generated_visits(tmp_path / "visits.csv", rows=200)
+    root = home / "datasets"
+    assert _init(tmp_path / "visits.csv", "visits", root, "--informative", "sex").exit_code == 0
+    before = (root / "visits" / "dataset.yaml").read_text()
+    again = _init(tmp_path / "visits.csv", "visits", root, "--informative", "outcome")
+    assert again.exit_code == 1 and "never overwrites" in again.output
+    assert (root / "visits" / "dataset.yaml").read_text() == before
+    broken = tmp_path / "broken.csv"
+    broken.write_text(f"a,b,c\n1,2,3\n4,5,6\n7,8,{SECRET},9\n1,2,3\n")
+    refused = _init(broken, "broken", root, "--informative", "a")
+    assert refused.exit_code == 1
+    assert "line 4" in refused.output and "column 4" in refused.output, refused.output
+    assert SECRET not in refused.output and not (root / "broken").exists()
+
+
+def test_init_without_an_informative_column_lists_the_candidates(tmp_path: Path,
+                                                                  home: Path) -> None:
+    generated_visits(tmp_path / "visits.csv", rows=200)
+    result = _init(tmp_path / "visits.csv", "visits", home / "datasets")
+    assert result.exit_code == 1 and "--informative" in result.output
+    assert "outcome" in result.output and not (home / "datasets" / "visits").exists()
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_init_then_release_publishes_first_try(tmp_path: Path, home: Path) -> None:
+    from flows.release import ReleaseRequest, release_flow
+
+    generated_visits(tmp_path / "visits.csv")
+    drafted = _init(tmp_path / "visits.csv", "visits", home / "datasets", "--informative",
+                    "outcome")
+    assert drafted.exit_code == 0, drafted.output
+    checked = CliRunner().invoke(app, ["check", "visits"], env=WIDE)
+    assert checked.exit_code == 0 and "no problems" in checked.output, checked.output
+    result = release_flow(ReleaseRequest(dataset="visits", mechanism="ipa", epsilon=1.0,
+                                         evaluate=False))
+    manifest = json.loads((Path(result["path"]) / "manifest.json").read_text())
+    statement = manifest["guarantee"]["statement"]
+    assert "the set of values of 'outcome' was taken from the data" in statement
+    assert "add/remove one patient" in statement
+    assert [s.status for s in Ledger(home / "ledger.sqlite").spends()] == ["released"]
+
+
+def test_a_reviewed_domain_drops_the_words(tmp_path: Path, home: Path) -> None:
+    from medrelease.release import PublicFacts, plan_release
+
+    generated_visits(tmp_path / "visits.csv", rows=300)
+    assert _init(tmp_path / "visits.csv", "visits", home / "datasets", "--informative",
+                 "outcome").exit_code == 0
+    path = home / "datasets" / "visits" / "dataset.yaml"
+    path.write_text(path.read_text().replace('domain: "outcome_domain.txt"',
+                                             'domain: "outcome_domain.txt", domain_reviewed: '
+                                             'true'))
+    config = find_config("visits")
+    assert config.domain_read_from_data is None
+    plan = plan_release("ipa", {"epsilon": 1.0}, 1, None, PublicFacts.of(config))
+    assert "taken from the data" not in plan.guarantee.statement()
+
+
+def five_problem_dataset(folder: Path) -> None:
+    """A config and extract with five different problems: a broken taxonomy file, a number
+    that is not whole, a value its taxonomy lacks, a blank where blanks are refused, and an
+    informative value outside the declared domain."""
+    folder.mkdir(parents=True)
+    (folder / "age.yaml").write_text("domain: {min: 0, max: 99}\nlevels:\n  - {width: 10}\n")
+    (folder / "sex.csv").write_text("F;*\nM;*\n")
+    (folder / "ward.csv").write_text("north;*\nsouth;*\n")
+    (folder / "region.csv").write_text("east;all\nwest;all\n")  # no '*' at the top
+    (folder / "diagnosis.txt").write_text("A01\nB02\nC03\n")
+    (folder / "dataset.yaml").write_text(textwrap.dedent("""\
+        name: five-problems
+        input: {path: extract.csv}
+        columns:
+          age:       {role: dimension, type: integer, taxonomy: age.yaml}
+          sex:       {role: dimension, taxonomy: sex.csv}
+          ward:      {role: dimension, taxonomy: ward.csv}
+          region:    {role: dimension, taxonomy: region.csv}
+          diagnosis: {role: informative, domain: diagnosis.txt}
+        privacy: {lifetime_epsilon: 10}
+        """))
+    rows = [["34", "F", "north", "east", "A01"]] * 30
+    rows[3] = ["3.5x", "F", "north", "east", "A01"]          # line 5: not a whole number
+    rows[7] = ["40", SECRET, "north", "east", "A01"]          # line 9: not in sex.csv
+    rows[11] = ["41", "M", "", "west", "A01"]                 # line 13: a refused blank
+    rows[20] = ["42", "M", "south", "west", SECRET + "D"]    # line 22: outside the domain
+    pd.DataFrame(rows, columns=["age", "sex", "ward", "region", "diagnosis"]).to_csv(
+        folder / "extract.csv", index=False)
+
+
+def test_check_lists_five_problems_in_one_run(tmp_path: Path, home: Path) -> None:
+    five_problem_dataset(home / "datasets" / "five-problems")
+    result = CliRunner().invoke(app, ["check", "five-problems"], env=WIDE)
+    assert result.exit_code == 1
+    out = result.output
+    assert "5 problem(s)" in out, out
+    for column, line in (("region", None), ("age", "file line 5"), ("sex", "file line 9"),
+                         ("ward", "file line 13"), ("diagnosis", "file line 22")):
+        assert column in out and (line is None or line in out), (column, out)
+    assert "taxonomy" in out and "not whole numbers" in out and "missing value" in out
+    assert "not in its declared domain" in out and "not covered by its taxonomy" in out
+    assert SECRET not in out
+    logs = list((home / "steward" / "logs").glob("validation-five-problems-*.txt"))
+    assert len(logs) == 1 and SECRET in logs[0].read_text()  # the steward's own log has them
+    assert not (home / "ledger.sqlite").exists()  # nothing spent, no ledger touched
+
+
+def test_check_shows_the_release_it_would_run(home: Path) -> None:
+    result = CliRunner().invoke(app, ["check", "nps-sample"], env=WIDE)
+    assert result.exit_code == 0, result.output
+    assert "no problems" in result.output and "aim" in result.output
+    assert "workload marginals" in result.output and "nothing spent" in result.output
+
+
+def test_init_and_check_never_import_prefect(tmp_path: Path, home: Path) -> None:
+    generated_visits(tmp_path / "visits.csv", rows=300)
+    script = textwrap.dedent(f"""\
+        import sys
+        from deployments.cli import app
+        for argv in (["init", {str(tmp_path / 'visits.csv')!r}, "--name", "visits", "--root",
+                      {str(home / 'datasets')!r}, "--informative", "outcome"],
+                     ["check", "visits"]):
+            try:
+                app(argv)
+            except SystemExit as exc:
+                assert not exc.code, exc.code
+        print("PREFECT" if any(m.split(".")[0] == "prefect" for m in sys.modules) else "NONE")
+        """)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env=env, cwd=tmp_path, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().endswith("NONE"), done.stdout[-2000:]
