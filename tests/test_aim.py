@@ -265,7 +265,8 @@ def test_aim_releases_through_the_flow_with_its_rounds_public_and_nothing_input_
     assert "rho" in manifest["guarantee"]["notes"] and "zCDP" in manifest["guarantee"]["label"]
     details = manifest["mechanism_details"]
     assert details["synthetic"] == "synthetic rows — no row describes a real patient"
-    assert details["rho_used"] <= details["rho"] * (1 + 1e-9)
+    assert details["rho_used"] <= details["rounds_rho"] * (1 + 1e-9)
+    assert details["rounds_rho"] == pytest.approx(details["rho"])  # a unit of one row: m = 1
     assert {"columns", "levels", "sigma", "selection_epsilon"} <= set(details["measurements"][0])
     published = json.dumps(manifest)
     assert "input_rows" not in published and "score" not in published

@@ -99,7 +99,8 @@ DETAILS: dict[str, Basis] = {
     "degenerate": Basis.OUTPUT,            # a warning computed from the released cells
     "budget_steps_drawn": Basis.OUTPUT,    # which declared steps were drawn / passed over
     "synthetic": Basis.PUBLIC,             # aim: the notice (a constant)
-    "rho": Basis.PUBLIC,                   # aim: a function of the parameters
+    "rho": Basis.PUBLIC,                   # aim: the guarantee's rho, for one privacy unit
+    "rounds_rho": Basis.PUBLIC,            # aim: rho / m^2, what the rounds calibrate at
     "rho_used": Basis.OUTPUT,              # aim: the rounds' spend (their private choices)
     "measurements": Basis.OUTPUT,          # aim: columns, levels, sigma, selection eps
     "one_way_sigma": Basis.PUBLIC,         # aim: a function of the parameters

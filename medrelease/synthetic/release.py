@@ -77,7 +77,10 @@ def synthetic_release(run: AIMRounds, counts: CountTable, plan: ReleasePlan) -> 
     state = run.state
     details = {
         "synthetic": SYNTHETIC_NOTICE,
-        "rho": run.settings.rho,  # at row sensitivity: the release's rho / m^2 for a unit of m
+        # the guarantee's rho (for one privacy unit), and what the rounds ran at: one row's
+        # sensitivity at rho / m^2 for a unit of m rows; rho_used counts on the rounds' scale
+        "rho": impl_rho(plan),
+        "rounds_rho": run.settings.rho,
         "rho_used": state.rho_used,
         "measurements": [r.as_dict() for r in state.records],
         "one_way_sigma": float(state.measurements[0].stddev),
@@ -94,6 +97,11 @@ def synthetic_release(run: AIMRounds, counts: CountTable, plan: ReleasePlan) -> 
         nodes=(tuple(0 for _ in counts.dimensions),),
         error_bars=researcher_error_bars(run, codes),
         tables={"measurements.parquet": measurements_frame(run)})
+
+
+def impl_rho(plan: ReleasePlan) -> float:
+    """The rho of the release's guarantee, for one privacy unit (the rounds run at rho/m^2)."""
+    return get_mechanism("aim").rho(plan.params)
 
 
 def researcher_error_bars(run: AIMRounds, released_codes: dict[str, np.ndarray]) -> dict:
