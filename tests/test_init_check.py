@@ -16,6 +16,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from deployments import cli
 from deployments.cli import app
 from medrelease.data.config import READ_FROM_DATA_MARK, find_config
 from medrelease.privacy.ledger import Ledger
@@ -46,6 +47,13 @@ def generated_visits(path: Path, rows: int = 3000, seed: int = 7) -> pd.DataFram
     frame.loc[rng.choice(rows, rows // 100, replace=False), "outcome"] = None
     frame.to_csv(path, index=False)
     return frame
+
+
+@pytest.fixture(autouse=True)
+def wide_console(monkeypatch) -> None:
+    """The CLI's console takes its width when first imported (80 in a worker without a
+    terminal): tables here are read whole, so give it room (``COLUMNS`` alone comes too late)."""
+    monkeypatch.setattr(cli.console, "width", 240)
 
 
 @pytest.fixture

@@ -120,7 +120,7 @@ def _plan(params: dict, unit_rows: int = 1, seed: int = 1):
     facts = PublicFacts(public_domain=True, unit_rows=unit_rows,
                         unit_column="patient" if unit_rows > 1 else None,
                         unit_relation="add/remove one patient" if unit_rows > 1 else None)
-    return plan_release("ipa", params, 0, seed, facts)
+    return plan_release("ipa", params, 0, seed, facts, product_bounds=False)  # test-only delta
 
 
 def _released_where(params: dict, frames: tuple[pd.DataFrame, pd.DataFrame], value: str,
