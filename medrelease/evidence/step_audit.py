@@ -123,6 +123,21 @@ def _plan(params: dict, unit_rows: int = 1, seed: int = 1):
     return plan_release("ipa", params, 0, seed, facts, product_bounds=False)  # test-only delta
 
 
+class _ContextsByRows:
+    """The count context of each distinct bounded table: the bound runs afresh every run, but
+    a patient's five rows have only ten 2-subsets, so each context is built once."""
+
+    def __init__(self) -> None:
+        self._built: dict[tuple, tuple] = {}
+
+    def __call__(self, frame: pd.DataFrame) -> tuple:
+        key = tuple(map(tuple, frame.itertuples(index=False)))
+        if key not in self._built:
+            context = ReleaseContext.from_counts(_counts(frame))
+            self._built[key] = (context, context.lattice.bottom())
+        return self._built[key]
+
+
 def _released_where(params: dict, frames: tuple[pd.DataFrame, pd.DataFrame], value: str,
                     part: str, unit_rows: int = 1) -> Callable[[int, int], tuple]:
     """Runs of ``IPA.materialize`` at the bottom node on each table: was ``value`` released in
@@ -141,12 +156,12 @@ def _released_where(params: dict, frames: tuple[pd.DataFrame, pd.DataFrame], val
             table = context.lattice.bottom()
             seeds = np.random.SeedSequence([seed, side]).spawn(runs)
             events = np.zeros(runs, dtype=bool)
+            bounded_contexts = _ContextsByRows()
             for i, child in enumerate(seeds):
                 if "patient" in frame.columns:
                     bounded, _ = units_module.bound_frame(
                         frame, units_module.UnitBound("patient", unit_rows, child.spawn(1)[0]))
-                    context = ReleaseContext.from_counts(_counts(bounded))
-                    table = context.lattice.bottom()
+                    context, table = bounded_contexts(bounded)
                 cells = impl.materialize(context, table, child, plan.params)
                 node = cells.class_node[cells.class_of_cell]
                 where = {"cells": node == 0, "rung": node == 1, "pool": node == -1}[part]
