@@ -138,11 +138,19 @@ SERVE_WAIT_S = 180
 ARRIVALS = "nps-arrivals"
 
 
-def write_arrivals_dataset(folder: Path) -> Path:
-    """The served inbox's dataset: nps-sample's config naming ``ipa``. The sample's default,
-    ``aim``, takes over a minute a release in a served run (a fresh process compiles its
-    model); these tests are about arrivals, exactly-once and the UI, and the default itself is
-    tested where it is resolved (tests/test_registry.py)."""
+@pytest.fixture
+def corpus_home(tmp_path: Path, monkeypatch) -> Path:
+    """A scratch home for one corpus case; extracts only from each dataset's own folder (no
+    extra input roots); a locked ledger gives up after 2 s."""
+    monkeypatch.setenv("MEDRELEASE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("MEDRELEASE_LEDGER_TIMEOUT_S", "2")
+    monkeypatch.delenv("MEDRELEASE_INPUT_ROOTS", raising=False)
+    return tmp_path
+
+
+def sample_spec_in(folder: Path) -> dict:
+    """nps-sample's config as a dict for a copy in ``folder``: its taxonomies by absolute path,
+    its diagnosis domain copied beside it (a domain file must lie beside its config)."""
     import shutil
 
     import yaml
@@ -154,6 +162,20 @@ def write_arrivals_dataset(folder: Path) -> Path:
         if "taxonomy" in column:
             column["taxonomy"] = str((source / column["taxonomy"]).resolve())
     shutil.copy(source / "diagnosis_codes.txt", folder)
+    return spec
+
+
+def write_arrivals_dataset(folder: Path) -> Path:
+    """The served inbox's dataset: nps-sample's config naming ``ipa``. The sample's default,
+    ``aim``, takes over a minute a release in a served run (a fresh process compiles its
+    model); these tests are about arrivals, exactly-once and the UI, and the default itself is
+    tested where it is resolved (tests/test_registry.py)."""
+    import shutil
+
+    import yaml
+
+    source = ROOT / "datasets" / "nps-sample"
+    spec = sample_spec_in(folder)
     shutil.copy(source / "nps_sample.csv", folder)
     spec.update(name=ARRIVALS, mechanism={"name": "ipa", "params": {"epsilon": 1.0}})
     (folder / "dataset.yaml").write_text(yaml.safe_dump(spec))

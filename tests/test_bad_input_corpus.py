@@ -421,15 +421,6 @@ CASES = [
 ]
 
 
-@pytest.fixture
-def corpus_home(tmp_path: Path, monkeypatch) -> Path:
-    """A scratch home; extracts only from each dataset's own folder (no extra input roots)."""
-    monkeypatch.setenv("MEDRELEASE_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("MEDRELEASE_LEDGER_TIMEOUT_S", "2")
-    monkeypatch.delenv("MEDRELEASE_INPUT_ROOTS", raising=False)
-    return tmp_path
-
-
 def _dataset(base: Path, case: Case) -> Path:
     """The NPS sample's config with the default policy and ipa, in its own folder, plus the
     case's edits."""

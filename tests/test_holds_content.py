@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import csv
 import logging
-import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -22,7 +21,7 @@ from medrelease.data.config import load_config
 from medrelease.privacy.ledger import Ledger
 from medrelease.storage.io import file_sha256
 
-from .conftest import ROOT
+from .conftest import ROOT, sample_spec_in
 
 SAMPLE = ROOT / "datasets" / "nps-sample"
 
@@ -43,12 +42,7 @@ def _dataset(folder: Path, name: str, source: str, frame: pd.DataFrame | None = 
              input_name: str = "extract.csv") -> Path:
     """nps-sample's YAML under ``folder`` with its own name and source, reading
     ``input_name`` (written from ``frame`` as plain CSV when given)."""
-    spec = yaml.safe_load((SAMPLE / "dataset.yaml").read_text())
-    folder.mkdir(parents=True, exist_ok=True)
-    for column in spec["columns"].values():
-        if "taxonomy" in column:
-            column["taxonomy"] = str((SAMPLE / column["taxonomy"]).resolve())
-    shutil.copy(SAMPLE / "diagnosis_codes.txt", folder)
+    spec = sample_spec_in(folder)
     spec.update(name=name, mechanism={"name": "histogram", "params": {"epsilon": 1.0}})
     spec["privacy"]["source"] = source
     spec["input"] = {"path": input_name,

@@ -27,7 +27,15 @@ from medrelease.synthetic.release import aim_rounds, synthetic_release
 
 from .conftest import SHARED
 from .test_aim import write_small_dataset
-from .test_bad_input_corpus import HEADER, ROW, SENTINELS, Case, _rows, _write, run_case
+from .test_bad_input_corpus import (
+    HEADER,
+    ROW,
+    SENTINELS,
+    Case,
+    _rows,
+    _write,
+    run_case,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -91,14 +99,6 @@ CASES = [
          HEADER + ROW * 30, config={"privacy": {"lifetime_delta": 0.009}},
          request={"mechanism": {"mechanism": "ipa", "epsilon": 1.0, "delta": 0.5}}),
 ]
-
-
-@pytest.fixture
-def corpus_home(tmp_path: Path, monkeypatch) -> Path:
-    monkeypatch.setenv("MEDRELEASE_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("MEDRELEASE_LEDGER_TIMEOUT_S", "2")
-    monkeypatch.delenv("MEDRELEASE_INPUT_ROOTS", raising=False)
-    return tmp_path
 
 
 @pytest.mark.usefixtures("prefect_harness")
