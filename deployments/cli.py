@@ -36,6 +36,14 @@ TASK_NAME = re.compile(r"Task run '([a-z-]+)-[0-9a-f]+'")
 PUBLISHED = re.compile(r"^published (?:TEST )?release \S+ \(n=\d+\) to (.+)$")
 
 
+class _PrefectUse:
+    """Whether this process talked to a Prefect API: only then are Prefect's log and event
+    workers drained at exit. Draining in a process that never ran a flow would start the
+    ephemeral API just to find nothing to send (10 s under a refusal or ``release --help``)."""
+
+    used = False
+
+
 def _defaults() -> None:
     from deployments.prefect_defaults import apply_prefect_defaults
 
@@ -103,6 +111,7 @@ def _with_progress(flow_function: Any, *args: Any, **kwargs: Any) -> Any:
                     quiet.append((existing, existing.level))
                     existing.setLevel(logging.WARNING)
                     existing.addFilter(_said_in_the_panel)
+        _PrefectUse.used = True
         try:
             with without_heartbeats():
                 return flow_function(*args, **kwargs)
@@ -411,12 +420,11 @@ def ledger_init() -> None:
 def ledger_restore() -> None:
     """Rebuild a lost or emptied ledger: its journal replayed, then releases on record."""
     from medrelease.privacy.ledger import restore_from_records
-    from medrelease.settings import steward_root
-    from medrelease.storage.store import StewardRecords
-    from tasks.budget import published_manifests
+    from medrelease.settings import steward_root, test_store_root
+    from medrelease.storage.store import StewardRecords, published_manifests
 
     records = StewardRecords(steward_root()).records()
-    manifests = published_manifests()
+    manifests = published_manifests(store_root(), test_store_root())
     try:
         restored = restore_from_records(ledger_path(), records, manifests)
     except MedreleaseError as exc:
@@ -438,13 +446,13 @@ def ledger_verify() -> None:
     """Check the ledger against its journal, the steward records and the published releases
     (what every release checks before its charge); exit 1 naming what differs."""
     from medrelease.privacy.ledger import reconcile
-    from medrelease.settings import steward_root
-    from medrelease.storage.store import StewardRecords
-    from tasks.budget import published_manifests
+    from medrelease.settings import steward_root, test_store_root
+    from medrelease.storage.store import StewardRecords, published_manifests
 
     path = ledger_path()
     try:
-        reconcile(path, StewardRecords(steward_root()).records(), published_manifests())
+        reconcile(path, StewardRecords(steward_root()).records(),
+                  published_manifests(store_root(), test_store_root()))
     except MedreleaseError as exc:
         console.print(f"[red bold]ledger inconsistent ({type(exc).__name__}):[/] {exc}",
                       soft_wrap=True)
@@ -534,6 +542,7 @@ def serve(
     """Serve the on-demand, scheduled and on-arrival deployments (and watch an inbox)."""
     _defaults()
     _require_server()
+    _PrefectUse.used = True
     from deployments.serve import serve_all
 
     if inbox is not None:
@@ -556,6 +565,7 @@ def watch(
     """Announce each complete extract in INBOX as a Prefect event (until Ctrl-C)."""
     _defaults()
     _require_server()
+    _PrefectUse.used = True
     from flows.watch import watch_loop
 
     inbox.mkdir(parents=True, exist_ok=True)
@@ -688,7 +698,7 @@ def _exit_now(code: int | str | None) -> None:
     of a heap that held a million-row table (0.4 s of a CLI release; issue 27)."""
     import atexit
 
-    if "prefect" in sys.modules:
+    if _PrefectUse.used and "prefect" in sys.modules:
         # Waiting for them is the point here: Prefect's "Still processing items: n items
         # remaining..." (its workers' loggers, named after them) is noise under a refusal.
         for worker in ("EventsWorker", "APILogWorker"):
