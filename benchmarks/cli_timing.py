@@ -1,10 +1,12 @@
-"""Wall time of the commands that run nothing: ``medrelease --help``, ``init`` and ``check``.
+"""Wall time of the commands that run nothing: ``--help``, ``release --help``, ``mechanisms``,
+``ledger``, ``init`` and ``check``.
 
 Each command runs in a fresh process, as a steward types it (the console entry point,
 ``deployments.entry:main``), ``--repeat`` times; the median and the fastest are printed.
 ``init`` drafts a config for the table in a temporary dataset root (``MEDRELEASE_DATASETS``)
 and ``check`` then validates that config and the table. Issue 37 asks for ``check`` under 3 s on
-a 26k-row table and ``--help`` within 1.5 s from a warm disk; this prints, it asserts nothing.
+a 26k-row table and the others within 1.5 s from a warm disk (none may start Prefect's server;
+``tests/test_cli_fast.py`` checks that none imports Prefect); this prints, it asserts nothing.
 
     python benchmarks/cli_timing.py                       # Adult (30,162 rows), occupation
     python benchmarks/cli_timing.py --csv FILE --informative COLUMN
@@ -54,6 +56,9 @@ def main() -> None:
         for label, argv in (
             ("medrelease --help", ["--help"]),
             ("medrelease release --help", ["release", "--help"]),
+            ("medrelease mechanisms", ["mechanisms"]),
+            ("medrelease ledger", ["ledger"]),
+            ("medrelease ledger verify", ["ledger", "verify"]),
             ("medrelease init", None),
             ("medrelease check", ["check", "timed"]),
         ):

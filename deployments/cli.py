@@ -31,9 +31,15 @@ from medrelease.settings import ledger_path, store_root
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Differentially private microdata releases (IPA and friends) on Prefect.")
 console = Console()
-SCORED = re.compile(r"(scored|audited) (\d+) of (\d+) (lattice nodes|runs)")
 TASK_NAME = re.compile(r"Task run '([a-z-]+)-[0-9a-f]+'")
-PUBLISHED = re.compile(r"^published (?:TEST )?release \S+ \(n=\d+\) to (.+)$")
+
+
+class _PrefectUse:
+    """Whether this process talked to a Prefect API: only then are Prefect's log and event
+    workers drained at exit. Draining in a process that never ran a flow would start the
+    ephemeral API just to find nothing to send (10 s under a refusal or ``release --help``)."""
+
+    used = False
 
 
 def _defaults() -> None:
@@ -43,33 +49,56 @@ def _defaults() -> None:
 
 
 class _ProgressHandler(logging.Handler):
-    """Turns the flow's log records into a progress bar (stage name + nodes scored), and says
-    when the release folder is complete: the evidence report is written after it."""
+    """Drives the progress bar from the run's log records: a long step's ``StepProgress``
+    (aim's rounds, lattice nodes scored, audit runs; ``flows/progress.py``), else the running
+    task's name; and says when the release folder is complete (the record that carries its
+    path, ``tasks/publish.py``): the evidence report is written after it.
 
-    def __init__(self, progress: Progress, task_id: Any) -> None:
+    On a console that is not a terminal (a pipe, a CI log) a bar cannot redraw: each step is
+    one line instead, when it starts (every aim round is a step) and when it is finished."""
+
+    def __init__(self, progress: Progress, task_id: Any, progress_key: str,
+                 published_key: str) -> None:
         super().__init__(logging.INFO)
         self.progress, self.task_id = progress, task_id
+        self.progress_key, self.published_key = progress_key, published_key
         self.started = time.perf_counter()
+        self.lines = not progress.console.is_terminal
+        self.last_line: tuple[str, bool] | None = None
+        # a step with a size keeps the bar until it is finished: the names of the tasks it
+        # runs (aim's "score batch", "select measure" every round) would hide "round k of n"
+        self.step_holds_the_bar = False
 
     def emit(self, record: logging.LogRecord) -> None:
-        message = record.getMessage()
-        published = PUBLISHED.search(message)
+        published = getattr(record, self.published_key, None)
         if published:
             self.progress.console.print(
-                f"[green]published[/] {escape(published.group(1))} "
+                f"[green]published[/] {escape(published)} "
                 f"({time.perf_counter() - self.started:.1f} s); writing the evidence report",
                 soft_wrap=True)
             return
-        scored = SCORED.search(message)
-        if scored:
-            verb, done, total, what = scored.groups()
-            self.progress.update(self.task_id, completed=int(done), total=int(total),
-                                 description=f"{verb} {what}")
+        step = getattr(record, self.progress_key, None)
+        if step is not None:
+            self._show_step(step)
             return
         name = getattr(record, "task_run_name", None) or ""
-        match = TASK_NAME.search(name) or TASK_NAME.search(message)
-        if match:
-            self.progress.update(self.task_id, description=match.group(1).replace("-", " "))
+        match = TASK_NAME.search(name) or TASK_NAME.search(record.getMessage())
+        if match and not self.step_holds_the_bar:
+            self.progress.update(self.task_id, description=match.group(1).replace("-", " "),
+                                 detail="")
+
+    def _show_step(self, step: Any) -> None:
+        """``step``: a ``flows.progress.StepProgress``."""
+        self.step_holds_the_bar = step.total is not None and not step.finished
+        self.progress.update(self.task_id, description=step.step, completed=step.completed,
+                             total=step.total, detail=step.detail)
+        line = (step.step, step.finished)
+        if self.lines and line != self.last_line:
+            self.last_line = line
+            self.progress.console.print(
+                f"{escape(step.step)}: {escape(step.detail)} "
+                f"({time.perf_counter() - self.started:.1f} s)", soft_wrap=True,
+                highlight=False)
 
 
 def _said_in_the_panel(record: logging.LogRecord) -> bool:
@@ -87,13 +116,16 @@ def _run_flow(request: Any) -> dict[str, Any]:
 def _with_progress(flow_function: Any, *args: Any, **kwargs: Any) -> Any:
     """Run a flow in-process; its log lines drive a progress bar."""
     from deployments.prefect_defaults import without_heartbeats
+    from flows.progress import PROGRESS_KEY, PROGRESS_LOGGER
+    from tasks.publish import PUBLISHED_KEY
 
-    loggers = [logging.getLogger(n) for n in ("prefect.flow_runs", "prefect.task_runs")]
-    with Progress(SpinnerColumn(), TextColumn("{task.description:<24}"), BarColumn(),
-                  TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
+    loggers = [logging.getLogger(n)
+               for n in ("prefect.flow_runs", "prefect.task_runs", PROGRESS_LOGGER)]
+    with Progress(SpinnerColumn(), TextColumn("{task.description:<30}"), BarColumn(),
+                  TextColumn("{task.fields[detail]}"), TimeElapsedColumn(),
                   console=console, transient=True) as progress:
-        task_id = progress.add_task("starting Prefect", total=None)
-        handler = _ProgressHandler(progress, task_id)
+        task_id = progress.add_task("starting Prefect", total=None, detail="")
+        handler = _ProgressHandler(progress, task_id, PROGRESS_KEY, PUBLISHED_KEY)
         quiet: list[tuple[logging.Handler, int]] = []
         for logger in loggers:
             logger.addHandler(handler)
@@ -103,6 +135,7 @@ def _with_progress(flow_function: Any, *args: Any, **kwargs: Any) -> Any:
                     quiet.append((existing, existing.level))
                     existing.setLevel(logging.WARNING)
                     existing.addFilter(_said_in_the_panel)
+        _PrefectUse.used = True
         try:
             with without_heartbeats():
                 return flow_function(*args, **kwargs)
@@ -411,12 +444,11 @@ def ledger_init() -> None:
 def ledger_restore() -> None:
     """Rebuild a lost or emptied ledger: its journal replayed, then releases on record."""
     from medrelease.privacy.ledger import restore_from_records
-    from medrelease.settings import steward_root
-    from medrelease.storage.store import StewardRecords
-    from tasks.budget import published_manifests
+    from medrelease.settings import steward_root, test_store_root
+    from medrelease.storage.store import StewardRecords, published_manifests
 
     records = StewardRecords(steward_root()).records()
-    manifests = published_manifests()
+    manifests = published_manifests(store_root(), test_store_root())
     try:
         restored = restore_from_records(ledger_path(), records, manifests)
     except MedreleaseError as exc:
@@ -438,13 +470,13 @@ def ledger_verify() -> None:
     """Check the ledger against its journal, the steward records and the published releases
     (what every release checks before its charge); exit 1 naming what differs."""
     from medrelease.privacy.ledger import reconcile
-    from medrelease.settings import steward_root
-    from medrelease.storage.store import StewardRecords
-    from tasks.budget import published_manifests
+    from medrelease.settings import steward_root, test_store_root
+    from medrelease.storage.store import StewardRecords, published_manifests
 
     path = ledger_path()
     try:
-        reconcile(path, StewardRecords(steward_root()).records(), published_manifests())
+        reconcile(path, StewardRecords(steward_root()).records(),
+                  published_manifests(store_root(), test_store_root()))
     except MedreleaseError as exc:
         console.print(f"[red bold]ledger inconsistent ({type(exc).__name__}):[/] {exc}",
                       soft_wrap=True)
@@ -534,6 +566,7 @@ def serve(
     """Serve the on-demand, scheduled and on-arrival deployments (and watch an inbox)."""
     _defaults()
     _require_server()
+    _PrefectUse.used = True
     from deployments.serve import serve_all
 
     if inbox is not None:
@@ -556,6 +589,7 @@ def watch(
     """Announce each complete extract in INBOX as a Prefect event (until Ctrl-C)."""
     _defaults()
     _require_server()
+    _PrefectUse.used = True
     from flows.watch import watch_loop
 
     inbox.mkdir(parents=True, exist_ok=True)
@@ -688,7 +722,7 @@ def _exit_now(code: int | str | None) -> None:
     of a heap that held a million-row table (0.4 s of a CLI release; issue 27)."""
     import atexit
 
-    if "prefect" in sys.modules:
+    if _PrefectUse.used and "prefect" in sys.modules:
         # Waiting for them is the point here: Prefect's "Still processing items: n items
         # remaining..." (its workers' loggers, named after them) is noise under a refusal.
         for worker in ("EventsWorker", "APILogWorker"):

@@ -24,6 +24,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.futures import as_completed
 from prefect.task_runners import ThreadPoolTaskRunner
 
+from flows.progress import report_progress
 from medrelease.evidence.audit import (
     DESIGNS,
     AuditResult,
@@ -89,6 +90,7 @@ def audit_flow(mechanism: str = "ipa-paper", epsilon: float = 1.0, runs: int = 2
         done += n
         update_progress_artifact(progress, progress=100.0 * done / (2 * runs))
         logger.info("audited %d of %d runs", done, 2 * runs)
+        report_progress("auditing runs", done, 2 * runs, f"{done:,}/{2 * runs:,} runs")
     stats = {t: [v for i in sorted(parts) for v in parts[i]] for t, parts in by_start.items()}
     result = bound_from_statistics(mechanism, epsilon, design, stats["without"], stats["with"],
                                   confidence)

@@ -38,6 +38,7 @@ from pydantic import (
 )
 
 from flows.evaluate import evaluate_steps
+from flows.progress import report_progress
 from flows.states import REFUSALS, quiet_refusals, refused, skipped
 from medrelease.data.lattice import DEFAULT_BATCH_SIZE
 from medrelease.errors import ParameterError
@@ -521,6 +522,8 @@ def _choose_and_materialize(request: ReleaseRequest, config, context: ReleaseCon
         return chosen, candidates_frame(context, [chosen.summary], np.array([1.0]))
     summaries = _score_candidates(request, config, context, release_plan, runner)
     index, probabilities = select_candidate(release_plan, quote(summaries))
+    report_progress("materializing the chosen node", 0, None,
+                    f"of a {len(context.lattice):,}-node lattice")
     chosen = materialize_release(quote(context), release_plan, index)
     return chosen, candidates_frame(context, summaries, probabilities)
 
@@ -533,6 +536,7 @@ def _synthesize(config, counts, release_plan, runner) -> tuple[Any, pd.DataFrame
     progress_id = create_progress_artifact(
         progress=0.0, key=artifact_key(config.name, "aim-budget-used"),
         description="aim: share of the release's rho spent by the rounds so far")
+    _report_rounds(run, 0)
     while not run.state.done:
         round_plan = run.plan_round()
         batches = run.batches(round_plan, 2 * int(os.environ.get("MEDRELEASE_WORKERS", "2")))
@@ -543,11 +547,21 @@ def _synthesize(config, counts, release_plan, runner) -> tuple[Any, pd.DataFrame
         record = select_and_measure(quote(run), round_plan, indices, quote(scores))
         update_progress_artifact(progress_id, progress=min(100.0, 100.0 * record.rho_used
                                                            / run.settings.rho))
+        _report_rounds(run, record.round)
+    report_progress("aim: sampling rows", 0, None, "from the fitted model")
     chosen = sample_rows(quote(run), quote(counts), release_plan)
     _rounds_artifact(config.name, run)
     logger.info("aim: %d rounds, %s synthetic rows sampled from the model", len(run.state.records),
                 f"{len(chosen.rows):,}")
     return chosen, pd.DataFrame()
+
+
+def _report_rounds(run, done: int) -> None:
+    """Round ``done`` of about the planned number (annealing makes rounds dearer, the last one
+    spends what is left: the count is a plan, the share of rho spent is the progress)."""
+    share = min(1.0, run.state.rho_used / run.settings.rho)
+    report_progress(f"aim round {done} of about {run.settings.rounds}", share, 1.0,
+                    f"rho used {share:.0%}")
 
 
 def _rounds_artifact(dataset: str, run) -> None:
@@ -584,6 +598,7 @@ def _score_candidates(request: ReleaseRequest, config, context: ReleaseContext, 
         description=f"Lattice nodes scored ({len(context.lattice)} in {len(batches)} batches)",
     )
     if get_mechanism(release_plan.mechanism).selection == "minimum_loss":
+        report_progress("searching the lattice", 0, None, f"{len(context.lattice):,} nodes")
         summaries = search_lattice(quote(context), release_plan)
         update_progress_artifact(progress_id, progress=100.0)
         return summaries
@@ -595,9 +610,12 @@ def _score_candidates(request: ReleaseRequest, config, context: ReleaseContext, 
     shared = quote(context) if request.task_runner == "thread" else context
     futures = runner.map(score_node_batch, {
         "nodes": batches, "context": unmapped(shared), "release_plan": unmapped(release_plan)})
+    report_progress("scoring lattice nodes", 0, total, f"0/{total:,} nodes")
     for done, future in enumerate(as_completed(list(futures)), start=1):
         summaries.extend(future.result())
         update_progress_artifact(progress_id, progress=100.0 * done / len(batches))
+        report_progress("scoring lattice nodes", len(summaries), total,
+                        f"{len(summaries):,}/{total:,} nodes")
         if done % max(1, len(batches) // 4) == 0 or done == len(batches):
             logger.info("scored %d of %d lattice nodes", len(summaries), total)
     return summaries

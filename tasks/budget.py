@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +28,12 @@ from medrelease.release import (
     plan_release,
 )
 from medrelease.settings import steward_root, store_root, test_store_root
-from medrelease.storage.store import ReleaseStore, StewardRecords, StoreError
+from medrelease.storage.store import (
+    ReleaseStore,
+    StewardRecords,
+    StoreError,
+)
+from medrelease.storage.store import published_manifests as manifests_in_stores
 from tasks.artifacts import markdown_artifact
 
 
@@ -83,14 +87,7 @@ def check_before_charge(config: DatasetConfig, release_plan: ReleasePlan, ledger
 
 def published_manifests() -> list[dict]:
     """The manifests of every release in both stores (each names its source and charge)."""
-    manifests = []
-    for root, test in ((store_root(), False), (test_store_root(), True)):
-        for folder in ReleaseStore(root, test=test).releases():
-            try:
-                manifests.append(json.loads((folder / "manifest.json").read_text()))
-            except (OSError, ValueError):
-                continue  # a damaged manifest is the store's problem, not the ledger's
-    return manifests
+    return manifests_in_stores(store_root(), test_store_root())
 
 
 def spend_request(config: DatasetConfig, release_plan: ReleasePlan,

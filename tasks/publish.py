@@ -40,6 +40,9 @@ from tasks.inputs import InputInfo
 
 # Mechanism summaries that may be published, each with its basis (privacy/publication.py).
 PUBLIC_DETAILS = tuple(DETAILS)
+# The record attribute (log ``extra``) with the published folder: the CLI says "published"
+# from it without parsing the message, before the evidence report is written.
+PUBLISHED_KEY = "medrelease_published"
 
 
 def package_version() -> str:
@@ -222,5 +225,6 @@ def publish_release(run: RunFacts, destination: str | None) -> PublishResult:
     record = records.update(run.config.name, release_id, status="published",
                             published_path=str(published.path))
     get_run_logger().info("published %srelease %s (n=%d) to %s", "TEST " if test else "",
-                          release_id, len(run.chosen.rows), published.path)
+                          release_id, len(run.chosen.rows), published.path,
+                          extra={PUBLISHED_KEY: str(published.path)})
     return PublishResult(release_id, str(published.path), manifest, record, test)

@@ -288,3 +288,40 @@ def test_aim_releases_through_the_flow_with_its_rounds_public_and_nothing_input_
     assert all(0 <= m["tvd_bound"] <= 1 for m in bars["marginals"])
     report = (folder / "report.md").read_text()
     assert "## Error bars (95 % confidence)" in report and "| age × sex | 0, 0 |" in report
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_a_cli_release_shows_aims_rounds_as_they_run(tmp_path, monkeypatch):
+    """The CLI's progress comes from the flow's structured records (``flows/progress.py``):
+    off a terminal each round is a line (round k of about n, rho used, elapsed), in order, the
+    last at the whole rho; on the run page the progress artifact is as before."""
+    import re
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+    from typer.testing import CliRunner
+
+    from deployments.cli import app
+
+    monkeypatch.setenv("MEDRELEASE_HOME", str(tmp_path / "home"))
+    path = write_small_dataset(tmp_path)
+    shown = CliRunner().invoke(app, [
+        "release", str(path), "--mechanism", "aim", "--epsilon", "1", "--seed", "6",
+        "-p", "rounds_per_column=1", "-p", "iters=50", "-p", "final_iters=100"],
+        env={"COLUMNS": "200"})
+    assert shown.exit_code == 0, shown.output
+    rounds = re.findall(r"^aim round (\d+) of about (\d+): rho used (\d+)% \((\d+\.\d) s\)$",
+                        shown.output, re.MULTILINE)
+    assert len(rounds) >= 2, shown.output
+    numbers = [int(r[0]) for r in rounds]
+    assert numbers == list(range(len(rounds))) and len({r[1] for r in rounds}) == 1
+    shares = [int(r[2]) for r in rounds]
+    assert shares == sorted(shares) and shares[-1] == 100
+    assert [float(r[3]) for r in rounds] == sorted(float(r[3]) for r in rounds)
+    assert "aim: sampling rows: from the fitted model" in shown.output
+    assert re.search(r"^published \S+ \(\d+\.\d s\); writing the evidence report$",
+                     shown.output, re.MULTILINE), shown.output
+    with get_client(sync_client=True) as client:
+        budget_used = client.read_artifacts(artifact_filter=ArtifactFilter(
+            key=ArtifactFilterKey(like_="%aim-budget-used%")))
+    assert budget_used and budget_used[0].type == "progress"

@@ -372,6 +372,22 @@ class ReleaseStore:
         return sorted(found, key=lambda p: p.name)
 
 
+def published_manifests(store: str | Path, test_store: str | Path) -> list[dict]:
+    """The manifests of every release in both stores (each names its source and charge).
+
+    Here, not in the budget task, so that ``medrelease ledger verify`` and ``restore`` read
+    them without importing Prefect (issue 37: commands that run no flow start in a second).
+    """
+    manifests = []
+    for root, test in ((store, False), (test_store, True)):
+        for folder in ReleaseStore(root, test=test).releases():
+            try:
+                manifests.append(json.loads((folder / "manifest.json").read_text()))
+            except (OSError, ValueError):
+                continue  # a damaged manifest is the store's problem, not the ledger's
+    return manifests
+
+
 class StewardRecords:
     """Per-release evidence that is never published, kept apart from both release stores.
 
