@@ -22,7 +22,7 @@ from medrelease.data.config import READ_FROM_DATA_MARK, find_config
 from medrelease.errors import ConfigError
 from medrelease.privacy.ledger import Ledger
 
-from .conftest import ROOT
+from .conftest import ROOT, SHARED
 
 WIDE = {"COLUMNS": "240"}
 SECRET = "SECRETVALUE"  # a value no console line may show
@@ -306,3 +306,18 @@ def test_the_row_note_speaks_the_configs_words(tmp_path: Path) -> None:
     assert "row_noun" not in nounless.guarantee.as_dict()  # the record's fields are unchanged
     nps = plan_release("ipa", {"epsilon": 1.0}, 1, None, PublicFacts.of(find_config("nps-sample")))
     assert "(one admission), not one patient" in nps.guarantee.statement()
+
+
+@pytest.mark.skipif(not (SHARED / "data" / "adult" / "adult.csv").is_file(),
+                    reason="needs ../shared/data/adult")
+def test_init_on_adult_drafts_a_config_check_passes(home: Path) -> None:
+    """The real table of the benchmark (benchmarks/init_vs_handwritten.py): drafted with no
+    edit, checked clean (docs/results/init.md has its release figures)."""
+    root = home / "datasets"
+    drafted = _init(SHARED / "data" / "adult" / "adult.csv", "adult-init", root,
+                    "--informative", "occupation")
+    assert drafted.exit_code == 0, drafted.output
+    spec = yaml.safe_load((root / "adult-init" / "dataset.yaml").read_text())
+    assert spec["columns"]["age"]["type"] == "integer" and "unit" not in spec["privacy"]
+    checked = CliRunner().invoke(app, ["check", "adult-init"], env=WIDE)
+    assert checked.exit_code == 0 and "no problems" in checked.output, checked.output
