@@ -171,8 +171,8 @@ def _dataset_units(schema: dict[str, Any]) -> None:
     for config in _bundled_configs():
         privacy = config.privacy
         if config.unit_column:
-            units.append(f"{config.name}: one {privacy.unit_noun} (at most "
-                         f"{privacy.max_rows_per_unit} {privacy.row_noun}s)")
+            units.append(f"{config.name}: one {privacy.unit_words} (at most "
+                         f"{privacy.max_rows_per_unit} {privacy.row_words}s)")
         else:
             units.append(f"{config.name}: one row" + (" — WARNING: identifier column(s), no "
                                                       "unit declared" if config.unit_warning

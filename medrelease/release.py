@@ -91,6 +91,8 @@ class PublicFacts:
     unit_column: str | None = None  # the declared unit's identifier column
     unit_relation: str | None = None  # the neighbouring relation in words, for that unit
     domain_from_data: str | None = None  # informative column whose domain was read from data
+    row_noun: str | None = None  # the config's word for one row (the row note; none: generic)
+    unit_noun: str | None = None  # the config's word for whom rows describe
 
     @classmethod
     def of(cls, config: DatasetConfig) -> PublicFacts:
@@ -99,8 +101,9 @@ class PublicFacts:
                    domain_from_data=config.domain_read_from_data,
                    n_numeric=numeric_predictors(config), max_rows=privacy.max_rows,
                    unit_rows=privacy.max_rows_per_unit if unit else 1, unit_column=unit,
-                   unit_relation=unit_relation(privacy.unit_noun, privacy.row_noun, unit,
-                                               privacy.max_rows_per_unit) if unit else None)
+                   unit_relation=unit_relation(privacy.unit_words, privacy.row_words, unit,
+                                               privacy.max_rows_per_unit) if unit else None,
+                   row_noun=privacy.row_noun, unit_noun=privacy.unit_noun)
 
 
 PUBLIC_FACTS = tuple(f.name for f in fields(PublicFacts))  # set from the config, never by a request
@@ -166,6 +169,8 @@ def plan_release(
     calibrated = facts.unit_column is not None and "unit_rows" in impl.Params.model_fields
     if calibrated:  # every sensitivity, threshold and delta was derived for one unit
         guarantee = replace(guarantee, neighbouring=facts.unit_relation)
+    else:  # the row note in the config's words (generic when it names none)
+        guarantee = replace(guarantee, row_noun=facts.row_noun, unit_noun=facts.unit_noun)
     if facts.domain_from_data and guarantee.epsilon is not None:
         guarantee = replace(guarantee, label=guarantee.label + domain_from_data_caveat(
             facts.domain_from_data))

@@ -16,6 +16,7 @@ import pandas as pd
 import pandera.pandas as pa
 from pandera.errors import SchemaErrors
 
+from medrelease.data.aggregate import canonical_informative_numbers
 from medrelease.data.binning import DECIMAL, WHOLE
 from medrelease.data.config import DatasetConfig
 from medrelease.data.taxonomy import NOT_WHOLE, Taxonomy
@@ -186,7 +187,7 @@ def validate_input(frame: pd.DataFrame, config: DatasetConfig) -> pd.DataFrame:
         raise InputValidationError(
             "the input has no data rows (empty file or header only): nothing to release"
         )
-    frame = fill_missing_categories(frame, config)
+    frame = canonical_informative_numbers(fill_missing_categories(frame, config), config)
     try:
         return input_schema(config).validate(frame, lazy=True)
     except SchemaErrors as exc:

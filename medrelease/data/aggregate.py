@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from medrelease.data.binning import NUMERIC_TYPES, canonical_numbers
 from medrelease.data.config import DatasetConfig
 from medrelease.data.taxonomy import Taxonomy
 from medrelease.errors import InputValidationError, format_rows, position_numbers
@@ -181,6 +182,21 @@ def key_space(taxonomies: tuple[Taxonomy, ...], n_inf: int) -> int:
     return size
 
 
+def numeric_informative(config: DatasetConfig) -> list[str]:
+    """Informative columns declared ``type: integer`` or ``decimal``: their values are numbers,
+    compared as numbers (``3`` and ``3.0`` are one value, released as ``3``)."""
+    return [c for c in config.informative if config.columns[c].type in NUMERIC_TYPES]
+
+
+def canonical_informative_numbers(frame: pd.DataFrame, config: DatasetConfig) -> pd.DataFrame:
+    """``frame`` with each numeric informative column in one spelling per number (the domain
+    file is read the same way: ``DatasetConfig.informative_domain``)."""
+    columns = [c for c in numeric_informative(config) if c in frame.columns]
+    if not columns:
+        return frame
+    return frame.assign(**{c: canonical_numbers(frame[c]) for c in columns})
+
+
 def prepare_table(table: pd.DataFrame, config: DatasetConfig,
                   include_class: bool = False) -> pd.DataFrame:
     """The declared columns with the missing-value policy applied (see ``prepare_counted``)."""
@@ -203,6 +219,7 @@ def prepare_counted(table: pd.DataFrame, config: DatasetConfig,
     _check_columns(table, config, needed + sets)
     # A blank set-valued cell is an empty item set, not a missing value.
     frame = table[needed + sets].fillna({c: "" for c in sets}) if sets else table[needed]
+    frame = canonical_informative_numbers(frame, config)
     labels = {c: config.columns[c].missing for c in needed if config.columns[c].missing}
     if labels:
         frame = frame.fillna(labels)

@@ -31,6 +31,35 @@ SUPPRESSED = "*"
 DECIMAL = re.compile(r"^\s*[+-]?(\d+(\.\d*)?|\.\d+)\s*$")
 WHOLE = re.compile(r"^\s*[+-]?\d+(\.0*)?\s*$")
 MAX_BINS = 5_000_000
+NUMERIC_TYPES = ("integer", "decimal")
+
+
+def canonical_number(text: object) -> object:
+    """One spelling per number for an informative column declared ``type: integer`` or
+    ``decimal``: ``3``, ``3.0``, ``+3`` and `` 3 `` are all ``3``; ``0.50`` is ``0.5``. Text
+    that is not a plain number (and a missing value) is returned as it is, so the domain check
+    still refuses it."""
+    if isinstance(text, bool) or text is None:
+        return text
+    if isinstance(text, (int, float, np.integer, np.floating)):
+        if not np.isfinite(text):
+            return text
+        text = repr(float(text)) if isinstance(text, (float, np.floating)) else str(int(text))
+        if "e" in text:  # a float repr in exponent form: a number all the same
+            return format(Decimal(text).normalize(), "f")
+    if not isinstance(text, str) or not DECIMAL.match(text):
+        return text
+    number = Decimal(text.strip())
+    return "0" if number == 0 else format(number.normalize(), "f")
+
+
+def canonical_numbers(values: pd.Series) -> pd.Series:
+    """``canonical_number`` of every value, computed once per distinct value."""
+    codes, uniques = pd.factorize(values, use_na_sentinel=True)
+    if not len(uniques):
+        return values
+    mapped = np.array([canonical_number(v) for v in uniques] + [None], dtype=object)
+    return pd.Series(mapped[codes], index=values.index, name=values.name, dtype=object)
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from medrelease.data.binning import NUMERIC_TYPES, canonical_number
 from medrelease.data.taxonomy import DEFAULT_MAX_LEAVES, Taxonomy, load_taxonomy
 from medrelease.errors import ConfigError, InputValidationError
 from medrelease.settings import dataset_roots, extra_input_roots, project_root
@@ -128,10 +129,22 @@ class PrivacySpec(_Strict):
         default=1, ge=1, le=1000,
         description="with 'unit': each unit's rows are cut to at most this many, chosen at "
                     "random, before anything else (a public parameter)")
-    unit_noun: str = Field(default="patient", min_length=1, max_length=40,
-                           description="what one unit is, in words (the guarantee says it)")
-    row_noun: str = Field(default="row", min_length=1, max_length=40,
-                          description="what one row is, in words (e.g. admission)")
+    unit_noun: str | None = Field(
+        default=None, min_length=1, max_length=40,
+        description="what one unit is, in words (the guarantee says it; with 'unit' and no "
+                    "noun: 'patient'; without 'unit', what the row note says a row is not)")
+    row_noun: str | None = Field(default=None, min_length=1, max_length=40,
+                                 description="what one row is, in words (e.g. admission); "
+                                             "none: 'row'")
+
+    @property
+    def unit_words(self) -> str:
+        """One unit, in words, for the unit relation (``unit`` declared)."""
+        return self.unit_noun or "patient"
+
+    @property
+    def row_words(self) -> str:
+        return self.row_noun or "row"
 
     @field_validator("source")
     @classmethod
@@ -366,8 +379,8 @@ class DatasetConfig(_Strict):
         """Said in the report and the form when ids are declared but the unit is one row."""
         if self.privacy.unit is None and self.identifiers:
             return (f"{self.name} declares identifier column(s) {', '.join(self.identifiers)} "
-                    "but no privacy unit: the guarantee protects one row, and a "
-                    f"{self.privacy.unit_noun} with several rows is protected less (declare "
+                    "but no privacy unit: the guarantee protects one row, and one "
+                    f"{self.privacy.unit_noun or 'id'} with several rows is protected less (declare "
                     "privacy.unit and privacy.max_rows_per_unit)")
         return None
 
@@ -396,8 +409,12 @@ class DatasetConfig(_Strict):
             return None
         path = self.resolve(self.columns[columns[0]].domain or "")
         values = [v for v in domain_file_lines(path, columns[0])[1] if v]
+        if self.columns[columns[0]].type in NUMERIC_TYPES:  # 3 and 3.0 are one value
+            values = [str(canonical_number(v)) for v in values]
         if len(set(values)) != len(values) or not values:
-            raise ConfigError(f"domain file {path} must list distinct, non-empty values")
+            raise ConfigError(f"domain file {path} must list distinct, non-empty values"
+                              + (" (numbers compared as numbers: 3 and 3.0 are one)"
+                                 if self.columns[columns[0]].type in NUMERIC_TYPES else ""))
         label = self.columns[columns[0]].missing
         if label is not None and label not in values:
             raise ConfigError(

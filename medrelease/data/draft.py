@@ -34,7 +34,7 @@ from datetime import date, timedelta
 from decimal import Decimal
 from pathlib import Path
 
-from medrelease.data.binning import DECIMAL, WHOLE
+from medrelease.data.binning import DECIMAL, NUMERIC_TYPES, WHOLE, canonical_number
 from medrelease.data.config import DATASET_NAME, READ_FROM_DATA_MARK
 from medrelease.errors import ConfigError, InputValidationError
 from medrelease.settings import project_root
@@ -578,13 +578,18 @@ def _informative(profile: ColumnProfile, folder: Path) -> tuple[ColumnDraft, str
         return ColumnDraft(profile.name, "informative", "ICD-9 codes: the shipped code list",
                            taxonomy=_relative(icd9, folder), domain=f"{stem}_domain.txt",
                            missing=missing, files={f"{stem}_domain.txt": text}), rule
-    values = list(profile.values) + ([BLANK] if missing else [])
-    text = (f"{READ_FROM_DATA_MARK} by medrelease init ({len(profile.values)} values found "
+    kind = profile.kind if profile.kind in NUMERIC_TYPES else "string"
+    found = list(profile.values)
+    if kind != "string":  # one spelling per number, as the engine compares them (type: ...)
+        found = sorted({str(canonical_number(v)) for v in found}, key=Decimal)
+    values = found + ([BLANK] if missing else [])
+    text = (f"{READ_FROM_DATA_MARK} by medrelease init ({len(found)} values found "
             f"in column {profile.name!r}).\n# Until a steward reviews this list and sets "
             "domain_reviewed: true on the column, the guarantee says the set of values was "
             "taken from the data.\n" + "\n".join(values) + "\n")
-    return ColumnDraft(profile.name, "informative", "the informative column (as named)",
-                       domain=f"{stem}_domain.txt", missing=missing,
+    return ColumnDraft(profile.name, "informative", "the informative column (as named)"
+                       + ("; numbers: 3 and 3.0 are one value" if kind != "string" else ""),
+                       type=kind, domain=f"{stem}_domain.txt", missing=missing,
                        files={f"{stem}_domain.txt": text}, read_from_data=True), rule
 
 
@@ -710,7 +715,8 @@ def _review_notes(profile: TableProfile, drafts: list[ColumnDraft], rule: str,
     for draft in drafts:
         column = profile.column(draft.name)
         if draft.role == "informative" and draft.read_from_data:
-            review.append(f"{draft.domain}: the {column.distinct} values found in "
+            found = column.numbers if draft.type in NUMERIC_TYPES else column.distinct
+            review.append(f"{draft.domain}: the {found} values found in "
                           f"{draft.name!r}, read from the data; the guarantee says so until "
                           "you check the list is what any such table could hold and set "
                           "domain_reviewed: true")
@@ -722,8 +728,8 @@ def _review_notes(profile: TableProfile, drafts: list[ColumnDraft], rule: str,
             review.append(f"{draft.name!r}: {column.distinct - column.numbers} number(s) "
                           "written in more than one way (as 3 and 3.0): "
                           + ("one leaf each in its numeric taxonomy" if draft.role ==
-                             "dimension" else "listed once per spelling, as the file has "
-                             "them; write them one way in the file to merge them"))
+                             "dimension" else f"one value each (type: {draft.type}: the "
+                             "domain and the release write each number one way)"))
         if column.blanks and draft.role in ("dimension", "informative"):
             how = (f"the category {BLANK!r}" if draft.missing else
                    "their rows are dropped (missing: drop_rows)")

@@ -31,8 +31,10 @@ from medrelease.data.aggregate import (
     check_drop_limit,
     group_sum,
     key_space,
+    numeric_informative,
     place_values,
 )
+from medrelease.data.binning import canonical_numbers
 from medrelease.data.config import DatasetConfig
 from medrelease.data.units import UnitBound, bounded_weights
 from medrelease.privacy.randomness import generator_for
@@ -224,6 +226,8 @@ def _count_table(config: DatasetConfig, grouped: dict[str, GroupedColumn],
                  weights: np.ndarray) -> CountTable | None:
     """Encode the grouped extract as ``aggregate_chunks`` does (same keys, same order)."""
     needed = config.dimensions + config.informative
+    for name in numeric_informative(config):  # one spelling per number, as the domain has it
+        grouped[name] = _canonical(grouped[name])
     filled = {c: _filled(config, c, grouped[c]) for c in needed}
     incomplete = np.zeros(weights.size, dtype=bool)
     for name in needed:
@@ -256,6 +260,19 @@ def _count_table(config: DatasetConfig, grouped: dict[str, GroupedColumn],
         counts=counts, informative=informative, n_rows=int(kept.sum()),
         public_domain=bool(config.informative) and config.informative_domain is not None,
         dropped_rows=dropped)
+
+
+def _canonical(column: GroupedColumn) -> GroupedColumn:
+    """The column with its distinct values in one spelling per number (``3.0`` -> ``3``):
+    spellings of one number become one value, so the groups' codes point to it."""
+    codes, uniques = pd.factorize(canonical_numbers(column.values), use_na_sentinel=False)
+    values = pd.Series(np.asarray(uniques, dtype=object), dtype=object)
+    if values.isna().any():  # the null value last, as ``_ColumnEncoder`` keeps it
+        null = int(np.flatnonzero(values.isna().to_numpy())[0])
+        order = np.array([i for i in range(len(values)) if i != null] + [null])
+        codes = np.argsort(order)[codes]
+        values = values.iloc[order].reset_index(drop=True)
+    return GroupedColumn(values, codes.astype(np.int64)[column.index])
 
 
 def _filled(config: DatasetConfig, name: str, column: GroupedColumn) -> pd.Series:

@@ -9,14 +9,23 @@ is claimed and what was spent can never drift apart.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 
 from medrelease.errors import BudgetExceededError, MedreleaseError
 
 ADD_REMOVE_ONE_ROW = "add/remove one row"
-# What a reader must not miss: "one individual" reads as one patient, and the unit is a row.
-ROW_UNIT_NOTE = ("The privacy unit is one row of the extract (one admission or visit), not one "
-                 "patient: a patient with k rows is protected at about k times epsilon.")
+
+
+def row_unit_note(row_noun: str | None = None, unit_noun: str | None = None) -> str:
+    """What a reader must not miss under add/remove one row: "one individual" reads as one
+    person, and the unit is a row. In the config's own words (``privacy.row_noun`` /
+    ``unit_noun``), generic when it names none (a table of households never says 'patient')."""
+    row = f" (one {row_noun})" if row_noun and row_noun != "row" else ""
+    if unit_noun and unit_noun != "row":
+        return (f"The privacy unit is one row of the extract{row}, not one {unit_noun}: a "
+                f"{unit_noun} with k rows is protected at about k times epsilon.")
+    return (f"The privacy unit is one row of the extract{row}, not one person or thing the "
+            "rows describe: one described by k rows is protected at about k times epsilon.")
 TOLERANCE = 1e-9
 
 
@@ -50,9 +59,14 @@ class Guarantee:
     proven: bool
     label: str
     notes: str = ""
+    # The config's words for one row and for whom rows describe (the statement's row note);
+    # not part of the record (``as_dict``): the statement carries them.
+    row_noun: str | None = None
+    unit_noun: str | None = None
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if f.name not in ("row_noun", "unit_noun")}
 
     @classmethod
     def no_dp_claim(cls, mechanism: str, label: str, notes: str) -> Guarantee:
@@ -64,7 +78,8 @@ class Guarantee:
         if self.epsilon is None:
             return f"{self.label}."
         core = f"(epsilon={self.epsilon:g}, delta={self.delta:g})-differential privacy"
-        unit = f" {ROW_UNIT_NOTE}" if self.neighbouring == ADD_REMOVE_ONE_ROW else ""
+        unit = (f" {row_unit_note(self.row_noun, self.unit_noun)}"
+                if self.neighbouring == ADD_REMOVE_ONE_ROW else "")
         if self.proven:
             return f"{core} under {self.neighbouring} ({self.label}).{unit}"
         return f"Claimed {core} under {self.neighbouring} — {self.label}.{unit}"
