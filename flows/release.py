@@ -494,7 +494,8 @@ def _release_resolved(request: ReleaseRequest, budget: BudgetInView, resolved: R
             else:
                 chosen, candidates = _choose_and_materialize(request, config, context,
                                                              release_plan, runner, fixed)
-        checks = check_output(quote(config), quote(context), quote(chosen))
+        checks = check_output(quote(config), quote(context), quote(chosen),
+                              release_plan.mechanism)
         published = publish_release(quote(RunFacts(config, input_info, release_plan, context, chosen,
                                                    charge, checks, candidates, run_id,
                                                    resolved.requested_at)),

@@ -7,7 +7,7 @@ from prefect.cache_policies import NO_CACHE
 
 from medrelease.data.config import DatasetConfig
 from medrelease.errors import MedreleaseError
-from medrelease.mechanisms import output_columns
+from medrelease.mechanisms import capabilities, output_columns
 from medrelease.mechanisms.base import ReleaseContext
 from medrelease.release import MaterializedRelease
 from schemas.output import CheckReport, OutputExpectations, check_release
@@ -34,8 +34,11 @@ def expectations_for(config: DatasetConfig, context: ReleaseContext | None,
         column: context.counts.informative[column].tolist()
         for column in context.counts.informative.columns
     }
+    synthetic = bool(mechanism) and capabilities(mechanism).kind == "synthetic"
     return OutputExpectations(
         columns=list(context.counts.dimensions) + list(context.counts.informative.columns),
+        star_allowed=not synthetic,  # synthetic rows are drawn at the leaves: never '*'
+
         dimension_labels=labels,
         informative_domain=informative,
         min_rows=chosen.row_bounds[0],

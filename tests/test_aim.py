@@ -260,6 +260,8 @@ def test_aim_releases_through_the_flow_with_its_rounds_public_and_nothing_input_
         parameters={"rounds_per_column": 1, "iters": 50, "final_iters": 100}))
     manifest = result["manifest"]
     assert manifest["mechanism"] == "aim" and manifest["checks"]["passed"]
+    checks = " ".join(manifest["checks"]["checks"])  # synthetic rows' checks, not ipa's words
+    assert "leaf label" in checks and "ladder" not in checks and "suppressed" not in checks
     assert manifest["epsilon_spent"] == pytest.approx(1.0)
     assert manifest["delta_spent"] == pytest.approx(1e-6)
     assert "rho" in manifest["guarantee"]["notes"] and "zCDP" in manifest["guarantee"]["label"]
