@@ -6,8 +6,8 @@ checks, stage by stage, and keeps going after a failure wherever the next stage 
 what failed: the config (pydantic lists all its errors), each taxonomy on its own, the domain,
 the extract's files (input-folder rule, links), the input schema (pandera, lazily: one entry per
 column and problem), the missing-value limit, and the plan (mechanism, parameters, policy,
-lattice size) that ``tasks/budget.plan`` makes. There is no second validator: every message is
-the engine's, so ``check`` and ``release`` cannot disagree.
+lattice size, work limits) that the flow's plan step makes (``plan_for_config``). There is no
+second validator: every message is the engine's, so ``check`` and ``release`` cannot disagree.
 
 Nothing is spent or written to the ledger, no noise is drawn, Prefect is never imported.
 Findings carry columns, counts and file lines, never values; the values of an input failure go
@@ -216,25 +216,16 @@ def _input_findings(exc: InputValidationError, where: str, word: str) -> list[Fi
 
 def _plan(config: DatasetConfig, mechanism: str | None, epsilon: float | None,
           report: CheckReport) -> None:
-    """The plan ``tasks/budget.plan`` makes: mechanism, parameters, guarantee, policy,
-    lattice limit; then the work it means, from public facts and the input's size."""
-    from medrelease.mechanisms import capabilities, check_fits
-    from medrelease.release import (
-        PublicFacts,
-        enforce_lattice_limit,
-        enforce_policy,
-        lattice_size,
-        plan_release,
-        resolve_mechanism,
-    )
+    """The plan the flow makes (``plan_for_config``: mechanism, parameters, guarantee, policy,
+    lattice and work limits); then the work it means, from public facts and the input's
+    size."""
+    from medrelease.mechanisms import capabilities
+    from medrelease.release import lattice_size, plan_for_config, resolve_mechanism
 
     try:
         resolved = resolve_mechanism(config, mechanism, epsilon)
-        check_fits(config, resolved.name)
         nodes = lattice_size(config)
-        plan = plan_release(resolved.name, resolved.params, nodes, None, PublicFacts.of(config))
-        enforce_policy(config, plan)
-        enforce_lattice_limit(config, plan, nodes)
+        plan = plan_for_config(config, resolved.name, resolved.params, None)
     except MedreleaseError as exc:
         report.findings.append(Finding("plan", str(exc)))
         return

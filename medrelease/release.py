@@ -294,6 +294,21 @@ def enforce_work_limits(config: DatasetConfig, plan: ReleasePlan) -> None:
         check(config, plan.params)
 
 
+def plan_for_config(config: DatasetConfig, mechanism: str, params: dict[str, Any],
+                    seed: int | None) -> ReleasePlan:
+    """The release's plan, held to everything public facts can decide: the mechanism fits the
+    config, its parameters and guarantee, the dataset's policy, the lattice and work limits.
+    Reads no data and draws no noise; the flow's plan step and ``medrelease check`` both run
+    exactly this."""
+    check_fits(config, mechanism)
+    nodes = lattice_size(config)
+    release_plan = plan_release(mechanism, params, nodes, seed, PublicFacts.of(config))
+    enforce_policy(config, release_plan)
+    enforce_lattice_limit(config, release_plan, nodes)
+    enforce_work_limits(config, release_plan)
+    return release_plan
+
+
 def enforce_noise_rows(config: DatasetConfig, context: ReleaseContext, plan: ReleasePlan
                        ) -> float:
     """Refuse a release whose noise alone is expected to add more rows than the policy allows

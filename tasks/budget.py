@@ -10,7 +10,6 @@ from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from medrelease.data.config import DatasetConfig
-from medrelease.mechanisms import check_fits
 from medrelease.privacy.ledger import (
     BudgetState,
     Ledger,
@@ -18,15 +17,7 @@ from medrelease.privacy.ledger import (
     reconcile,
     request_record,
 )
-from medrelease.release import (
-    PublicFacts,
-    ReleasePlan,
-    enforce_lattice_limit,
-    enforce_policy,
-    enforce_work_limits,
-    lattice_size,
-    plan_release,
-)
+from medrelease.release import ReleasePlan, plan_for_config
 from medrelease.settings import steward_root, store_root, test_store_root
 from medrelease.storage.store import (
     ReleaseStore,
@@ -55,14 +46,8 @@ class Charge:
 @task(name="plan-release", cache_policy=NO_CACHE)
 def plan(config: DatasetConfig, mechanism: str, params: dict, seed: int | None) -> ReleasePlan:
     """Validate parameters, state the guarantee from public facts only, and hold the request
-    to the dataset's policy; reads no data and draws no noise."""
-    check_fits(config, mechanism)
-    nodes = lattice_size(config)
-    release_plan = plan_release(mechanism, params, nodes, seed, PublicFacts.of(config))
-    enforce_policy(config, release_plan)
-    enforce_lattice_limit(config, release_plan, nodes)
-    enforce_work_limits(config, release_plan)
-    return release_plan
+    to the dataset's policy and limits (``plan_for_config``); reads no data, draws no noise."""
+    return plan_for_config(config, mechanism, params, seed)
 
 
 @task(name="check-before-charge", cache_policy=NO_CACHE)

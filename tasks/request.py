@@ -11,9 +11,9 @@ from prefect.cache_policies import NO_CACHE
 from medrelease.data.config import find_config
 from medrelease.data.extract import resolve_extract
 from medrelease.privacy.ledger import Ledger
-from medrelease.release import resolve_mechanism
+from medrelease.release import lattice_size, resolve_mechanism
 from medrelease.request import ResolvedRequest, enforce_first_cap, enforce_source_policy
-from tasks.budget import lattice_size, plan
+from tasks.budget import plan
 
 
 @task(name="resolve-request", cache_policy=NO_CACHE)

@@ -211,6 +211,16 @@ def test_check_shows_the_release_it_would_run(home: Path) -> None:
     assert "workload marginals" in result.output and "nothing spent" in result.output
 
 
+def test_check_holds_the_plan_to_the_flows_work_limits(home: Path) -> None:
+    """``check`` plans exactly as the flow does (``plan_for_config``): a DiffGen cut whose noise
+    would pass ``max_noise_rows`` is a problem here too, not only once the release runs."""
+    result = CliRunner().invoke(app, ["check", "adult", "--mechanism", "diffgen",
+                                      "--epsilon", "0.01"], env=WIDE)
+    assert result.exit_code == 1, result.output
+    assert "max_noise_rows" in " ".join(result.output.split()), result.output
+    assert not (home / "ledger.sqlite").exists()
+
+
 def test_init_and_check_never_import_prefect(tmp_path: Path, home: Path) -> None:
     generated_visits(tmp_path / "visits.csv", rows=300)
     script = textwrap.dedent(f"""\
