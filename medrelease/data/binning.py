@@ -21,13 +21,14 @@ import re
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from medrelease.errors import TaxonomyError
 
-SUPPRESSED = "*"
+SUPPRESSED = "*"  # the top of every taxonomy: the value generalized away (one definition)
 DECIMAL = re.compile(r"^\s*[+-]?(\d+(\.\d*)?|\.\d+)\s*$")
 WHOLE = re.compile(r"^\s*[+-]?\d+(\.0*)?\s*$")
 MAX_BINS = 5_000_000
@@ -132,10 +133,33 @@ def _number_text(value: Fraction) -> str:
     return text.rstrip("0").rstrip(".") if "." in text else text
 
 
-def binned_levels(attribute: str, spec: dict, source: str = "", max_leaves: int = MAX_BINS):
-    """Compile a numeric YAML spec with resolution / top / bottom / missing into a taxonomy."""
-    from medrelease.data.taxonomy import from_leaf_paths
+def check_leaf_count(attribute: str, leaves: int, max_leaves: int, source: str = "") -> None:
+    """Refuse a taxonomy above the policy's size limit before building it (minutes of work
+    and gigabytes for millions of bins, all before any budget is charged). Here, below
+    ``taxonomy.py``, because a binned taxonomy counts its bins before computing any."""
+    if leaves > max_leaves:
+        where = f" ({Path(source).name})" if source else ""
+        raise TaxonomyError(
+            f"the taxonomy of {attribute!r}{where} would have {leaves:,} leaves, over the "
+            f"limit of {max_leaves:,} (policy: max_taxonomy_leaves in the dataset config); "
+            "use a coarser resolution or fewer values, or raise the limit. Nothing was read "
+            "or spent.")
 
+
+@dataclass(frozen=True)
+class BinnedLeaves:
+    """A numeric YAML spec compiled to what a binned taxonomy is built from: every leaf's
+    label, each leaf's labels at levels 1..h (ending in ``*``), and the exact binning."""
+
+    labels: list[str]
+    paths: list[list[str]]
+    binning: Binning
+
+
+def binned_leaves(attribute: str, spec: dict, source: str = "",
+                  max_leaves: int = MAX_BINS) -> BinnedLeaves:
+    """Compile a numeric YAML spec with resolution / top / bottom / missing into leaves and
+    their paths (``taxonomy.load_yaml_rules`` builds the ``binned`` taxonomy from them)."""
     where = f" for {attribute!r} in {source}" if source else f" for {attribute!r}"
     domain = spec["domain"]
     low = _fraction(domain.get("min"), "domain min", where)
@@ -153,8 +177,6 @@ def binned_levels(attribute: str, spec: dict, source: str = "", max_leaves: int 
         raise TaxonomyError(f"numeric taxonomy{where}: top_code and bottom_code must lie on the "
                             f"resolution grid ({_number_text(step)} from the domain minimum)")
     n_regular = int((end - start) / step)
-    from medrelease.data.taxonomy import check_leaf_count
-
     check_leaf_count(attribute, n_regular, max_leaves, source)
     if n_regular < 0 or n_regular > MAX_BINS:
         raise TaxonomyError(f"numeric taxonomy{where}: {n_regular:,} bins; between 0 and "
@@ -167,8 +189,7 @@ def binned_levels(attribute: str, spec: dict, source: str = "", max_leaves: int 
         labels.append(str(missing))
         paths.append([str(missing)] * (len(paths[0]) - 1) + [SUPPRESSED] if paths else
                      [SUPPRESSED])
-    taxonomy = from_leaf_paths(attribute, "categorical", labels, paths, source=source)
-    return taxonomy, binning
+    return BinnedLeaves(labels, paths, binning)
 
 
 def _leaf_spans(binning: Binning) -> tuple[list[Fraction], list[Fraction | None]]:

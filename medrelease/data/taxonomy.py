@@ -13,7 +13,7 @@ Two file formats (ALGORITHMS.md §1):
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -21,10 +21,15 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from medrelease.data.binning import WHOLE, Binning, binned_levels
+from medrelease.data.binning import (  # (SUPPRESSED, check_leaf_count: one definition each)
+    SUPPRESSED,
+    WHOLE,
+    Binning,
+    binned_leaves,
+    check_leaf_count,
+)
 from medrelease.errors import InputValidationError, TaxonomyError, format_rows, position_numbers
 
-SUPPRESSED = "*"
 # The policy's default limit on a taxonomy's leaves (max_taxonomy_leaves): a million decimal bins
 # took 24 s to build here and five million minutes, all before the charge; a 5-digit zip code
 # has 100,000 leaves, ICD-9 17,553.
@@ -163,6 +168,7 @@ def from_leaf_paths(
     paths: list[list[str]],
     source: str = "",
     bounds: list[list[tuple[int, int]]] | None = None,
+    binning: Binning | None = None,
 ) -> Taxonomy:
     """Build a taxonomy from each leaf's labels at levels 1..h, checking it is a proper tree.
 
@@ -227,6 +233,7 @@ def from_leaf_paths(
         level_leaf_counts=tuple(level_counts),
         level_bounds=tuple(level_bounds) if level_bounds is not None else None,
         source=source,
+        binning=binning,
     )
 
 
@@ -355,18 +362,6 @@ def numeric_levels(
 BINNED_KEYS = ("resolution", "top_code", "bottom_code", "missing")
 
 
-def check_leaf_count(attribute: str, leaves: int, max_leaves: int, source: str = "") -> None:
-    """Refuse a taxonomy above the policy's size limit before building it (minutes of work
-    and gigabytes for millions of bins, all before any budget is charged)."""
-    if leaves > max_leaves:
-        where = f" ({Path(source).name})" if source else ""
-        raise TaxonomyError(
-            f"the taxonomy of {attribute!r}{where} would have {leaves:,} leaves, over the "
-            f"limit of {max_leaves:,} (policy: max_taxonomy_leaves in the dataset config); "
-            "use a coarser resolution or fewer values, or raise the limit. Nothing was read "
-            "or spent.")
-
-
 def load_yaml_rules(path: Path, attribute: str, max_leaves: int = DEFAULT_MAX_LEAVES
                     ) -> Taxonomy:
     """Read a YAML numeric taxonomy: ``domain: {min, max}`` and ``levels: [{width|cuts}, ...]``,
@@ -382,9 +377,9 @@ def load_yaml_rules(path: Path, attribute: str, max_leaves: int = DEFAULT_MAX_LE
     if not isinstance(spec["domain"], dict):
         raise TaxonomyError(f"taxonomy {path}: 'domain' must be a mapping {{min, max}}")
     if any(key in spec for key in BINNED_KEYS):
-        taxonomy, binning = binned_levels(attribute, spec, source=str(path),
-                                          max_leaves=max_leaves)
-        return replace(taxonomy, kind="binned", binning=binning)
+        binned = binned_leaves(attribute, spec, source=str(path), max_leaves=max_leaves)
+        return from_leaf_paths(attribute, "binned", binned.labels, binned.paths,
+                               source=str(path), binning=binned.binning)
     domain = spec["domain"]
     try:
         low, high = int(domain["min"]), int(domain["max"])
