@@ -365,7 +365,7 @@ def check(
 def mechanisms() -> None:
     """The registered mechanisms: guarantee, what they take, and their parameters."""
     from medrelease.mechanisms import MECHANISMS, label
-    from medrelease.release import PUBLIC_FACTS
+    from medrelease.plan import PUBLIC_FACTS
 
     table = Table(title="release mechanisms (registry)", expand=True)
     for column in ("mechanism", "parameters (name: description)"):

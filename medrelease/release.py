@@ -1,8 +1,10 @@
-"""The release driver: plan -> score every lattice node -> select privately -> materialize.
+"""The release driver: plan -> (by the mechanism's kind) score every lattice node -> select
+privately -> materialize; or release from the rows; or synthesize.
 
-Each stage is a plain function over small objects so that the Prefect flow can run the same
-stages as tasks (``tasks/``) and fan the scoring out over batches of nodes; ``release()`` runs
-them in-process, optionally on a thread pool.
+Each stage is a plain function over small objects (``medrelease/plan.py``) so that the Prefect
+flow can run the same stages as tasks (``tasks/``) and fan the scoring out over batches of
+nodes; ``release()`` runs them in-process, optionally on a thread pool. The driver calls the
+hooks of the mechanism contract (``medrelease/mechanisms/contract.py``) and nothing else.
 """
 
 from __future__ import annotations
@@ -10,17 +12,17 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, replace
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from medrelease.data.aggregate import CountTable, aggregate, prepare_table
+from medrelease.data.aggregate import CountTable, aggregate
 from medrelease.data.config import DatasetConfig
 from medrelease.data.lattice import DEFAULT_BATCH_SIZE, Lattice, Node
 from medrelease.data.taxonomy import SUPPRESSED
-from medrelease.data.units import UnitBound, bound_frame, unit_relation
+from medrelease.data.units import UnitBound, bound_frame
 from medrelease.errors import ParameterError, PolicyError
 from medrelease.evidence.metrics import ILParts, ReleasedCells, information_loss
 from medrelease.mechanisms import (
@@ -31,11 +33,21 @@ from medrelease.mechanisms import (
     uses_lattice,
 )
 from medrelease.mechanisms.base import (
-    MechanismParams,
+    SELECTION_SENSITIVITY,
     NodeSummary,
     ReleaseContext,
+    ReleaseShape,
     declared_draws,
     summarize,
+)
+from medrelease.plan import (
+    PUBLIC_FACTS,
+    MaterializedRelease,
+    PublicFacts,
+    Release,
+    ReleasePlan,
+    ResolvedMechanism,
+    numeric_predictors,
 )
 from medrelease.privacy.guarantee import BudgetStep, Guarantee, PrivacyAccountant
 from medrelease.privacy.ledger import MAX_CAP_DELTA, MAX_CAP_EPSILON
@@ -47,75 +59,11 @@ from medrelease.privacy.randomness import (
 )
 from medrelease.storage.released_rows import ReleasedRows
 
-SELECTION_SENSITIVITY = 3.0
+# (PUBLIC_FACTS, SELECTION_SENSITIVITY and the plan's types: imported here for the modules that
+# still read them from the driver — tasks/ and flows/ owned elsewhere; new code imports plan.py)
+__all__ = ["PUBLIC_FACTS", "SELECTION_SENSITIVITY", "MaterializedRelease", "PublicFacts",
+           "Release", "ReleasePlan", "ResolvedMechanism", "numeric_predictors"]
 Progress = Callable[[int, int], None]
-
-
-@dataclass
-class ReleasePlan:
-    """A mechanism with validated parameters, its privacy map, and the seeds of every stage.
-
-    Seeds are internal: they determine the noise and must never be logged or published.
-    """
-
-    mechanism: str
-    params: MechanismParams
-    guarantee: Guarantee
-    budget_steps: list[BudgetStep]
-    random: RandomSource
-    node_seeds: list[np.random.SeedSequence] = field(repr=False)
-    selection_seed: np.random.SeedSequence = field(repr=False)
-    release_seed: np.random.SeedSequence = field(repr=False)
-    shuffle_seed: np.random.SeedSequence = field(repr=False)
-    unit: UnitBound | None = None  # the declared unit's bound, for mechanisms calibrated to it
-
-    @property
-    def selection_epsilon(self) -> float:
-        """The node choice's epsilon: its declared budget step's where the mechanism names one
-        (the privacy map drives the noise), else the paper mechanism's eps_candidates."""
-        step = getattr(get_mechanism(self.mechanism), "selection_step", None)
-        if step is not None:
-            return next(s.epsilon for s in self.budget_steps if s.step == step)
-        return float(getattr(self.params, "eps_candidates", 0.0) or 0.0)
-
-
-@dataclass(frozen=True)
-class PublicFacts:
-    """What a plan may depend on besides the request: fixed by the dataset config, never read
-    from the data (so no threshold or parameter can move with the table)."""
-
-    public_domain: bool = False
-    n_numeric: int = 0
-    max_rows: int | None = None
-    unit_rows: int = 1  # rows one unit may have after the bound (1: the unit is one row)
-    unit_column: str | None = None  # the declared unit's identifier column
-    unit_relation: str | None = None  # the neighbouring relation in words, for that unit
-    domain_from_data: str | None = None  # informative column whose domain was read from data
-    row_noun: str | None = None  # the config's word for one row (the row note; none: generic)
-    unit_noun: str | None = None  # the config's word for whom rows describe
-
-    @classmethod
-    def of(cls, config: DatasetConfig) -> PublicFacts:
-        privacy, unit = config.privacy, config.unit_column
-        return cls(public_domain=config.informative_domain is not None,
-                   domain_from_data=config.domain_read_from_data,
-                   n_numeric=numeric_predictors(config), max_rows=privacy.max_rows,
-                   unit_rows=privacy.max_rows_per_unit if unit else 1, unit_column=unit,
-                   unit_relation=unit_relation(privacy.unit_words, privacy.row_words, unit,
-                                               privacy.max_rows_per_unit) if unit else None,
-                   row_noun=privacy.row_noun, unit_noun=privacy.unit_noun)
-
-
-PUBLIC_FACTS = tuple(f.name for f in fields(PublicFacts))  # set from the config, never by a request
-
-
-@dataclass(frozen=True)
-class ResolvedMechanism:
-    """Which mechanism runs with which raw parameters, and where each came from."""
-
-    name: str
-    params: dict[str, Any]
-    source: str  # "request" or "dataset config" (the mechanism's name)
 
 
 def resolve_mechanism(config: DatasetConfig, mechanism: str | None = None,
@@ -193,6 +141,9 @@ def plan_release(
         shuffle_seed=seeds[n_nodes + 2],
         unit=UnitBound(facts.unit_column, facts.unit_rows, source.unit_stream())
         if calibrated else None,
+        kind=impl.capabilities.kind,
+        selection_epsilon=next(s.epsilon for s in steps if s.step == impl.selection_step)
+        if impl.selection_step is not None else 0.0,
     )
 
 
@@ -288,10 +239,8 @@ def enforce_work_limits(config: DatasetConfig, plan: ReleasePlan) -> None:
     bounds from public facts only — its parameters, the taxonomies, the declared domains and
     the policy's limits — before anything is read or spent (the flow's plan step; like the
     other policy limits, not the in-process engine, which spends nothing). A mechanism that
-    needs no such bound beyond ``enforce_noise_rows`` declares no ``check_work``."""
-    check = getattr(get_mechanism(plan.mechanism), "check_work", None)
-    if check is not None:
-        check(config, plan.params)
+    needs no such bound beyond ``enforce_noise_rows`` keeps ``MechanismBase.check_work``."""
+    get_mechanism(plan.mechanism).check_work(config, plan.params)
 
 
 def plan_for_config(config: DatasetConfig, mechanism: str, params: dict[str, Any],
@@ -314,8 +263,7 @@ def enforce_noise_rows(config: DatasetConfig, context: ReleaseContext, plan: Rel
     """Refuse a release whose noise alone is expected to add more rows than the policy allows
     (computed from public facts: taxonomies, declared domain, parameters); before the charge.
     Returns the expectation (the steward record keeps it)."""
-    impl = get_mechanism(plan.mechanism)
-    expected = getattr(impl, "expected_noise_rows", lambda *_: 0.0)(context, plan.params)
+    expected = get_mechanism(plan.mechanism).expected_noise_rows(context, plan.params)
     limit = config.policy.max_noise_rows
     if expected > limit:
         raise PolicyError(
@@ -331,11 +279,10 @@ def enforce_noise_rows(config: DatasetConfig, context: ReleaseContext, plan: Rel
 
 def candidate_nodes(context: ReleaseContext, plan: ReleasePlan) -> list[Node]:
     """The nodes a mechanism scores, in depth-first roll-up order."""
-    impl = get_mechanism(plan.mechanism)
-    wanted = getattr(impl, "candidate_nodes", None)
+    wanted = get_mechanism(plan.mechanism).candidate_nodes(context, plan.params)
     if wanted is None:
         return context.lattice.dfs_order()
-    chosen = set(wanted(context, plan.params))
+    chosen = set(wanted)
     return [n for n in context.lattice.dfs_order() if n in chosen]
 
 
@@ -403,19 +350,10 @@ def score_nodes(
     impl = get_mechanism(plan.mechanism)
     lattice = context.lattice
     out = []
-    deterministic = getattr(impl, "score_node", None)
-    for table in lattice.iter_tables(nodes):
-        if deterministic is not None:  # a score from the roll-up alone: nothing is drawn
-            out.append(deterministic(context, table, plan.params))
-            continue
+    for table in lattice.iter_tables(nodes):  # (each candidate through the plan's steps)
         index = lattice.index(table.node)
-        if impl.capabilities.draws_declared_steps:  # each candidate through the plan's steps
-            draws = declared_draws(impl, plan.budget_steps)
-            cells = impl.perturb_node(context, table, plan.node_seeds[index], plan.params, draws)
-            draws.close()
-        else:
-            cells = impl.perturb_node(context, table, plan.node_seeds[index], plan.params)
-        out.append(summarize(index, table.node, cells))
+        out.append(impl.score_node(context, table, index, plan.node_seeds[index], plan.params,
+                                   plan.budget_steps))
     return out
 
 
@@ -444,11 +382,9 @@ def select_node(plan: ReleasePlan, summaries: Sequence[NodeSummary]) -> tuple[in
 
 def selection_utility(plan: ReleasePlan, ordered: Sequence[NodeSummary]
                       ) -> tuple[np.ndarray, float, bool]:
-    """(scores, sensitivity, monotone): the mechanism's own score, else the paper's 3 - IL."""
-    own = getattr(get_mechanism(plan.mechanism), "selection_utility", None)
-    if own is not None:
-        return own(list(ordered), plan.params)
-    return np.array([3.0 - s.il for s in ordered]), SELECTION_SENSITIVITY, False
+    """(scores, sensitivity, monotone): the mechanism's own score, else the paper's 3 - IL
+    (``MechanismBase.selection_utility``)."""
+    return get_mechanism(plan.mechanism).selection_utility(list(ordered), plan.params)
 
 
 def fixed_index(context: ReleaseContext, plan: ReleasePlan) -> int | None:
@@ -545,29 +481,6 @@ def _level_categories(taxonomy, levels: list[int]) -> tuple[list[str], dict[int,
     return labels, lookups
 
 
-@dataclass
-class MaterializedRelease:
-    """The chosen node's released table, its information loss and its plausible row range."""
-
-    index: int
-    node: Node
-    rows: ReleasedRows
-    il: ILParts | None
-    row_bounds: tuple[int, int]
-    details: dict[str, Any] = field(default_factory=dict)
-    summary: NodeSummary | None = None
-    nodes: tuple[Node, ...] = ()  # every node whose labels appear (ipa's ladder), else (node,)
-    # For the researcher (published): 95 % intervals / bounds from the mechanism's outputs and
-    # public parameters only, and tables published beside the data (aim's measurements).
-    error_bars: dict[str, Any] = field(default_factory=dict)
-    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
-
-    @property
-    def table(self) -> pd.DataFrame:
-        """Every released row in memory; the flow never asks for it (it streams ``rows``)."""
-        return self.rows.to_frame()
-
-
 def materialize_table(context: ReleaseContext, plan: ReleasePlan, index: int) -> MaterializedRelease:
     cells, steps_drawn = draw_release(context, plan, index)
     node = context.lattice.nodes[index]
@@ -588,21 +501,12 @@ def materialize_table(context: ReleaseContext, plan: ReleasePlan, index: int) ->
         node=node,
         rows=rows,
         il=information_loss(cells),
-        row_bounds=impl.row_bounds(plan.params, cells),
+        row_bounds=impl.row_bounds(plan.params, ReleaseShape(cells=cells)),
         details=details,
         summary=summarize(index, node, cells),
         nodes=tuple(nodes),
-        error_bars=error_bars_of(impl, plan.params, context, node),
+        error_bars=impl.error_bars(plan.params, context, node),
     )
-
-
-def error_bars_of(impl: Any, params: MechanismParams, context: ReleaseContext | None = None,
-                  node: Node | None = None) -> dict[str, Any]:
-    """The mechanism's published error bars (public parameters and the node's public domain
-    only); {} for a mechanism that declares none. (``IPA`` and ``IPAPaper`` do not share
-    ``MechanismBase`` yet, hence the lookup: issue 41 makes the contract one protocol.)"""
-    declared = getattr(impl, "error_bars", None)
-    return declared(params, context, node) if declared is not None else {}
 
 
 def degenerate_reason(rows: ReleasedRows, dimensions: Sequence[str],
@@ -624,33 +528,6 @@ def degenerate_reason(rows: ReleasedRows, dimensions: Sequence[str],
     return (f"DEGENERATE RELEASE: {what}. Too few rows per (class, value) cell for this epsilon "
             f"and delta ({guarantee.notes}). What would help: a larger epsilon, more rows (a "
             "longer period or more sites), coarser taxonomies, or fewer dimensions.")
-
-
-@dataclass
-class Release:
-    """A finished release and everything needed to defend it."""
-
-    table: pd.DataFrame
-    mechanism: str
-    params: dict[str, Any]
-    node: dict[str, int]
-    node_index: int
-    candidates: pd.DataFrame
-    guarantee: Guarantee
-    budget_steps: list[BudgetStep]
-    seed_policy: str
-    for_publication: bool
-    input_rows: int
-    released_il: ILParts
-    details: dict[str, Any] = field(default_factory=dict)  # mechanism's own summary (diffgen: cut)
-
-    @property
-    def released_rows(self) -> int:
-        return len(self.table)
-
-    @property
-    def epsilon_spent(self) -> float:
-        return math.fsum(s.epsilon for s in self.budget_steps)
 
 
 def candidates_frame(
@@ -677,10 +554,17 @@ def release_from_counts(
     progress: Progress | None = None,
     facts: PublicFacts | None = None,
 ) -> Release:
-    """Run every stage on an aggregated table (see ``release``)."""
+    """Run every stage of a lattice mechanism on an aggregated table (see ``release``)."""
     context = ReleaseContext.from_counts(counts)
     facts = facts or PublicFacts(public_domain=counts.public_domain)
     plan = plan_release(mechanism, params, len(context.lattice), seed, facts)
+    return release_lattice(context, plan, batch_size, workers, progress)
+
+
+def release_lattice(context: ReleaseContext, plan: ReleasePlan,
+                    batch_size: int = DEFAULT_BATCH_SIZE, workers: int = 1,
+                    progress: Progress | None = None) -> Release:
+    """Kind ``lattice``: score the candidates (unless the node is fixed), select, materialize."""
     index = fixed_index(context, plan)
     if index is not None:
         chosen = materialize_table(context, plan, index)
@@ -689,19 +573,30 @@ def release_from_counts(
         summaries = _score_all(context, plan, batch_size, workers, progress)
         index, probabilities = select_node(plan, summaries)
         chosen = materialize_table(context, plan, index)
+    dimensions = context.counts.dimensions
+    return finished_release(plan, chosen, context.counts.n_rows,
+                            node=dict(zip(dimensions, chosen.node, strict=True)),
+                            candidates=candidates_frame(context, summaries, probabilities))
+
+
+def finished_release(plan: ReleasePlan, chosen: MaterializedRelease, input_rows: int,
+                     node: dict[str, int] | None = None,
+                     candidates: pd.DataFrame | None = None) -> Release:
+    """The one place a ``Release`` is built, for every kind: the plan's guarantee, steps and
+    seed policy with the chosen output (no node and no candidates outside the lattice)."""
     return Release(
         table=chosen.table,
         mechanism=plan.mechanism,
         params=plan.params.model_dump(),
-        node=dict(zip(counts.dimensions, chosen.node, strict=True)),
-        node_index=index,
-        candidates=candidates_frame(context, summaries, probabilities),
+        node=node or {},
+        node_index=chosen.index,
+        candidates=candidates if candidates is not None else pd.DataFrame(),
         guarantee=plan.guarantee,
         budget_steps=plan.budget_steps,
         seed_policy=plan.random.seed_policy,
         for_publication=plan.random.for_publication,
-        input_rows=counts.n_rows,
-        released_il=chosen.il,
+        input_rows=input_rows,
+        released_il=chosen.il or ILParts(float("nan"), float("nan"), float("nan")),
         details=chosen.details,
     )
 
@@ -733,38 +628,19 @@ def _score_all(context: ReleaseContext, plan: ReleasePlan, batch_size: int, work
     return summaries
 
 
-def numeric_predictors(config: DatasetConfig) -> int:
-    return sum(1 for c in config.dimensions if config.taxonomies[c].kind == "numeric")
-
-
 def release_without_lattice(
     table: pd.DataFrame, config: DatasetConfig, plan: ReleasePlan, key: bytes | None = None
 ) -> MaterializedRelease:
-    """Mechanisms that do not search the lattice: Mondrian (on counts), pseudonymization (rows)."""
+    """Kind ``rows``: mechanisms that release from the rows in one pass (Mondrian on counts,
+    DiffGen, pseudonymization), through their ``release_rows``."""
     impl = get_mechanism(plan.mechanism)
     rng = generator_for(plan.release_seed)
-    if impl.capabilities.kind == "counts":
-        counts = aggregate(table, config)
-        released, il = impl.release_counts(counts, plan.params, rng)
-        n_rows = counts.n_rows
-    elif impl.capabilities.kind == "classification":
-        frame = prepare_table(table, config, include_class=True)
-        draws = (declared_draws(impl, plan.budget_steps)
-                 if impl.capabilities.draws_declared_steps else None)
-        released, summary = impl.release_frame(frame, config, plan.params, rng,
-                                               **({"draws": draws} if draws else {}))
-        return MaterializedRelease(index=-1, node=(), rows=ReleasedRows.from_frame(released),
-                                   il=None,
-                                   row_bounds=impl.row_bounds(plan.params, len(frame),
-                                                              summary["cells"]),
-                                   details=summary, error_bars=error_bars_of(impl, plan.params))
-    else:
-        frame = prepare_table(table, config, include_class=True)
-        released = impl.release_table(frame, config.dimensions, config.informative,
-                                      config.class_columns, plan.params, rng, key)
-        il, n_rows = None, len(frame)
-    return MaterializedRelease(index=-1, node=(), rows=ReleasedRows.from_frame(released), il=il,
-                               row_bounds=impl.row_bounds(plan.params, n_rows))
+    draws = (declared_draws(impl, plan.budget_steps)
+             if impl.capabilities.draws_declared_steps else None)
+    out = impl.release_rows(table, config, plan.params, rng, draws, key)
+    return MaterializedRelease(index=-1, node=(), rows=ReleasedRows.from_frame(out.table),
+                               il=out.il, row_bounds=impl.row_bounds(plan.params, out.shape),
+                               details=out.details, error_bars=impl.error_bars(plan.params))
 
 
 def release(
@@ -783,38 +659,21 @@ def release(
 
     Parameters not given come from the config's ``mechanism.params`` when the mechanism is the
     config's default. A ``seed`` makes the run reproducible and marks it not for publication.
+    One plan, made before the table is touched (bad parameters never cost a pass); then the
+    mechanism's declared kind decides the path.
     """
     resolved = resolve_mechanism(config, mechanism, None, params)
-    name, merged = resolved.name, resolved.params
-    # Parameters are checked before the table is touched, so bad parameters never cost a pass.
-    check_fits(config, name)
-    facts = PublicFacts.of(config)
-    probe = plan_release(name, merged, 0, seed, facts)
-    if probe.unit is not None:  # the privacy unit's bound runs before anything else
-        table, _ = bound_frame(table, probe.unit)
-    if get_mechanism(name).capabilities.kind == "synthetic":
-        from medrelease.synthetic.release import release_synthetic
-
-        plan = plan_release(name, merged, 0, seed, facts)
-        counts = aggregate(table, config)
-        chosen = release_synthetic(counts, config, plan)
-        return Release(
-            table=chosen.table, mechanism=plan.mechanism, params=plan.params.model_dump(),
-            node={}, node_index=-1, candidates=pd.DataFrame(), guarantee=plan.guarantee,
-            budget_steps=plan.budget_steps, seed_policy=plan.random.seed_policy,
-            for_publication=plan.random.for_publication, input_rows=counts.n_rows,
-            released_il=ILParts(float("nan"), float("nan"), float("nan")),
-            details=chosen.details)
-    if not uses_lattice(name):
-        plan = plan_release(name, merged, 0, seed, facts)
-        chosen = release_without_lattice(table, config, plan, key)
-        return Release(
-            table=chosen.table, mechanism=plan.mechanism, params=plan.params.model_dump(),
-            node={}, node_index=-1, candidates=pd.DataFrame(), guarantee=plan.guarantee,
-            budget_steps=plan.budget_steps, seed_policy=plan.random.seed_policy,
-            for_publication=plan.random.for_publication, input_rows=len(table),
-            released_il=chosen.il or ILParts(float("nan"), float("nan"), float("nan")),
-            details=chosen.details,
-        )
+    check_fits(config, resolved.name)
+    nodes = lattice_size(config) if uses_lattice(resolved.name) else 0
+    plan = plan_release(resolved.name, resolved.params, nodes, seed, PublicFacts.of(config))
+    if plan.unit is not None:  # the privacy unit's bound runs before anything else
+        table, _ = bound_frame(table, plan.unit)
+    if plan.kind == "rows":
+        return finished_release(plan, release_without_lattice(table, config, plan, key),
+                                len(table))
     counts = aggregate(table, config)
-    return release_from_counts(counts, name, merged, seed, batch_size, workers, progress, facts)
+    if plan.kind == "synthetic":
+        chosen = get_mechanism(plan.mechanism).synthesize(counts, config, plan)
+        return finished_release(plan, chosen, counts.n_rows)
+    return release_lattice(ReleaseContext.from_counts(counts), plan, batch_size, workers,
+                           progress)

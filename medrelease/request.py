@@ -13,8 +13,9 @@ from datetime import UTC, datetime
 from medrelease.data.config import DatasetConfig, ReleasePolicy
 from medrelease.data.extract import ResolvedExtract
 from medrelease.errors import ConfigError, PolicyError
+from medrelease.plan import ReleasePlan
 from medrelease.privacy.ledger import cap_bounds_problem
-from medrelease.release import ReleasePlan, enforce_policy
+from medrelease.release import enforce_policy
 
 
 @dataclass(frozen=True)

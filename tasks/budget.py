@@ -10,6 +10,7 @@ from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from medrelease.data.config import DatasetConfig
+from medrelease.plan import ReleasePlan
 from medrelease.privacy.ledger import (
     BudgetState,
     Ledger,
@@ -17,7 +18,7 @@ from medrelease.privacy.ledger import (
     reconcile,
     request_record,
 )
-from medrelease.release import ReleasePlan, plan_for_config
+from medrelease.release import plan_for_config
 from medrelease.settings import steward_root, store_root, test_store_root
 from medrelease.storage.store import (
     ReleaseStore,

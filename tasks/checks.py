@@ -9,7 +9,7 @@ from medrelease.data.config import DatasetConfig
 from medrelease.errors import MedreleaseError
 from medrelease.mechanisms import capabilities, output_columns
 from medrelease.mechanisms.base import ReleaseContext
-from medrelease.release import MaterializedRelease
+from medrelease.plan import MaterializedRelease
 from schemas.output import CheckReport, OutputExpectations, check_release
 
 

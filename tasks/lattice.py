@@ -12,9 +12,8 @@ from medrelease.data.lattice import Node
 from medrelease.errors import ParameterError
 from medrelease.mechanisms import capabilities
 from medrelease.mechanisms.base import NodeSummary, ReleaseContext
+from medrelease.plan import MaterializedRelease, ReleasePlan
 from medrelease.release import (
-    MaterializedRelease,
-    ReleasePlan,
     materialize_table,
     release_without_lattice,
     score_nodes,

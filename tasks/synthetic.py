@@ -8,7 +8,7 @@ from prefect.cache_policies import NO_CACHE
 
 from medrelease.data.aggregate import CountTable
 from medrelease.data.config import DatasetConfig
-from medrelease.release import MaterializedRelease, ReleasePlan
+from medrelease.plan import MaterializedRelease, ReleasePlan
 from medrelease.synthetic.aim_rounds import AIMRounds, RoundPlan, RoundRecord
 from medrelease.synthetic.release import aim_rounds, synthetic_release
 

@@ -17,6 +17,7 @@ import pandas as pd
 from medrelease.data.config import DatasetConfig
 from medrelease.mechanisms import get_mechanism
 from medrelease.mechanisms.base import ReleaseContext
+from medrelease.plan import PublicFacts, numeric_predictors
 from medrelease.privacy.intervals import (
     clipped_total_interval,
     noise_law_epsilon,
@@ -24,7 +25,6 @@ from medrelease.privacy.intervals import (
     thresholded_interval,
 )
 from medrelease.release import (
-    PublicFacts,
     draw_release,
     fixed_index,
     plan_release,
@@ -168,7 +168,6 @@ def run_histogram(table: Table, epsilon: float, seed: int) -> Tally:
 def run_diffgen(table: Table, epsilon: float, seed: int) -> Tally:
     from medrelease.data.aggregate import prepare_table
     from medrelease.privacy.randomness import generator_for
-    from medrelease.release import numeric_predictors
 
     config = table.class_config
     impl = get_mechanism("diffgen")

@@ -156,7 +156,7 @@ def _classification(given: InputRows, released: pd.DataFrame, config: DatasetCon
     for kind in ("tree", "forest"):
         scores[f"BA {kind}"] = model_scores(raw_train[predictors], raw_train[label],
                                             raw_test[predictors], raw_test[label], kind)
-    if capabilities(mechanism).kind == "classification" and details.get("cut"):
+    if capabilities(mechanism).kind == "rows" and details.get("cut"):  # (diffgen's cut)
         # relational columns by their cut labels; set-valued ones need the split history,
         # which the manifest does not carry
         generalized = get_mechanism(mechanism).generalize(raw_test, config,

@@ -43,8 +43,9 @@ from medrelease.evidence.audit import (
 from medrelease.mechanisms import diffgen as diffgen_module
 from medrelease.mechanisms import ipa as ipa_module
 from medrelease.mechanisms.base import ReleaseContext
+from medrelease.plan import PublicFacts
 from medrelease.privacy.zcdp import cdp_delta, gaussian_rho, grid_sigma_sq
-from medrelease.release import PublicFacts, plan_release, release, score_nodes, select_node
+from medrelease.release import plan_release, release, score_nodes, select_node
 from medrelease.synthetic import aim_rounds as aim_rounds_module
 from medrelease.synthetic.space import MarginalSpace
 

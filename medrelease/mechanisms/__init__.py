@@ -3,14 +3,22 @@
 Everything else derives from what each mechanism declares in its own file (``Params`` with
 field descriptions, ``guarantee``, ``budget_steps``, ``capabilities``, ``selection``): the flow's
 form (dropdown labels, the advanced parameters), the CLI's ``--param`` checks, the release
-driver, the evaluation and the audits. Adding a mechanism is its file plus ``register``.
+driver, the evaluation and the audits. Adding a mechanism is its file plus ``register``
+(the contract per kind: ``contract.py``; docs/ARCHITECTURE.md).
 """
 
 from __future__ import annotations
 
 from medrelease.errors import ParameterError
 from medrelease.mechanisms.aim import AIM
-from medrelease.mechanisms.base import Capabilities, LatticeMechanism, NodeSummary, ReleaseContext
+from medrelease.mechanisms.base import (
+    KINDS,
+    Capabilities,
+    MechanismBase,
+    NodeSummary,
+    ReleaseContext,
+)
+from medrelease.mechanisms.contract import PROTOCOLS, Mechanism, hooks
 from medrelease.mechanisms.diffgen import DiffGen
 from medrelease.mechanisms.histogram import Histogram
 from medrelease.mechanisms.ipa import IPA
@@ -19,7 +27,7 @@ from medrelease.mechanisms.kanon import KAnonymity
 from medrelease.mechanisms.mondrian import Mondrian
 from medrelease.mechanisms.pseudonymize import Pseudonymize
 
-MECHANISMS: dict[str, LatticeMechanism] = {}
+MECHANISMS: dict[str, Mechanism] = {}
 LABEL_SEPARATOR = " — "
 # A dataset whose config names no mechanism: ``aim`` (accurate marginals, synthetic rows) where
 # it can run, else ``ipa`` (real rows; it drops rare informative values without saying so).
@@ -27,12 +35,25 @@ DEFAULT_RULE = ("a dataset that names no mechanism gets aim where it declares it
                 "column's domain ('domain:') and its policy allows aim, else ipa")
 
 
-def register(mechanism: LatticeMechanism) -> LatticeMechanism:
-    """Add a mechanism (by its ``name``) to the registry; a second one of that name is refused."""
+def register(mechanism: Mechanism) -> Mechanism:
+    """Add a mechanism (by its ``name``) to the registry; a second one of that name is refused,
+    and so is one that does not inherit ``MechanismBase`` or lacks a hook of its kind."""
     if mechanism.name in MECHANISMS and MECHANISMS[mechanism.name] is not mechanism:
         raise ValueError(f"a mechanism named {mechanism.name!r} is already registered")
+    if not isinstance(mechanism, MechanismBase):
+        raise TypeError(f"mechanism {mechanism.name!r} does not inherit MechanismBase "
+                        "(medrelease/mechanisms/base.py)")
     if not isinstance(getattr(mechanism, "capabilities", None), Capabilities):
         raise TypeError(f"mechanism {mechanism.name!r} declares no Capabilities")
+    kind = mechanism.capabilities.kind
+    if kind not in KINDS:
+        raise TypeError(f"mechanism {mechanism.name!r} declares kind {kind!r}; the kinds are "
+                        f"{', '.join(KINDS)}")
+    protocol = PROTOCOLS[kind]
+    missing = [hook for hook in hooks(protocol) if not hasattr(mechanism, hook)]
+    if missing:
+        raise TypeError(f"mechanism {mechanism.name!r} of kind {kind!r} lacks "
+                        f"{', '.join(missing)} ({protocol.__name__}, contract.py)")
     MECHANISMS[mechanism.name] = mechanism
     return mechanism
 
@@ -47,7 +68,7 @@ for _mechanism in (IPA(), IPAPaper(), Histogram(), KAnonymity(), Mondrian(), Pse
     register(_mechanism)
 
 
-def get_mechanism(name: str) -> LatticeMechanism:
+def get_mechanism(name: str) -> Mechanism:
     try:
         return MECHANISMS[name]
     except KeyError:

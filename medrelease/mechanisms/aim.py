@@ -3,8 +3,8 @@
 AIM (McKenna, Mullins, Sheldon, Miklau, VLDB 2022) on Private-PGM (``mbi``), with candidates
 that are attribute sets *and taxonomy levels*: a coarse marginal is measured where the fine one
 would drown in noise, and the estimator takes it as a linear measurement of the fine clique.
-The rounds are in ``medrelease.synthetic.aim_rounds``; this file declares the parameters, the
-guarantee and the budget, as every mechanism does.
+The rounds are in ``medrelease.synthetic.aim_rounds`` (run by ``medrelease.synthetic.release``);
+this file declares the parameters, the guarantee and the budget, as every mechanism does.
 
 Released: synthetic rows at the taxonomies' leaves (and the informative column's declared
 domain), as many as a noisy total; no row describes a real patient. Guarantee: rho-zCDP with rho
@@ -13,18 +13,25 @@ the largest that implies the release's (eps, delta), for add/remove one row.
 
 from __future__ import annotations
 
-import itertools
 import math
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from pydantic import Field
 from pydantic.json_schema import SkipJsonSchema
 
+from medrelease.data.aggregate import CountTable
 from medrelease.errors import ParameterError
-from medrelease.mechanisms.base import Capabilities, MechanismBase, MechanismParams
+from medrelease.mechanisms.base import Capabilities, MechanismBase, MechanismParams, ReleaseShape
+from medrelease.plan import MaterializedRelease, ReleasePlan
 from medrelease.privacy.guarantee import ADD_REMOVE_ONE_ROW, BudgetStep, Guarantee
 from medrelease.privacy.randomness import MIN_NOISE_EPSILON
-from medrelease.privacy.zcdp import rho_for
+from medrelease.synthetic.release import (
+    release_rho,
+    release_synthetic,
+    rounds_rho,
+    sampled_row_bounds,
+)
 
 DEFAULT_DELTA = 1e-6
 
@@ -79,13 +86,13 @@ class AIM(MechanismBase):
     Params: ClassVar[type[MechanismParams]] = AIMParams
 
     def rho(self, params: AIMParams) -> float:
-        return rho_for(params.epsilon, params.delta)
+        return release_rho(params)
 
     def rounds_rho(self, params: AIMParams) -> float:
         """The rho the rounds calibrate for at row sensitivity: rho / m^2. A unit of m rows
         moves each marginal by at most m in L2 and each score by m w_r, so Gaussian noise and
         selections calibrated for one row at rho / m^2 are rho-zCDP for one unit."""
-        return self.rho(params) / params.unit_rows ** 2
+        return rounds_rho(params)
 
     def guarantee(self, params: AIMParams) -> Guarantee:
         rho = self.rho(params)
@@ -110,14 +117,18 @@ class AIM(MechanismBase):
             "exponential-mechanism selection (eps_t^2/8) and a discrete Gaussian measurement "
             "(1/(2 sigma_t^2)); rho's add up, the last round spends what is left")]
 
-    def row_bounds(self, params: AIMParams, noisy_total: float,
-                   total_sigma: float) -> tuple[int, int]:
+    def row_bounds(self, params: AIMParams, shape: ReleaseShape) -> tuple[int, int]:
         """Plausible released rows (steward check): within 12 of the noisy total's sigmas of
         the (clipped) noisy total the rows were sampled to — a DP output, never the input's
         row count, so whether a release passes the check does not depend on the data."""
-        spread = int(12 * total_sigma) + 1
-        centre = round(noisy_total)
-        return max(1, centre - spread), min(params.max_synthetic_rows, centre + spread)
+        return sampled_row_bounds(shape.noisy_total, shape.total_sigma,
+                                  params.max_synthetic_rows)
+
+    def synthesize(self, counts: CountTable, config: Any, plan: ReleasePlan,
+                   log: Callable[[str], None] | None = None) -> MaterializedRelease:
+        """Every round in this process, then the sampled rows (the flow runs the rounds as
+        tasks instead: ``tasks/synthetic.py``)."""
+        return release_synthetic(counts, config, plan, log)
 
     def smallest_round_epsilon(self, params: AIMParams, n_columns: int) -> float:
         """A lower bound on every round's selection epsilon, from public parameters only.
@@ -149,19 +160,3 @@ class AIM(MechanismBase):
                 f"{params.rounds_per_column} rounds); use a larger epsilon or fewer rounds "
                 "(parameter 'rounds_per_column'). Nothing was read or spent.")
 
-
-def default_workload(columns: list[str], degree: int) -> list[tuple[tuple[str, ...], float]]:
-    """Every marginal of 2 up to ``degree`` released columns, weight 1 (AIM's default shape)."""
-    return [(combo, 1.0) for k in range(2, max(2, degree) + 1)
-            for combo in itertools.combinations(columns, k)]
-
-
-def check_workload(workload: list[tuple[tuple[str, ...], float]], columns: list[str]) -> None:
-    known = set(columns)
-    for sets, weight in workload:
-        unknown = sorted(set(sets) - known)
-        if unknown:
-            raise ParameterError(f"aim: the workload names column(s) {', '.join(unknown)} that "
-                                 f"are not released; released: {', '.join(columns)}")
-        if not weight > 0:
-            raise ParameterError(f"aim: workload weight of {list(sets)} must be positive")

@@ -1,61 +1,39 @@
-"""What every lattice mechanism provides, and the pieces they share.
+"""The pieces every mechanism shares: ``MechanismBase`` (the default of every optional hook),
+``Capabilities``, ``ReleaseContext``, ``NodeSummary``, ``ReleaseShape`` and small helpers.
 
-A mechanism is a small object with a pydantic ``Params`` model and four functions:
-``guarantee`` and ``budget_steps`` (its privacy map, as data), ``perturb_node`` (one candidate's
-perturbation, returning counts only) and ``materialize`` (the cells released for the chosen
-node). The release driver and the Prefect tasks call these and nothing else.
+The contract itself — which hooks each kind of mechanism (lattice, rows, synthetic) provides —
+is in ``medrelease/mechanisms/contract.py``; the release driver calls those hooks and nothing
+else (docs/ARCHITECTURE.md).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
-from typing import Any, ClassVar, Protocol
+from dataclasses import dataclass
+from dataclasses import field as dataclass_field
+from typing import Any, ClassVar
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, ValidationError
+import pandas as pd
+from pydantic import ValidationError
 
 from medrelease.data.aggregate import CountTable
+from medrelease.data.config import DatasetConfig
 from medrelease.data.lattice import Lattice, Node, NodeTable
 from medrelease.errors import ParameterError
-from medrelease.evidence.metrics import ReleasedCells, class_ncp, information_loss
-from medrelease.privacy.guarantee import BudgetStep, Guarantee, StepDraws
+from medrelease.evidence.metrics import ILParts, ReleasedCells, class_ncp, information_loss
+from medrelease.plan import MechanismParams, NodeSummary  # (defined below mechanisms)
+from medrelease.privacy.guarantee import BudgetStep, StepDraws
 
 SHARE_TOLERANCE = 1e-9
 
 
-class MechanismParams(BaseModel):
-    """Common base: unknown parameters are an error, not silently ignored."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-@dataclass(frozen=True)
-class NodeSummary:
-    """A candidate as the selection sees it: small, never a table."""
-
-    index: int
-    node: Node
-    height: int
-    ncp: float
-    emd: float
-    rate: float
-    il: float
-    classes: int
-    suppressed_classes: int
-    suppressed_rows: int
-    noise_rows: int
-    released_rows: int
-    feasible: bool = True
-    score: float = float("nan")  # ipa: the selection score U (weight units); else unused
-
-    def as_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["node"] = list(self.node)
-        return out
-
-
 Selection = str  # "exponential" (private choice), "minimum_loss" (kanon), "fixed" (histogram)
+# The kinds of mechanism (``Capabilities.kind``), each with its protocol in contract.py:
+# "lattice" scores the generalization lattice's nodes and releases one (ipa, kanon, ...),
+# "rows" releases from the rows in one pass (mondrian, pseudonymize, diffgen), and
+# "synthetic" fits a model to noisy marginals and samples rows from it (aim).
+KINDS = ("lattice", "rows", "synthetic")
 
 
 @dataclass(frozen=True)
@@ -68,7 +46,7 @@ class Capabilities:
 
     summary: str  # the guarantee in a few words, shown in the form's mechanism dropdown
     gives: str = ""  # what a researcher gets, in one line (the form's and the README's)
-    kind: str = "lattice"  # lattice | counts (aggregated, no lattice) | rows | classification
+    kind: str = "lattice"  # one of KINDS: which protocol of contract.py the mechanism follows
     set_valued_input: bool = False  # can release set-valued columns (DiffGen)
     needs_class_domain: bool = False  # one class column with declared public values
     output_roles: tuple[str, ...] = ("dimension", "informative")
@@ -87,30 +65,6 @@ class Capabilities:
     # Tables published beside the data (each on publication.PUBLISHED_TABLES), e.g. aim's
     # noisy measurements: ``MaterializedRelease.tables`` holds them by file name.
     published_tables: tuple[str, ...] = ()
-
-
-class LatticeMechanism(Protocol):
-    name: ClassVar[str]
-    Params: ClassVar[type[MechanismParams]]
-    selection: ClassVar[Selection]
-
-    def parse_params(self, raw: dict[str, Any]) -> MechanismParams: ...
-
-    def guarantee(self, params: MechanismParams) -> Guarantee: ...
-
-    def budget_steps(self, params: MechanismParams) -> list[BudgetStep]: ...
-
-    def row_bounds(self, params: MechanismParams, cells: ReleasedCells) -> tuple[int, int]: ...
-
-    def perturb_node(
-        self, context: ReleaseContext, table: NodeTable, seed: np.random.SeedSequence,
-        params: MechanismParams,
-    ) -> ReleasedCells: ...
-
-    def materialize(
-        self, context: ReleaseContext, table: NodeTable, seed: np.random.SeedSequence,
-        params: MechanismParams,
-    ) -> ReleasedCells: ...
 
 
 @dataclass
@@ -137,11 +91,50 @@ class ReleaseContext:
         return class_ncp(self.lattice.taxonomies, node, codes)
 
 
+@dataclass(frozen=True)
+class ReleaseShape:
+    """The one argument of every ``row_bounds``: the public-or-steward-side figures a release's
+    plausible row range is computed from. Each kind fills what it has: a lattice mechanism the
+    chosen node's ``cells``; a rows mechanism the ``rows`` it read (and ``noise_cells``, the
+    cells its noise went into); a synthetic one the ``noisy_total`` it sampled to and that
+    total's ``total_sigma`` (DP outputs, never the input's row count)."""
+
+    cells: ReleasedCells | None = None
+    rows: int = 0
+    noise_cells: int = 0
+    noisy_total: float = 0.0
+    total_sigma: float = 0.0
+
+
+@dataclass
+class RowsOutput:
+    """What a rows mechanism's ``release_rows`` returns: the released table, what its
+    ``row_bounds`` reads, its information loss where it has one, and its own public summary."""
+
+    table: pd.DataFrame
+    shape: ReleaseShape
+    il: ILParts | None = None
+    details: dict[str, Any] = dataclass_field(default_factory=dict)
+
+
 class MechanismBase:
-    """Defaults shared by mechanisms: parameter parsing by ``Params``, no budget steps."""
+    """Every mechanism inherits this: the default of each optional hook of the contract
+    (``contract.py``), so the driver calls every hook without asking whether it exists.
+
+    What a mechanism must still declare itself: ``name``, ``Params``, ``capabilities``,
+    ``selection``, ``guarantee``, ``row_bounds``, and its kind's release hooks
+    (lattice: ``perturb_node`` or ``score_node``, and ``materialize``; rows: ``release_rows``;
+    synthetic: ``synthesize``)."""
 
     name: ClassVar[str]
     Params: ClassVar[type[MechanismParams]]
+    capabilities: ClassVar[Capabilities]
+    selection: ClassVar[Selection] = "none"
+    # The budget step the driver's node choice draws (exponential selection); None: no step
+    # (the selection is not private, or there is none).
+    selection_step: ClassVar[str | None] = None
+
+    # -- every kind ------------------------------------------------------------------------
 
     def parse_params(self, raw: dict[str, Any]) -> MechanismParams:
         return parse(self.Params, raw, self.name)
@@ -149,11 +142,69 @@ class MechanismBase:
     def budget_steps(self, params: MechanismParams) -> list[BudgetStep]:
         return []
 
+    def check_work(self, config: DatasetConfig, params: MechanismParams) -> None:
+        """Refuse work beyond the policy's limits from public facts only, before anything is
+        read or spent (the flow's plan step). Mechanisms whose work the policy's other limits
+        already bound refuse nothing here."""
+
     def expected_noise_rows(self, context: ReleaseContext, params: MechanismParams) -> float:
         """Rows the noise is expected to add beyond the input's, from public facts only (the
         taxonomies, the declared domain, the parameters); checked against the policy's
         ``max_noise_rows`` before any spend. Mechanisms that release no empty cell add none."""
         return 0.0
+
+    def error_bars(self, params: MechanismParams, context: ReleaseContext | None = None,
+                   node: Node | None = None) -> dict[str, Any]:
+        """The published error bars (public parameters and the node's public domain only);
+        none by default."""
+        return {}
+
+    # -- lattice kind ----------------------------------------------------------------------
+
+    def candidate_nodes(self, context: ReleaseContext, params: MechanismParams
+                        ) -> list[Node] | None:
+        """The nodes to score (None: every node of the lattice)."""
+        return None
+
+    def score_node(self, context: ReleaseContext, table: NodeTable, index: int,
+                   seed: np.random.SeedSequence, params: MechanismParams,
+                   steps: list[BudgetStep]) -> NodeSummary:
+        """One candidate's summary. Default: perturb it as a release would (its own seed; the
+        plan's declared ``steps``, one set per candidate, where the mechanism draws through
+        them) and summarize; a mechanism whose score needs no draw overrides this."""
+        if self.capabilities.draws_declared_steps:
+            draws = declared_draws(self, steps)
+            cells = self.perturb_node(context, table, seed, params, draws)
+            draws.close()
+        else:
+            cells = self.perturb_node(context, table, seed, params)
+        return summarize(index, table.node, cells)
+
+    def perturb_node(self, context: ReleaseContext, table: NodeTable,
+                     seed: np.random.SeedSequence, params: MechanismParams,
+                     draws: StepDraws | None = None) -> ReleasedCells:
+        raise NotImplementedError(f"{self.name} scores candidates without perturbing them "
+                                  "(score_node) and has no perturb_node")
+
+    def selection_utility(self, summaries: list[NodeSummary], params: MechanismParams
+                          ) -> tuple[np.ndarray, float, bool]:
+        """(scores, sensitivity, monotone) for the exponential selection: the IPA paper's
+        u = 3 - IL (sensitivity 3, two-sided) unless the mechanism scores its own way."""
+        return (np.array([3.0 - s.il for s in summaries]), SELECTION_SENSITIVITY, False)
+
+    def fixed_node(self, context: ReleaseContext, params: MechanismParams) -> Node:
+        """The node of a ``fixed`` selection, chosen from public facts."""
+        raise NotImplementedError(f"{self.name} declares selection {self.selection!r}, "
+                                  "not 'fixed'; it has no fixed_node")
+
+    def optimal_node(self, context: ReleaseContext, params: MechanismParams
+                     ) -> tuple[Node, list[NodeSummary]]:
+        """The ``minimum_loss`` search: its node and the summaries of the nodes it evaluated."""
+        raise NotImplementedError(f"{self.name} declares selection {self.selection!r}, "
+                                  "not 'minimum_loss'; it has no optimal_node")
+
+
+SELECTION_SENSITIVITY = 3.0  # the paper's utility 3 - IL moves by at most 3 (NCP, EMD, rate)
 
 
 def expected_rows_above(epsilon: float, threshold: int = 1) -> float:
@@ -241,13 +292,12 @@ def split_budget(
 NOISE_TAIL = 1e-12
 
 
-def declared_draws(mechanism: Any, steps: list[BudgetStep]) -> StepDraws:
+def declared_draws(mechanism: MechanismBase, steps: list[BudgetStep]) -> StepDraws:
     """The plan's steps as the mechanism's release draw sees them: the node choice's step
     (``selection_step``, drawn by the driver's selection) already taken."""
     draws = StepDraws(steps, mechanism.name)
-    selection_step = getattr(mechanism, "selection_step", None)
-    if selection_step is not None:
-        draws.take(selection_step)
+    if mechanism.selection_step is not None:
+        draws.take(mechanism.selection_step)
     return draws
 
 

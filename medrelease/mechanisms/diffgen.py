@@ -32,6 +32,7 @@ import pandas as pd
 from pydantic import Field
 from pydantic.json_schema import SkipJsonSchema
 
+from medrelease.data.aggregate import prepare_table
 from medrelease.data.config import DatasetConfig
 from medrelease.data.taxonomy import Taxonomy
 from medrelease.errors import ParameterError, PolicyError
@@ -39,6 +40,8 @@ from medrelease.mechanisms.base import (
     Capabilities,
     MechanismBase,
     MechanismParams,
+    ReleaseShape,
+    RowsOutput,
     declared_draws,
     expected_rows_above,
     noise_bound,
@@ -125,7 +128,7 @@ class DiffGen(MechanismBase):
         summary="eps-DP, proven (classification release)",
         gives="generalized rows with a noisy count per class, built to train classifiers",
         draws_declared_steps=True,
-        kind="classification",
+        kind="rows",
         set_valued_input=True,
         needs_class_domain=True,
         output_roles=("dimension", "set_valued", "class"),
@@ -173,8 +176,19 @@ class DiffGen(MechanismBase):
                            "lies in [T - q+, T + q] (the 97.5 % quantiles of the sum of c "
                            "noises' positive parts, and of c noises).")}
 
-    def row_bounds(self, params: DiffGenParams, n_rows: int, n_cells: int) -> tuple[int, int]:
-        return 0, n_rows + n_cells * noise_bound(params.epsilon / (2 * params.unit_rows))
+    def row_bounds(self, params: DiffGenParams, shape: ReleaseShape) -> tuple[int, int]:
+        return 0, shape.rows + shape.noise_cells * noise_bound(
+            params.epsilon / (2 * params.unit_rows))
+
+    def release_rows(self, table: pd.DataFrame, config: DatasetConfig, params: DiffGenParams,
+                     rng: np.random.Generator, draws: StepDraws | None,
+                     key: bytes | None) -> RowsOutput:
+        """The checked frame (class included) through ``release_frame``; the summary of the
+        cut is the release's details."""
+        frame = prepare_table(table, config, include_class=True)
+        released, summary = self.release_frame(frame, config, params, rng, draws)
+        return RowsOutput(released, ReleaseShape(rows=len(frame), noise_cells=summary["cells"]),
+                          details=summary)
 
     def leaf_noise_epsilon(self, params: DiffGenParams) -> float:
         """The epsilon each leaf cell's discrete Laplace is drawn at (the leaf-count step's,

@@ -28,6 +28,7 @@ from medrelease.mechanisms.base import (
     MechanismBase,
     MechanismParams,
     ReleaseContext,
+    ReleaseShape,
     declared_draws,
     expected_rows_above,
     noise_bound,
@@ -147,12 +148,14 @@ class Histogram(MechanismBase):
             out["classes"] = self.domain_cells(context, node) // max(context.n_inf, 1)
         return out
 
-    def row_bounds(self, params: HistogramParams, cells: ReleasedCells) -> tuple[int, int]:
+    def row_bounds(self, params: HistogramParams, shape: ReleaseShape) -> tuple[int, int]:
+        cells = shape.cells
         return 0, int(cells.true_counts.sum()) + cells.released_counts.size * noise_bound(
             params.epsilon / params.unit_rows)
 
     def perturb_node(self, context: ReleaseContext, table: NodeTable,
-                     seed: np.random.SeedSequence, params: HistogramParams) -> ReleasedCells:
+                     seed: np.random.SeedSequence, params: HistogramParams,
+                     draws: StepDraws | None = None) -> ReleasedCells:
         return self._noisy(context, table, generator_for(seed), params)
 
     def materialize(self, context: ReleaseContext, table: NodeTable,

@@ -39,9 +39,11 @@ from medrelease.errors import ParameterError
 from medrelease.evidence.metrics import ReleasedCells
 from medrelease.mechanisms.base import (
     Capabilities,
+    MechanismBase,
     MechanismParams,
     NodeSummary,
     ReleaseContext,
+    ReleaseShape,
     declared_draws,
     expected_rows_above,
     noise_bound,
@@ -223,7 +225,7 @@ def choose_by_score(rng: np.random.Generator, scores: list[int], epsilon: float)
                                  WEIGHT_SCALE, monotone=True)
 
 
-class IPA:
+class IPA(MechanismBase):
     name: ClassVar[str] = "ipa"
     capabilities: ClassVar[Capabilities] = Capabilities(
         summary="(eps, delta)-DP, proven",
@@ -380,8 +382,9 @@ class IPA:
         eps = noise_law_epsilon(params.eps_suppression, params.unit_rows)
         return tau_pool - 1 + one_sided_width(eps, (1 + LEVEL) / 2)
 
-    def row_bounds(self, params: IPAParams, cells: ReleasedCells) -> tuple[int, int]:
+    def row_bounds(self, params: IPAParams, shape: ReleaseShape) -> tuple[int, int]:
         """No minimum (every cell may be dropped); each cell adds at most ``noise_bound`` rows."""
+        cells = shape.cells
         widest = noise_bound(min(params.eps_cells, params.eps_suppression,
                                  self.rung_epsilons(params)[1] or params.eps_cells)
                              / params.unit_rows)
@@ -394,9 +397,11 @@ class IPA:
         return (np.array([s.score for s in summaries]), float(WEIGHT_SCALE * params.unit_rows),
                 True)
 
-    def score_node(self, context: ReleaseContext, table: NodeTable,
-                   params: IPAParams) -> NodeSummary:
-        """The node's score and, for the steward, what a noise-free release would look like."""
+    def score_node(self, context: ReleaseContext, table: NodeTable, index: int,
+                   seed: np.random.SeedSequence, params: IPAParams,
+                   steps: list[BudgetStep]) -> NodeSummary:
+        """The node's score and, for the steward, what a noise-free release would look like:
+        from the roll-up alone, so no seed is used and no step is drawn."""
         tau_cells, _ = self.thresholds(params)
         return noise_free_summary(context, table, tau_cells)
 

@@ -20,8 +20,10 @@ from medrelease.errors import ParameterError
 from medrelease.evidence.metrics import ReleasedCells
 from medrelease.mechanisms.base import (
     Capabilities,
+    MechanismBase,
     MechanismParams,
     ReleaseContext,
+    ReleaseShape,
     declared_draws,
     expected_rows_above,
     in_class_draws,
@@ -78,7 +80,7 @@ class IPAPaperParams(MechanismParams):
         return value
 
 
-class IPAPaper:
+class IPAPaper(MechanismBase):
     name: ClassVar[str] = "ipa-paper"
     capabilities: ClassVar[Capabilities] = Capabilities(
         summary="paper mechanism, formal guarantee NOT upheld",
@@ -145,8 +147,9 @@ class IPAPaper:
             classes = min(classes, params.max_rows)
         return (classes + 1) * expected_rows_above(params.eps_insertion)
 
-    def row_bounds(self, params: IPAPaperParams, cells: ReleasedCells) -> tuple[int, int]:
+    def row_bounds(self, params: IPAPaperParams, shape: ReleaseShape) -> tuple[int, int]:
         """Every real row is kept; each class gains at most ``noise_bound`` counterfeit rows."""
+        cells = shape.cells
         real = int(cells.true_counts.sum())
         return real, real + cells.n_classes * noise_bound(params.eps_insertion)
 

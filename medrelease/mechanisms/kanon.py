@@ -26,9 +26,10 @@ from medrelease.mechanisms.base import (
     MechanismParams,
     NodeSummary,
     ReleaseContext,
+    ReleaseShape,
     summarize,
 )
-from medrelease.privacy.guarantee import Guarantee
+from medrelease.privacy.guarantee import Guarantee, StepDraws
 
 LABEL = "syntactic model — no differential privacy"
 
@@ -59,8 +60,8 @@ class KAnonymity(MechanismBase):
     def candidate_nodes(self, context: ReleaseContext, params: KAnonParams) -> list[Node]:
         return list(context.lattice.nodes)
 
-    def row_bounds(self, params: KAnonParams, cells: ReleasedCells) -> tuple[int, int]:
-        total = int(cells.true_counts.sum())
+    def row_bounds(self, params: KAnonParams, shape: ReleaseShape) -> tuple[int, int]:
+        total = int(shape.cells.true_counts.sum())
         return int(np.floor(total * (1 - params.max_suppression))), total
 
     def is_feasible(self, cells: ReleasedCells, params: KAnonParams) -> bool:
@@ -68,11 +69,13 @@ class KAnonymity(MechanismBase):
         return bool(suppressed <= params.max_suppression * cells.true_counts.sum())
 
     def perturb_node(self, context: ReleaseContext, table: NodeTable,
-                     seed: np.random.SeedSequence, params: KAnonParams) -> ReleasedCells:
+                     seed: np.random.SeedSequence, params: KAnonParams,
+                     draws: StepDraws | None = None) -> ReleasedCells:
         return self._suppress(context, table, params, withhold_small_pool=False)
 
     def materialize(self, context: ReleaseContext, table: NodeTable,
-                    seed: np.random.SeedSequence, params: KAnonParams) -> ReleasedCells:
+                    seed: np.random.SeedSequence, params: KAnonParams,
+                    draws: StepDraws | None = None) -> ReleasedCells:
         return self._suppress(context, table, params, withhold_small_pool=True)
 
     def _suppress(self, context: ReleaseContext, table: NodeTable, params: KAnonParams,

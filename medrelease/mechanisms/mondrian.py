@@ -21,12 +21,19 @@ import numpy as np
 import pandas as pd
 from pydantic import Field
 
-from medrelease.data.aggregate import CountTable
+from medrelease.data.aggregate import CountTable, aggregate
+from medrelease.data.config import DatasetConfig
 from medrelease.data.taxonomy import Taxonomy
 from medrelease.errors import ParameterError
 from medrelease.evidence.metrics import ILParts
-from medrelease.mechanisms.base import Capabilities, MechanismBase, MechanismParams
-from medrelease.privacy.guarantee import Guarantee
+from medrelease.mechanisms.base import (
+    Capabilities,
+    MechanismBase,
+    MechanismParams,
+    ReleaseShape,
+    RowsOutput,
+)
+from medrelease.privacy.guarantee import Guarantee, StepDraws
 
 LABEL = "syntactic model — no differential privacy"
 
@@ -123,7 +130,7 @@ class Mondrian(MechanismBase):
     capabilities: ClassVar[Capabilities] = Capabilities(
         summary="syntactic k-anonymity, no DP",
         gives="real rows in multidimensional k-anonymous groups (no noise, no DP)",
-        kind="counts",
+        kind="rows",
         audit_designs=(),
         loss_reason="none should be missing: every row is released in a group of at least k",
     )
@@ -136,8 +143,16 @@ class Mondrian(MechanismBase):
             f"{params.variant} Mondrian: every partition has at least k={params.k} rows")
 
 
-    def row_bounds(self, params: MondrianParams, n_rows: int) -> tuple[int, int]:
-        return n_rows, n_rows
+    def row_bounds(self, params: MondrianParams, shape: ReleaseShape) -> tuple[int, int]:
+        return shape.rows, shape.rows
+
+    def release_rows(self, table: pd.DataFrame, config: DatasetConfig, params: MondrianParams,
+                     rng: np.random.Generator, draws: StepDraws | None,
+                     key: bytes | None) -> RowsOutput:
+        """Partition the aggregated count table (Mondrian reads counts, never single rows)."""
+        counts = aggregate(table, config)
+        released, il = self.release_counts(counts, params, rng)
+        return RowsOutput(released, ReleaseShape(rows=counts.n_rows), il)
 
     def release_counts(self, counts: CountTable, params: MondrianParams,
                        rng: np.random.Generator) -> tuple[pd.DataFrame, ILParts]:

@@ -19,9 +19,17 @@ import numpy as np
 import pandas as pd
 from pydantic import Field
 
+from medrelease.data.aggregate import prepare_table
+from medrelease.data.config import DatasetConfig
 from medrelease.errors import ParameterError
-from medrelease.mechanisms.base import Capabilities, MechanismBase, MechanismParams
-from medrelease.privacy.guarantee import Guarantee
+from medrelease.mechanisms.base import (
+    Capabilities,
+    MechanismBase,
+    MechanismParams,
+    ReleaseShape,
+    RowsOutput,
+)
+from medrelease.privacy.guarantee import Guarantee, StepDraws
 
 LABEL = "pseudonymization — no formal privacy guarantee"
 BLOCK = 16
@@ -85,7 +93,7 @@ class Pseudonymize(MechanismBase):
     capabilities: ClassVar[Capabilities] = Capabilities(
         summary="keyed pseudonyms, no formal guarantee",
         gives="every value replaced by a keyed pseudonym: linkable and re-identifiable by frequency",
-        kind="table",
+        kind="rows",
         output_roles=("dimension", "informative", "class"),
         needs_secret=True,
         audit_designs=(),
@@ -110,5 +118,14 @@ class Pseudonymize(MechanismBase):
                                    params.method, params.normalize)
         return table.iloc[rng.permutation(len(table))].reset_index(drop=True)
 
-    def row_bounds(self, params: PseudonymizeParams, n_rows: int) -> tuple[int, int]:
-        return n_rows, n_rows
+    def release_rows(self, table: pd.DataFrame, config: DatasetConfig,
+                     params: PseudonymizeParams, rng: np.random.Generator,
+                     draws: StepDraws | None, key: bytes | None) -> RowsOutput:
+        """Every row, its values replaced by keyed pseudonyms, in a shuffled order."""
+        frame = prepare_table(table, config, include_class=True)
+        released = self.release_table(frame, config.dimensions, config.informative,
+                                      config.class_columns, params, rng, key)
+        return RowsOutput(released, ReleaseShape(rows=len(frame)))
+
+    def row_bounds(self, params: PseudonymizeParams, shape: ReleaseShape) -> tuple[int, int]:
+        return shape.rows, shape.rows

@@ -2,22 +2,26 @@
 as a ``MaterializedRelease`` (what the output checks and the publisher read).
 
 The flow drives ``AIMRounds`` itself (scoring fanned out as Prefect tasks); ``release_synthetic``
-runs every round in this process (the CLI's engine path, tests, benchmarks).
+runs every round in this process (``AIM.synthesize``: the CLI's engine path, tests, benchmarks).
+This module is the synthetic library's top and imports no mechanism: ``mechanisms/aim.py``
+declares the mechanism and calls it (its rho, its rounds' rho and its row range are these).
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
+from typing import Protocol
 
 import numpy as np
 import pandas as pd
 
 from medrelease.data.aggregate import CountTable
 from medrelease.data.config import DatasetConfig
-from medrelease.mechanisms import get_mechanism
-from medrelease.mechanisms.aim import AIMParams, check_workload, default_workload
+from medrelease.errors import ParameterError
+from medrelease.plan import MaterializedRelease, ReleasePlan
 from medrelease.privacy.randomness import generator_for
-from medrelease.release import MaterializedRelease, ReleasePlan
+from medrelease.privacy.zcdp import rho_for
 from medrelease.storage.released_rows import ReleasedRows
 from medrelease.synthetic.aim_rounds import AIMRounds, Settings
 from medrelease.synthetic.error_bars import bounds_summary, marginal_bounds, measurements_frame
@@ -26,8 +30,60 @@ from medrelease.synthetic.space import MarginalSpace
 SYNTHETIC_NOTICE = "synthetic rows — no row describes a real patient"
 
 
+class RoundsParams(Protocol):
+    """What the rounds read from ``aim``'s parameters (``mechanisms/aim.py``: AIMParams)."""
+
+    epsilon: float
+    delta: float
+    unit_rows: int
+    rounds_per_column: int
+    max_model_size: float
+    max_cells: int
+    iters: int
+    tolerance: float
+    final_iters: int
+    workload_degree: int
+    max_synthetic_rows: int
+
+
+def release_rho(params: RoundsParams) -> float:
+    """The release's rho, for one privacy unit: the largest that implies (epsilon, delta)."""
+    return rho_for(params.epsilon, params.delta)
+
+
+def rounds_rho(params: RoundsParams) -> float:
+    """The rho the rounds calibrate for at row sensitivity: rho / m^2 (``AIM.rounds_rho``)."""
+    return release_rho(params) / params.unit_rows ** 2
+
+
+def sampled_row_bounds(noisy_total: float, total_sigma: float,
+                       ceiling: int) -> tuple[int, int]:
+    """Plausible released rows: within 12 of the noisy total's sigmas of the (clipped) noisy
+    total the rows were sampled to, at most the public ceiling (``AIM.row_bounds``)."""
+    spread = int(12 * total_sigma) + 1
+    centre = round(noisy_total)
+    return max(1, centre - spread), min(ceiling, centre + spread)
+
+
+def default_workload(columns: list[str], degree: int) -> list[tuple[tuple[str, ...], float]]:
+    """Every marginal of 2 up to ``degree`` released columns, weight 1 (AIM's default shape)."""
+    return [(combo, 1.0) for k in range(2, max(2, degree) + 1)
+            for combo in itertools.combinations(columns, k)]
+
+
+def check_workload(workload: list[tuple[tuple[str, ...], float]], columns: list[str]) -> None:
+    known = set(columns)
+    for sets, weight in workload:
+        unknown = sorted(set(sets) - known)
+        if unknown:
+            raise ParameterError(f"aim: the workload names column(s) {', '.join(unknown)} that "
+                                 f"are not released; released: {', '.join(columns)}")
+        if not weight > 0:
+            raise ParameterError(f"aim: workload weight of {list(sets)} must be positive")
+
+
 def workload_of(config: DatasetConfig | None, space: MarginalSpace,
-                params: AIMParams) -> list[tuple[tuple[int, ...], float]]:
+                params: RoundsParams) -> list[tuple[tuple[int, ...], float]]:
     """The steward's declared workload, else every 2- to ``workload_degree``-way marginal;
     as attribute indices of the space."""
     names = list(space.names)
@@ -42,10 +98,10 @@ def aim_rounds(counts: CountTable, config: DatasetConfig | None, plan: ReleasePl
                log: Callable[[str], None] | None = None) -> AIMRounds:
     """The rounds of one release: candidates from the workload and the taxonomies (public),
     the true marginals from the count table, randomness from the plan's release stream."""
-    params: AIMParams = plan.params
+    params: RoundsParams = plan.params  # type: ignore[assignment]  (aim's AIMParams)
     taxonomy = config.informative_taxonomy if config is not None else None
     space = MarginalSpace(counts, taxonomy)
-    settings = Settings(rho=get_mechanism("aim").rounds_rho(params),
+    settings = Settings(rho=rounds_rho(params),
                         rounds=params.rounds_per_column * len(space.attributes),
                         max_model_size=params.max_model_size, max_cells=params.max_cells,
                         iters=params.iters, final_iters=params.final_iters,
@@ -79,7 +135,7 @@ def synthetic_release(run: AIMRounds, counts: CountTable, plan: ReleasePlan) -> 
         "synthetic": SYNTHETIC_NOTICE,
         # the guarantee's rho (for one privacy unit), and what the rounds ran at: one row's
         # sensitivity at rho / m^2 for a unit of m rows; rho_used counts on the rounds' scale
-        "rho": impl_rho(plan),
+        "rho": release_rho(plan.params),  # type: ignore[arg-type]
         "rounds_rho": run.settings.rho,
         "rho_used": state.rho_used,
         "measurements": [r.as_dict() for r in state.records],
@@ -89,19 +145,13 @@ def synthetic_release(run: AIMRounds, counts: CountTable, plan: ReleasePlan) -> 
         "synthetic_rows_ceiling": run.settings.max_rows,
         "noisy_total_clipped": state.total_clipped,
     }
-    total_sigma = state.total_sigma
-    impl = get_mechanism("aim")
     return MaterializedRelease(
         index=-1, node=tuple(0 for _ in counts.dimensions), rows=released, il=None,
-        row_bounds=impl.row_bounds(plan.params, state.total, total_sigma), details=details,
+        row_bounds=sampled_row_bounds(state.total, state.total_sigma, run.settings.max_rows),
+        details=details,
         nodes=(tuple(0 for _ in counts.dimensions),),
         error_bars=researcher_error_bars(run, codes),
         tables={"measurements.parquet": measurements_frame(run)})
-
-
-def impl_rho(plan: ReleasePlan) -> float:
-    """The rho of the release's guarantee, for one privacy unit (the rounds run at rho/m^2)."""
-    return get_mechanism("aim").rho(plan.params)
 
 
 def researcher_error_bars(run: AIMRounds, released_codes: dict[str, np.ndarray]) -> dict:

@@ -1,0 +1,174 @@
+"""The release's data: what a plan holds, what the facts it may depend on are, and what a
+release produces — no mechanism registry, no driver.
+
+Everything the stages pass between each other (the driver in ``medrelease/release.py``, the
+Prefect tasks in ``tasks/``, the synthetic rounds in ``medrelease/synthetic/``) is defined here,
+so those layers import these types from below instead of from each other.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from pydantic import BaseModel, ConfigDict
+
+from medrelease.data.config import DatasetConfig
+from medrelease.data.lattice import Node
+from medrelease.data.units import UnitBound, unit_relation
+from medrelease.evidence.metrics import ILParts
+from medrelease.privacy.guarantee import BudgetStep, Guarantee
+from medrelease.privacy.randomness import RandomSource
+from medrelease.storage.released_rows import ReleasedRows
+
+
+class MechanismParams(BaseModel):
+    """Common base: unknown parameters are an error, not silently ignored."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+@dataclass(frozen=True)
+class NodeSummary:
+    """A candidate as the selection sees it: small, never a table."""
+
+    index: int
+    node: Node
+    height: int
+    ncp: float
+    emd: float
+    rate: float
+    il: float
+    classes: int
+    suppressed_classes: int
+    suppressed_rows: int
+    noise_rows: int
+    released_rows: int
+    feasible: bool = True
+    score: float = float("nan")  # ipa: the selection score U (weight units); else unused
+
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["node"] = list(self.node)
+        return out
+
+
+@dataclass
+class ReleasePlan:
+    """A mechanism with validated parameters, its privacy map, and the seeds of every stage.
+
+    Seeds are internal: they determine the noise and must never be logged or published.
+    ``kind`` and ``selection_epsilon`` are decided by ``plan_release`` from the mechanism's
+    declarations, so nothing downstream asks the registry again.
+    """
+
+    mechanism: str
+    params: MechanismParams
+    guarantee: Guarantee
+    budget_steps: list[BudgetStep]
+    random: RandomSource
+    node_seeds: list[np.random.SeedSequence] = field(repr=False)
+    selection_seed: np.random.SeedSequence = field(repr=False)
+    release_seed: np.random.SeedSequence = field(repr=False)
+    shuffle_seed: np.random.SeedSequence = field(repr=False)
+    unit: UnitBound | None = None  # the declared unit's bound, for mechanisms calibrated to it
+    kind: str = "lattice"  # the mechanism's declared kind (Capabilities.kind)
+    # The node choice's epsilon: its declared selection step's (the privacy map drives the
+    # noise); 0 for a mechanism whose selection draws nothing.
+    selection_epsilon: float = 0.0
+
+
+@dataclass(frozen=True)
+class PublicFacts:
+    """What a plan may depend on besides the request: fixed by the dataset config, never read
+    from the data (so no threshold or parameter can move with the table)."""
+
+    public_domain: bool = False
+    n_numeric: int = 0
+    max_rows: int | None = None
+    unit_rows: int = 1  # rows one unit may have after the bound (1: the unit is one row)
+    unit_column: str | None = None  # the declared unit's identifier column
+    unit_relation: str | None = None  # the neighbouring relation in words, for that unit
+    domain_from_data: str | None = None  # informative column whose domain was read from data
+    row_noun: str | None = None  # the config's word for one row (the row note; none: generic)
+    unit_noun: str | None = None  # the config's word for whom rows describe
+
+    @classmethod
+    def of(cls, config: DatasetConfig) -> PublicFacts:
+        privacy, unit = config.privacy, config.unit_column
+        return cls(public_domain=config.informative_domain is not None,
+                   domain_from_data=config.domain_read_from_data,
+                   n_numeric=numeric_predictors(config), max_rows=privacy.max_rows,
+                   unit_rows=privacy.max_rows_per_unit if unit else 1, unit_column=unit,
+                   unit_relation=unit_relation(privacy.unit_words, privacy.row_words, unit,
+                                               privacy.max_rows_per_unit) if unit else None,
+                   row_noun=privacy.row_noun, unit_noun=privacy.unit_noun)
+
+
+PUBLIC_FACTS = tuple(f.name for f in fields(PublicFacts))  # set from the config, never by a request
+
+
+def numeric_predictors(config: DatasetConfig) -> int:
+    return sum(1 for c in config.dimensions if config.taxonomies[c].kind == "numeric")
+
+
+@dataclass(frozen=True)
+class ResolvedMechanism:
+    """Which mechanism runs with which raw parameters, and where each came from."""
+
+    name: str
+    params: dict[str, Any]
+    source: str  # "request" or "dataset config" (the mechanism's name)
+
+
+@dataclass
+class MaterializedRelease:
+    """The chosen node's released table, its information loss and its plausible row range."""
+
+    index: int
+    node: Node
+    rows: ReleasedRows
+    il: ILParts | None
+    row_bounds: tuple[int, int]
+    details: dict[str, Any] = field(default_factory=dict)
+    summary: NodeSummary | None = None
+    nodes: tuple[Node, ...] = ()  # every node whose labels appear (ipa's ladder), else (node,)
+    # For the researcher (published): 95 % intervals / bounds from the mechanism's outputs and
+    # public parameters only, and tables published beside the data (aim's measurements).
+    error_bars: dict[str, Any] = field(default_factory=dict)
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+
+    @property
+    def table(self) -> pd.DataFrame:
+        """Every released row in memory; the flow never asks for it (it streams ``rows``)."""
+        return self.rows.to_frame()
+
+
+@dataclass
+class Release:
+    """A finished release and everything needed to defend it."""
+
+    table: pd.DataFrame
+    mechanism: str
+    params: dict[str, Any]
+    node: dict[str, int]
+    node_index: int
+    candidates: pd.DataFrame
+    guarantee: Guarantee
+    budget_steps: list[BudgetStep]
+    seed_policy: str
+    for_publication: bool
+    input_rows: int
+    released_il: ILParts
+    details: dict[str, Any] = field(default_factory=dict)  # mechanism's own summary (diffgen: cut)
+
+    @property
+    def released_rows(self) -> int:
+        return len(self.table)
+
+    @property
+    def epsilon_spent(self) -> float:
+        return math.fsum(s.epsilon for s in self.budget_steps)
