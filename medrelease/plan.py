@@ -61,7 +61,7 @@ class ReleasePlan:
     """A mechanism with validated parameters, its privacy map, and the seeds of every stage.
 
     Seeds are internal: they determine the noise and must never be logged or published.
-    ``kind`` and ``selection_epsilon`` are decided by ``plan_release`` from the mechanism's
+    ``kind`` and ``selection_step`` are decided by ``plan_release`` from the mechanism's
     declarations, so nothing downstream asks the registry again.
     """
 
@@ -76,9 +76,15 @@ class ReleasePlan:
     shuffle_seed: np.random.SeedSequence = field(repr=False)
     unit: UnitBound | None = None  # the declared unit's bound, for mechanisms calibrated to it
     kind: str = "lattice"  # the mechanism's declared kind (Capabilities.kind)
-    # The node choice's epsilon: its declared selection step's (the privacy map drives the
-    # noise); 0 for a mechanism whose selection draws nothing.
-    selection_epsilon: float = 0.0
+    selection_step: str | None = None  # the budget step the node choice draws, if any
+
+    @property
+    def selection_epsilon(self) -> float:
+        """The node choice's epsilon: its declared budget step's (the privacy map drives the
+        noise); 0 for a mechanism whose selection draws nothing."""
+        if self.selection_step is None:
+            return 0.0
+        return next(s.epsilon for s in self.budget_steps if s.step == self.selection_step)
 
 
 @dataclass(frozen=True)

@@ -142,8 +142,7 @@ def plan_release(
         unit=UnitBound(facts.unit_column, facts.unit_rows, source.unit_stream())
         if calibrated else None,
         kind=impl.capabilities.kind,
-        selection_epsilon=next(s.epsilon for s in steps if s.step == impl.selection_step)
-        if impl.selection_step is not None else 0.0,
+        selection_step=impl.selection_step,
     )
 
 
