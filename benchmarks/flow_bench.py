@@ -206,7 +206,8 @@ def main() -> None:
 
     from medrelease.data.config import load_config
     from medrelease.mechanisms import capabilities
-    from medrelease.release import PublicFacts, plan_release, release_from_counts
+    from medrelease.plan import PublicFacts
+    from medrelease.release import plan_release, release_from_counts
     from medrelease.synthetic.release import release_synthetic
 
     config = load_config(config_path)

@@ -59,7 +59,8 @@ def main() -> None:
     from medrelease.data.config import find_config
     from medrelease.data.nps import generate_nps
     from medrelease.evidence.workload import rows_kept_share, workload_error
-    from medrelease.release import PublicFacts, release_from_counts
+    from medrelease.plan import PublicFacts
+    from medrelease.release import release_from_counts
 
     config = find_config("nps-sample")
     counts = aggregate(generate_nps(args.rows, seed=2020), config)

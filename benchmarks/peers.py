@@ -154,7 +154,8 @@ def public_domains(config) -> dict[str, list[str]]:
 
 def release_ipa(table: Table, epsilon: float, seed: int, every_value: bool) -> pd.DataFrame:
     from medrelease.data.aggregate import aggregate
-    from medrelease.release import PublicFacts, release_from_counts
+    from medrelease.plan import PublicFacts
+    from medrelease.release import release_from_counts
 
     counts = aggregate(table.raw, table.config)  # timed with the release, as a user would run it
     params = {"epsilon": epsilon, "pool_every_value": every_value}

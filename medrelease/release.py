@@ -33,21 +33,22 @@ from medrelease.mechanisms import (
     uses_lattice,
 )
 from medrelease.mechanisms.base import (
-    SELECTION_SENSITIVITY,
     NodeSummary,
     ReleaseContext,
     ReleaseShape,
     declared_draws,
     summarize,
 )
+
+# (flows/release.py imports PUBLIC_FACTS, tasks/publish.py MaterializedRelease and ReleasePlan
+# from here; new code imports them from medrelease.plan)
+from medrelease.plan import PUBLIC_FACTS as PUBLIC_FACTS
 from medrelease.plan import (
-    PUBLIC_FACTS,
     MaterializedRelease,
     PublicFacts,
     Release,
     ReleasePlan,
     ResolvedMechanism,
-    numeric_predictors,
 )
 from medrelease.privacy.guarantee import BudgetStep, Guarantee, PrivacyAccountant
 from medrelease.privacy.ledger import MAX_CAP_DELTA, MAX_CAP_EPSILON
@@ -59,10 +60,6 @@ from medrelease.privacy.randomness import (
 )
 from medrelease.storage.released_rows import ReleasedRows
 
-# (PUBLIC_FACTS, SELECTION_SENSITIVITY and the plan's types: imported here for the modules that
-# still read them from the driver — tasks/ and flows/ owned elsewhere; new code imports plan.py)
-__all__ = ["PUBLIC_FACTS", "SELECTION_SENSITIVITY", "MaterializedRelease", "PublicFacts",
-           "Release", "ReleasePlan", "ResolvedMechanism", "numeric_predictors"]
 Progress = Callable[[int, int], None]
 
 

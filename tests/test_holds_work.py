@@ -21,8 +21,9 @@ from medrelease.data.config import config_from_dict, load_config
 from medrelease.data.taxonomy import load_taxonomy
 from medrelease.errors import ParameterError
 from medrelease.mechanisms import get_mechanism
+from medrelease.plan import PublicFacts
 from medrelease.privacy.randomness import MIN_NOISE_EPSILON, generator_for
-from medrelease.release import PublicFacts, plan_release, release
+from medrelease.release import plan_release, release
 from medrelease.synthetic.release import aim_rounds, synthetic_release
 
 from .conftest import SHARED

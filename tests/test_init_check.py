@@ -142,7 +142,8 @@ def test_init_then_release_publishes_first_try(tmp_path: Path, home: Path) -> No
 
 
 def test_a_reviewed_domain_drops_the_words(tmp_path: Path, home: Path) -> None:
-    from medrelease.release import PublicFacts, plan_release
+    from medrelease.plan import PublicFacts
+    from medrelease.release import plan_release
 
     generated_visits(tmp_path / "visits.csv", rows=300)
     assert _init(tmp_path / "visits.csv", "visits", home / "datasets", "--informative",
@@ -304,7 +305,8 @@ def test_mixed_spellings_publish_one_value_and_a_nounless_guarantee_says_row(
 
 
 def test_the_row_note_speaks_the_configs_words(tmp_path: Path) -> None:
-    from medrelease.release import PublicFacts, plan_release
+    from medrelease.plan import PublicFacts
+    from medrelease.release import plan_release
 
     from .conftest import write_paper_dataset
 

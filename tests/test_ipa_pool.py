@@ -15,7 +15,8 @@ from medrelease.data.aggregate import aggregate
 from medrelease.data.lattice import NodeTable
 from medrelease.errors import ParameterError
 from medrelease.mechanisms.ipa import IPA, _pooled
-from medrelease.release import PublicFacts, plan_release, release_from_counts
+from medrelease.plan import PublicFacts
+from medrelease.release import plan_release, release_from_counts
 
 PUBLIC = PublicFacts(public_domain=True)
 

@@ -15,7 +15,8 @@ from medrelease.data.aggregate import aggregate
 from medrelease.data.config import DatasetConfig
 from medrelease.mechanisms.base import ReleaseContext
 from medrelease.mechanisms.ipa import IPA, WEIGHT_SCALE, class_weights, selection_score
-from medrelease.release import PublicFacts, plan_release, release_from_counts
+from medrelease.plan import PublicFacts
+from medrelease.release import plan_release, release_from_counts
 
 TAU = 4  # the cells' threshold the score is computed with (any tau >= 2)
 

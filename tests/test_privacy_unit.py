@@ -25,8 +25,9 @@ from medrelease.data.units import UnitBound, bound_frame, bounded_weights
 from medrelease.mechanisms import get_mechanism
 from medrelease.mechanisms.base import ReleaseContext
 from medrelease.mechanisms.ipa import WEIGHT_SCALE, release_threshold, selection_score
+from medrelease.plan import PublicFacts
 from medrelease.privacy.randomness import noise_fraction
-from medrelease.release import PublicFacts, plan_release
+from medrelease.release import plan_release
 from medrelease.synthetic.aim_rounds import (
     Settings,
     build_candidates,

@@ -20,9 +20,10 @@ from flows.release import ReleaseRequest, release_flow
 from medrelease.data.aggregate import aggregate_frame
 from medrelease.data.taxonomy import SUPPRESSED, from_leaf_paths
 from medrelease.errors import BudgetExceededError
+from medrelease.plan import PublicFacts
 from medrelease.privacy.ledger import Ledger, LedgerSourceError
 from medrelease.privacy.publication import PUBLISHED, STEWARD_ONLY, BoundaryError, split_facts
-from medrelease.release import PublicFacts, release_from_counts
+from medrelease.release import release_from_counts
 from schemas.manifest import PublicManifest
 
 from .conftest import ROOT, serve_inbox
