@@ -8,8 +8,9 @@
   inbox and dataset ``serve --inbox --dataset`` fixed (no run parameter changes either).
 
 ``medrelease serve`` runs them (and, with ``--inbox``, the watcher) against the server named by
-``PREFECT_API_URL``. ``deployments/prefect.yaml`` describes the same deployments for
-``prefect deploy`` with a process work pool.
+``PREFECT_API_URL``. They are declared here only: ``deployments/prefect.yaml`` (the same
+deployments for ``prefect deploy`` with a process work pool) is generated from
+:func:`build_deployments` by ``python -m deployments.prefect_yaml``.
 """
 
 from __future__ import annotations
