@@ -422,8 +422,11 @@ def _record_facts(record: dict[str, Any]) -> list[tuple[str, str]]:
         value = record.get(key)
         if value in (None, "", [], {}):
             continue
-        if isinstance(value, dict):
-            value = ", ".join(f"{k} {_plain(v)}" for k, v in value.items())
+        if isinstance(value, dict):  # its plain figures; the nested rest is in record.json
+            value = ", ".join(f"{k} {_plain(v)}" for k, v in value.items()
+                              if isinstance(v, str | int | float) and len(str(v)) < 80)
+        elif key.endswith("_at"):
+            value = _when(value)
         facts.append((label, _plain(value)))
     return facts
 
@@ -437,11 +440,15 @@ def _plain(value: Any) -> str:
 
 
 def _when(text: str) -> str:
-    """ISO time as "2026-11-25 15:50 UTC"."""
+    """ISO time as "2026-11-25 15:50 UTC", or "2026-11-25" for a day: a manifest is dated by
+    its day only (the time would tell how long the run took; ``release_day``)."""
     try:
-        return datetime.fromisoformat(text).strftime("%Y-%m-%d %H:%M UTC")
+        moment = datetime.fromisoformat(text)
     except (TypeError, ValueError):
         return text or "-"
+    if (moment.hour, moment.minute, moment.second) == (0, 0, 0):
+        return moment.strftime("%Y-%m-%d")
+    return moment.strftime("%Y-%m-%d %H:%M UTC")
 
 
 def _size(size: int) -> str:

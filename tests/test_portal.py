@@ -99,6 +99,9 @@ def portal(tmp_path_factory, prefect_harness):
                                              epsilon=1.0))
         release = Path(result["path"])
         record = Path(result["evaluation"]).parent.parent
+        test_release = Path(release_flow(ReleaseRequest(
+            dataset=str(config), mechanism="histogram", epsilon=0.5, seed=5,
+            evaluate=False))["path"])  # a TEST release: the test store, TEST-data.* files
         outside = _plant_links_outside(home, release, record)
         places = PortalPlaces(home / "releases", home / "test-releases", home / "steward")
         server = uvicorn.Server(uvicorn.Config(create_app(places, SECRET), log_level="warning"))
@@ -113,7 +116,7 @@ def portal(tmp_path_factory, prefect_harness):
         try:
             yield SimpleNamespace(url=url, port=port, home=home, release=release, record=record,
                                   outside=outside, result=result,
-                                  release_id=release.name)
+                                  release_id=release.name, test_release=test_release)
         finally:
             server.should_exit = True
             thread.join(timeout=10)
@@ -190,6 +193,20 @@ def test_a_release_page_renders_its_report_and_serves_its_files(portal) -> None:
     # not a release file, though it lies in the folder or beside it
     for name in ("record.json", "data.txt", ".hidden", "manifest.json.bak"):
         assert get(portal, f"/releases/paper-example/{rid}/{name}")[0] == 404
+
+
+def test_a_test_release_is_found_in_the_test_store_and_marked(portal) -> None:
+    rid = portal.test_release.name
+    assert portal.test_release.parent.parent.name == "test-releases"
+    _, _, catalogue = get(portal, "/releases/paper-example")
+    row = catalogue.decode()[catalogue.decode().index(rid):]
+    assert "TEST — never published" in row[:row.index("</tr>")]
+    status, _, body = get(portal, f"/releases/paper-example/{rid}")
+    assert status == 200 and b"TEST release" in body
+    status, _, data = get(portal, f"/releases/paper-example/{rid}/data.csv")
+    assert status == 200 and data == (portal.test_release / "TEST-data.csv").read_bytes()
+    # the same id without its prefix is not looked for in the test store
+    assert get(portal, f"/releases/paper-example/{rid.removeprefix('TEST-')}")[0] == 404
 
 
 def test_the_report_is_rendered_safely(portal) -> None:
@@ -315,3 +332,69 @@ def test_no_secret_means_loopback_only() -> None:
     for host in ("0.0.0.0", "192.0.2.7", "portal.example.org"):
         with pytest.raises(PortalRefused, match="PREFECT_SERVER_API_AUTH_STRING"):
             check_binding(host, None)
+
+
+@pytest.mark.browser
+def test_a_steward_opens_a_release_downloads_its_csv_and_reads_the_evidence(
+        portal, tmp_path: Path, request) -> None:
+    """In Chromium at 1440x900: refused without the secret; logged in, the catalogue, a
+    release's page, its CSV downloaded, and (typed, as the run's artifact links it) the steward
+    record and its evidence report with every plot."""
+    from playwright.sync_api import Error as PlaywrightError
+    from playwright.sync_api import sync_playwright
+
+    from .test_ui_browser import CHROMIUM, _keep
+
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} is missing: apt-get install chromium")
+    shots = tmp_path / "screenshots"
+    shots.mkdir()
+    user, _, password = SECRET.partition(":")
+    rid = portal.release_id
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM,
+                                              args=["--no-sandbox", "--disable-gpu"])
+        try:
+            for credentials in (None, {"username": user, "password": "wrong"}):
+                stranger = chromium.new_context(http_credentials=credentials).new_page()
+                try:  # without an answer to the challenge, Chromium stops at the 401 itself
+                    answer = stranger.goto(portal.url + "/releases")
+                    assert answer.status == 401 and rid not in answer.text()
+                except PlaywrightError as exc:
+                    assert "ERR_INVALID_AUTH_CREDENTIALS" in str(exc)
+            context = chromium.new_context(
+                viewport={"width": 1440, "height": 900}, accept_downloads=True,
+                http_credentials={"username": user, "password": password})
+            page = context.new_page()
+            failed: list[str] = []
+            page.on("response", lambda r: r.status >= 400 and failed.append(
+                f"{r.status} {r.url}"))
+            page.goto(portal.url)
+            page.get_by_role("link", name="paper-example").click()
+            page.wait_for_url("**/releases/paper-example")
+            assert page.locator("tbody tr").count() == 2  # the release and the TEST release
+            page.screenshot(path=str(shots / "portal-catalogue.png"))
+            page.get_by_role("link", name=rid).click()
+            page.wait_for_url(f"**/releases/paper-example/{rid}")
+            assert page.get_by_role("heading", name="Guarantee").is_visible()
+            page.screenshot(path=str(shots / "portal-release.png"), full_page=True)
+            with page.expect_download() as download:
+                page.get_by_role("link", name="data.csv").click()
+            assert download.value.suggested_filename == f"{rid}-data.csv"
+            assert Path(download.value.path()).read_bytes() == (
+                portal.release / "data.csv").read_bytes()
+            page.goto(f"{portal.url}/steward/paper-example/{rid}")
+            assert "STEWARD AREA" in page.locator("header").inner_text()
+            page.screenshot(path=str(shots / "portal-steward.png"))
+            page.get_by_role("link", name="Open the evidence report").click()
+            page.wait_for_url("**/evidence/report.html")
+            page.wait_for_load_state("networkidle")
+            images = page.locator("img")
+            assert images.count() >= 1
+            for index in range(images.count()):
+                assert images.nth(index).evaluate("i => i.naturalWidth") > 0
+            page.screenshot(path=str(shots / "portal-evidence.png"))
+            assert not failed, failed
+        finally:
+            chromium.close()
+    _keep(shots, request)
