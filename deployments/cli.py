@@ -601,7 +601,7 @@ def _start_portal(host: str, port: int) -> Any:
     """The portal in a thread of ``serve``; its URL goes to the served runs' links
     (``MEDRELEASE_PORTAL_URL``, unless whoever deploys set it, e.g. behind a proxy). A portal
     that cannot start is a warning: the deployments are served all the same."""
-    from deployments.portal import PortalRefused, auth_secret, start_in_thread
+    from deployments.portal import PortalRefused, auth_secret, is_loopback, start_in_thread
 
     try:
         server = start_in_thread(host, port)
@@ -609,7 +609,10 @@ def _start_portal(host: str, port: int) -> Any:
         console.print(f"[yellow bold]release portal not started:[/] {escape(str(exc))}",
                       soft_wrap=True)
         return None
-    url = f"http://{host}:{port}"
+    url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
+    if PORTAL_URL_VARIABLE not in os.environ and not is_loopback(host):
+        console.print(f"[yellow]the runs' links say {url}: set {PORTAL_URL_VARIABLE} to the "
+                      "address stewards open (e.g. the TLS proxy's)[/]", soft_wrap=True)
     os.environ.setdefault(PORTAL_URL_VARIABLE, url)
     console.print(f"release portal: {url} "
                   + ("(log in with the Prefect server's secret)" if auth_secret()

@@ -230,7 +230,9 @@ class Portal:
                     continue
                 found.setdefault(folder.parent.name, []).append(_catalogue_row(manifest))
         for rows in found.values():
-            rows.sort(key=lambda row: (row["date"], row["id"]), reverse=True)
+            # ids start with the request's time (a TEST id after its prefix)
+            rows.sort(key=lambda row: (row["date"], row["id"].removeprefix(TEST_PREFIX)),
+                      reverse=True)
         return dict(sorted(found.items()))
 
     @staticmethod
@@ -348,6 +350,12 @@ class Portal:
         path = _inside(self.record_folder(dataset, release_id), "evaluation", *parts)
         if path is None or not path.is_file():
             raise HTTPException(404, "this release has no evidence report")
+        if parts == ["report.html"]:  # with the steward area's bar: where it is, the way back
+            bar = self.templates.get_template("evidence_bar.html").render(
+                dataset=dataset, release_id=release_id)
+            page = path.read_text(encoding="utf-8")
+            head, body, rest = page.partition("<body>")
+            return HTMLResponse(head + body + bar + rest if body else bar + page)
         return FileResponse(path, media_type=_media_type(parts[-1]),
                             content_disposition_type="inline")
 
@@ -395,7 +403,15 @@ def _catalogue_row(manifest: dict[str, Any]) -> dict[str, Any]:
             "guarantee": _guarantee_short(guarantee), "proven": bool(guarantee.get("proven")),
             "statement": guarantee.get("statement", ""), "rows": manifest.get("released_rows"),
             "status": status, "test": test, "void": bool(lifetime.get("void")),
-            "lifetime": lifetime.get("statement", "")}
+            "lifetime": lifetime.get("statement", ""), "spent": _spent(lifetime)}
+
+
+def _spent(lifetime: dict[str, Any]) -> str:
+    """ "ε 3 of 10 spent" on the source, as the manifest says after this release."""
+    try:
+        return f"ε {lifetime['epsilon_spent']:g} of {lifetime['epsilon_cap']:g} spent"
+    except (KeyError, TypeError, ValueError):
+        return ""
 
 
 def _record_row(record: dict[str, Any], folder: Path) -> dict[str, Any]:

@@ -292,7 +292,7 @@ def test_steward_pages_are_never_linked_from_public_pages(portal) -> None:
     assert evidence in links(body)
     status, headers, body = get(portal, evidence)
     assert status == 200 and headers["content-type"].startswith("text/html")
-    assert b"INTERNAL" in body
+    assert b"INTERNAL" in body and f"/steward/paper-example/{portal.release_id}" in links(body)
     for plot in re.findall(r"src='(plots/[^']+\.svg)'", body.decode()):
         status, headers, _ = get(portal, evidence.rsplit("/", 1)[0] + "/" + plot)
         assert status == 200 and headers["content-type"] == "image/svg+xml", plot
