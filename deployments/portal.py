@@ -10,7 +10,8 @@ no client framework, no script on any page.
   (``PREFECT_SERVER_API_AUTH_STRING``, else ``PREFECT_API_AUTH_STRING``: the ``user:pass`` line
   of ``var/prefect-auth``): every request without it is answered 401 with a Basic challenge,
   compared in constant time. Without a secret the portal serves only on a loopback address, as
-  Prefect's own server then does, and says so on every page; it refuses any other host.
+  Prefect's own server then does, and says so on every page; it refuses any other host, and
+  answers 421 to a request whose Host header is not a loopback name (DNS rebinding).
 * **What it reads.** Only the release stores (``MEDRELEASE_STORE``, ``MEDRELEASE_TEST_STORE``)
   and the steward records (``MEDRELEASE_STEWARD``), and there only named files: a path part is
   checked as the store checks it (``safe_relative``: no ``..``, no hidden names), a folder must
@@ -26,6 +27,7 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import hashlib
 import hmac
 import ipaddress
 import json
@@ -150,6 +152,14 @@ class BasicAuth:
                 message = {**message, "headers": headers}
             await send(message)
 
+        if self.secret is None and not _loopback_host(scope):
+            # open on loopback only: a page of another site whose name was re-pointed at
+            # 127.0.0.1 (DNS rebinding) arrives with that name, and reads nothing
+            response = Response("This portal has no secret and answers only to a loopback "
+                                "address (127.0.0.1, localhost, ::1).\n", status_code=421,
+                                media_type="text/plain")
+            await response(scope, receive, with_headers)
+            return
         if self.secret is not None and not self._allowed(scope):
             response = Response(
                 "Authentication required: log in with the stewards' secret (the Prefect "
@@ -168,7 +178,20 @@ class BasicAuth:
                     with contextlib.suppress(binascii.Error, ValueError):
                         given = base64.b64decode(token.strip(), validate=True)
         assert self.secret is not None
-        return hmac.compare_digest(given, self.secret)
+        # digests of equal length: the comparison's time tells nothing, not even the length
+        return hmac.compare_digest(hashlib.sha256(given).digest(),
+                                   hashlib.sha256(self.secret).digest())
+
+
+def _loopback_host(scope: Scope) -> bool:
+    """Whether the request's Host header names a loopback address."""
+    for name, value in scope.get("headers", []):
+        if name.lower() == b"host":
+            host = value.decode("latin-1").strip()
+            host = host[1:host.index("]")] if host.startswith("[") and "]" in host else (
+                host.rsplit(":", 1)[0] if host.count(":") == 1 else host)
+            return is_loopback(host)
+    return False
 
 
 def _inside(root: Path, *parts: str) -> Path | None:

@@ -398,3 +398,34 @@ def test_a_steward_opens_a_release_downloads_its_csv_and_reads_the_evidence(
         finally:
             chromium.close()
     _keep(shots, request)
+
+
+def test_without_a_secret_only_loopback_names_are_answered(portal) -> None:
+    """Open on loopback (no secret): a request naming another host, as a page of another site
+    re-pointed at 127.0.0.1 sends it (DNS rebinding), reads nothing."""
+    import uvicorn
+
+    places = PortalPlaces(portal.home / "releases", portal.home / "test-releases",
+                          portal.home / "steward")
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(places, None), log_level="warning"))
+    thread = threading.Thread(target=server.run,
+                              kwargs={"sockets": [bound_socket("127.0.0.1", port)]}, daemon=True)
+    thread.start()
+    try:
+        while not server.started:
+            time.sleep(0.05)
+        for host, expected in (("127.0.0.1", 200), (f"localhost:{port}", 200), ("[::1]", 200),
+                               (f"attacker.example:{port}", 421), ("10.0.0.1", 421)):
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            connection.request("GET", "/steward", headers={"Host": host})
+            answer = connection.getresponse()
+            body = answer.read()
+            connection.close()
+            assert answer.status == expected, host
+            assert (portal.release_id.encode() in body) == (expected == 200), host
+            if expected == 200:
+                assert b"No secret is configured" in body
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
