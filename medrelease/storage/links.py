@@ -14,8 +14,6 @@ from __future__ import annotations
 import os
 from urllib.parse import quote
 
-from medrelease.storage.store import TEST_PREFIX, safe_relative
-
 DEFAULT_PORTAL_HOST = "127.0.0.1"
 DEFAULT_PORTAL_PORT = 4280
 PORTAL_URL_VARIABLE = "MEDRELEASE_PORTAL_URL"
@@ -29,6 +27,8 @@ def portal_url() -> str:
 
 def _part(text: str, what: str) -> str:
     """One checked path part, URL-quoted (the store's names are letters, digits, ``-_.``)."""
+    from medrelease.storage.store import safe_relative  # (the CLI imports this module: cheap)
+
     safe_relative(text, what)
     return quote(text, safe="")
 
@@ -55,4 +55,6 @@ def evidence_link(dataset: str, release_id: str) -> str:
 
 
 def is_test_release(release_id: str) -> bool:
+    from medrelease.storage.store import TEST_PREFIX
+
     return release_id.startswith(TEST_PREFIX)
