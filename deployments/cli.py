@@ -27,6 +27,11 @@ from medrelease.data.lattice import DEFAULT_BATCH_SIZE
 from medrelease.errors import MedreleaseError
 from medrelease.privacy.ledger import Ledger
 from medrelease.settings import ledger_path, store_root
+from medrelease.storage.links import (
+    DEFAULT_PORTAL_HOST,
+    DEFAULT_PORTAL_PORT,
+    PORTAL_URL_VARIABLE,
+)
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Differentially private microdata releases (IPA and friends) on Prefect.")
@@ -562,8 +567,15 @@ def serve(
     dataset: str = typer.Option("nps-sample", help="dataset the inbox's extracts are released "
                                 "and charged as (fixed: no run's parameters change it)"),
     interval: float = typer.Option(1.0, help="inbox poll interval in seconds"),
+    portal_port: int = typer.Option(DEFAULT_PORTAL_PORT,
+                                    help="port of the release portal started beside the "
+                                         "deployments (on --portal-host)"),
+    portal_host: str = typer.Option(DEFAULT_PORTAL_HOST, help="address the portal listens on"),
+    no_portal: bool = typer.Option(False, "--no-portal",
+                                   help="do not start the portal (one runs elsewhere)"),
 ) -> None:
-    """Serve the on-demand, scheduled and on-arrival deployments (and watch an inbox)."""
+    """Serve the on-demand, scheduled and on-arrival deployments (and watch an inbox), and the
+    release portal beside them."""
     _defaults()
     _require_server()
     _PrefectUse.used = True
@@ -577,7 +589,61 @@ def serve(
             raise typer.Exit(2) from None
         inbox.mkdir(parents=True, exist_ok=True)
         console.print(f"watching {inbox.resolve()} for extracts of {dataset}")
-    serve_all(inbox, dataset, interval)
+    portal = None if no_portal else _start_portal(portal_host, portal_port)
+    try:
+        serve_all(inbox, dataset, interval)
+    finally:
+        if portal is not None:
+            portal.should_exit = True
+
+
+def _start_portal(host: str, port: int) -> Any:
+    """The portal in a thread of ``serve``; its URL goes to the served runs' links
+    (``MEDRELEASE_PORTAL_URL``, unless whoever deploys set it, e.g. behind a proxy). A portal
+    that cannot start is a warning: the deployments are served all the same."""
+    from deployments.portal import PortalRefused, auth_secret, is_loopback, start_in_thread
+
+    try:
+        server = start_in_thread(host, port)
+    except PortalRefused as exc:
+        console.print(f"[yellow bold]release portal not started:[/] {escape(str(exc))}",
+                      soft_wrap=True)
+        return None
+    url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
+    if PORTAL_URL_VARIABLE not in os.environ and not is_loopback(host):
+        console.print(f"[yellow]the runs' links say {url}: set {PORTAL_URL_VARIABLE} to the "
+                      "address stewards open (e.g. the TLS proxy's)[/]", soft_wrap=True)
+    os.environ.setdefault(PORTAL_URL_VARIABLE, url)
+    console.print(f"release portal: {url} "
+                  + ("(log in with the Prefect server's secret)" if auth_secret()
+                     else "(no secret set: open to this machine only)"), soft_wrap=True)
+    return server
+
+
+@app.command()
+def portal(
+    port: int = typer.Option(DEFAULT_PORTAL_PORT, help="port to listen on"),
+    host: str = typer.Option(DEFAULT_PORTAL_HOST,
+                             help="address to listen on (beyond loopback only with a secret)"),
+) -> None:
+    """Serve the release portal: catalogue, release pages and downloads, and the steward area
+    (/steward), read-only, behind the Prefect server's secret. No Prefect, no flow."""
+    from deployments.portal import PortalRefused, auth_secret, is_loopback, portal_server
+
+    try:
+        server, sock = portal_server(host, port)
+    except PortalRefused as exc:
+        _fail(exc, "portal refused")
+    secret = auth_secret()
+    console.print(f"release portal on http://{host}:{port} (steward area: /steward); "
+                  + ("log in with the Prefect server's secret" if secret else
+                     "[yellow]no secret set: open to anyone on this machine[/]"),
+                  soft_wrap=True)
+    if secret and not is_loopback(host):
+        console.print("[yellow]the secret travels in clear over HTTP: beyond loopback, put the "
+                      "portal behind a TLS reverse proxy[/]", soft_wrap=True)
+    with contextlib.suppress(KeyboardInterrupt):
+        server.run(sockets=[sock])
 
 
 @app.command()

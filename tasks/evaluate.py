@@ -18,6 +18,7 @@ from medrelease.evidence.evaluation import Evaluation, InputRows, evaluate_relea
 from medrelease.evidence.report_html import INTERNAL, write_report
 from medrelease.settings import steward_root
 from medrelease.storage.io import file_sha256, read_validated_input
+from medrelease.storage.links import evidence_link
 from medrelease.storage.store import StewardRecords
 from tasks.artifacts import markdown_artifact, table_artifact
 from tasks.budget import artifact_key
@@ -109,7 +110,8 @@ def write_evaluation_report(evaluation: Evaluation, target: str) -> str:
              *[f"- **{line}**" for line in evaluation.warnings],
              f"- mechanism: **{evaluation.mechanism}** — {evaluation.guarantee}",
              f"- rows: {evaluation.input_note}; {evaluation.released_rows:,} released",
-             f"- report: `{folder / 'report.html'}`"]
+             f"- report: [open it in the release portal's steward area]"
+             f"({evidence_link(evaluation.dataset, evaluation.release_id)})"]
     if evaluation.query_summary:
         s = evaluation.query_summary
         lines.append(f"- queries (diagnosis {s['diagnosis']}): stays mean abs error "

@@ -8,6 +8,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from medrelease.privacy.publication import render_public_report
+from medrelease.storage.links import evidence_link, release_link
 from tasks.artifacts import markdown_artifact, table_artifact
 from tasks.budget import artifact_key
 
@@ -22,7 +23,9 @@ def steward_summary_markdown(manifest: dict, record: dict, candidates: pd.DataFr
         lines += ["## Accuracy (steward only: compares with the input)", "",
                   f"**{evaluated['verdict']}**", ""]
         lines += [f"- **{line}**" for line in evaluated.get("warnings", [])]
-        lines += ["", f"Evidence report: `{evaluated.get('report')}`", ""]
+        lines += ["", "Evidence report (steward area of the release portal): "
+                      f"[open it]({evidence_link(manifest['dataset'], manifest['release_id'])})",
+                  ""]
     lines += [public.lstrip("\n"), "## For the steward (not published)", ""]
     il = record.get("information_loss") or {}
     lines.append(f"- input: `{record['input_file']}` (sha256 `{record['input_sha256'][:16]}…`), "
@@ -147,7 +150,7 @@ def publish_budget_artifacts(dataset: str) -> None:
                                                   release_catalogue(config.name, spends)),
                       key=artifact_key(config.name, "releases"),
                       description=f"Releases of {config.name}: id, date, mechanism, "
-                                  "guarantee and a link to the folder")
+                                  "guarantee and a link to its page in the release portal")
 
 
 def budget_markdown(state, spends) -> str:
@@ -170,15 +173,14 @@ def budget_markdown(state, spends) -> str:
 
 
 def catalogue_markdown(dataset: str, rows: list[dict]) -> str:
-    """The catalogue as a list that wraps on a laptop screen, each folder as a link."""
-    from pathlib import Path
-
+    """The catalogue as a list that wraps on a laptop screen, each release as a link to its
+    page in the release portal (a ``file://`` link opens nothing from a browser; issue 39)."""
     lines = [f"# Releases of {dataset}", ""] + ([] if rows else ["No release yet."])
     for row in rows:
         kind = "TEST release" if row["test"] else "release"
         lines.append(f"- **`{row['release']}`** ({row['date'][:10]}, {row['mechanism']}, "
                      f"{kind}) — {row['guarantee']} "
-                     f"[Open the folder]({Path(row['folder']).as_uri()})")
+                     f"[Open in the portal]({release_link(dataset, row['release'])})")
     return "\n".join(lines)
 
 

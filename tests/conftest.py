@@ -197,7 +197,7 @@ def served(tmp_path_factory):
     from prefect.client.orchestration import get_client
     from prefect.settings import PREFECT_API_AUTH_STRING, PREFECT_API_URL, temporary_settings
 
-    from deployments.local_server import running_server, server_env
+    from deployments.local_server import free_port, running_server, server_env
 
     base = tmp_path_factory.mktemp("served")
     auth = f"steward:{secrets.token_urlsafe(18)}"  # only stewards in the UI (README)
@@ -211,9 +211,10 @@ def served(tmp_path_factory):
         log = (base / "serve.log").open("w")
         medrelease = Path(sys.executable).with_name("medrelease")
         write_arrivals_dataset(base / "home" / "datasets" / ARRIVALS)  # a dataset root
+        portal_port = free_port()  # the release portal serve starts beside the deployments
         proc = subprocess.Popen(
             [str(medrelease), "serve", "--inbox", str(inbox), "--dataset", ARRIVALS,
-             "--interval", "0.5"],
+             "--interval", "0.5", "--portal-port", str(portal_port)],
             env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=ROOT,
         )
         try:
@@ -229,7 +230,8 @@ def served(tmp_path_factory):
                     assert time.monotonic() < deadline, "deployments not served in time"
                     time.sleep(1)
                 yield SimpleNamespace(api_url=api_url, inbox=inbox, home=base / "home",
-                                      log=base / "serve.log", auth=auth)
+                                      log=base / "serve.log", auth=auth,
+                                      portal=f"http://127.0.0.1:{portal_port}")
                 _stops_cleanly_on_sigterm(proc, base / "serve.log")
         finally:
             with contextlib.suppress(ProcessLookupError):  # gone already after a clean stop

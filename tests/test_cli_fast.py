@@ -62,6 +62,7 @@ NO_FLOW_COMMANDS = [
     ["ledger", "set-cap", "--help"],
     ["check", "nps-sample"],
     ["init", "--help"],
+    ["portal", "--help"],
 ]
 
 
@@ -105,3 +106,57 @@ def test_only_a_flow_command_preloads_the_flows() -> None:
     assert runs_a_flow(["release", "nps-sample"]) and runs_a_flow(["demo"])
     assert not runs_a_flow(["release", "--help"]) and not runs_a_flow(["demo", "--help"])
     assert not runs_a_flow([]) and not runs_a_flow(["--help"]) and not runs_a_flow(["ledger"])
+
+
+def test_the_portal_command_serves_behind_the_secret_without_prefect(tmp_path: Path) -> None:
+    """``medrelease portal`` as a steward starts it: it answers 401 without the Prefect
+    server's secret and 200 with it, stops on Ctrl-C, and never imported Prefect."""
+    import base64
+    import signal
+    import time
+    import urllib.error
+    import urllib.request
+
+    from deployments.local_server import free_port
+
+    port, secret = free_port(), "steward:cli-portal-secret"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MEDRELEASE_HOME": str(tmp_path / "home"),
+           "COLUMNS": "160", "PREFECT_API_AUTH_STRING": secret}
+    env.pop("PREFECT_SERVER_API_AUTH_STRING", None)
+    proc = subprocess.Popen([sys.executable, "-c", PROBE, "portal", "--port", str(port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                            cwd=tmp_path)
+    url = f"http://127.0.0.1:{port}/releases"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(url, timeout=5)
+                raise AssertionError("the portal answered without the secret")
+            except urllib.error.HTTPError as exc:
+                assert exc.code == 401 and exc.headers["WWW-Authenticate"].startswith("Basic")
+                break
+            except urllib.error.URLError:
+                assert proc.poll() is None and time.monotonic() < deadline, "portal not up"
+                time.sleep(0.2)
+        token = base64.b64encode(secret.encode()).decode()
+        with urllib.request.urlopen(urllib.request.Request(
+                url, headers={"Authorization": f"Basic {token}"}), timeout=5) as answer:
+            assert answer.status == 200 and b"No release yet" in answer.read()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=30)
+    assert f"release portal on http://127.0.0.1:{port}" in out, out[-2000:]
+    reported = [line for line in out.splitlines() if line.startswith("MODULES ")]
+    assert json.loads(reported[-1].removeprefix("MODULES ")) == {"loaded": [], "server": False}
+
+
+def test_the_portal_refuses_a_public_address_without_a_secret(tmp_path: Path) -> None:
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("PREFECT_API_AUTH_STRING", "PREFECT_SERVER_API_AUTH_STRING")}
+    env.update({"PYTHONPATH": str(ROOT), "MEDRELEASE_HOME": str(tmp_path / "home"),
+                "COLUMNS": "200"})
+    done, imported = run_command(["portal", "--host", "0.0.0.0", "--port", "1"], env, tmp_path)
+    assert done.returncode == 1 and "portal refused" in done.stdout
+    assert "no secret for host 0.0.0.0" in done.stdout
+    assert imported == {"loaded": [], "server": False}

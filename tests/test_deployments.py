@@ -237,3 +237,27 @@ def test_a_wrong_field_from_the_ui_ends_refused_with_one_sentence(served) -> Non
     assert run.state.name == "Refused", run.state
     assert "kanon does not take kk" in run.state.message
     assert "Nothing was read or spent" in run.state.message
+
+
+def test_serve_starts_the_release_portal_behind_the_servers_secret(served) -> None:
+    """``medrelease serve`` starts the portal (README: the URL it prints), with the secret of
+    the Prefect server it serves for; it lists every release its runs published."""
+    import base64
+    import urllib.error
+    import urllib.request
+
+    assert f"release portal: {served.portal}" in served.log.read_text()
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(f"{served.portal}/releases", timeout=10)
+    assert refused.value.code == 401
+    token = base64.b64encode(served.auth.encode()).decode()
+    pages = {}
+    for path in ("/", "/steward"):
+        request = urllib.request.Request(served.portal + path,
+                                         headers={"Authorization": f"Basic {token}"})
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            pages[path] = answer.read().decode()
+    for store in ("releases", "test-releases"):
+        for manifest in (served.home / store).glob("*/*/manifest.json"):
+            assert f'href="/releases/{manifest.parent.parent.name}"' in pages["/"]
+            assert manifest.parent.name in pages["/steward"]

@@ -10,6 +10,7 @@ import pytest
 from flows.release import ReleaseRequest, release_flow
 from medrelease.errors import BudgetExceededError, InputValidationError
 from medrelease.privacy.ledger import Ledger
+from medrelease.storage.links import release_link
 from medrelease.storage.store import StoreError
 from schemas.manifest import PublicManifest, StewardRecord
 from tests.test_evaluation import check_report
@@ -134,9 +135,10 @@ def test_budget_and_catalogue_artifacts_after_a_release_and_after_a_refusal(home
     first = artifacts(released["flow_run_id"])
     assert "left after this release on source `nps-sample`: epsilon 9 of 10" in \
         first["nps-sample-release-summary"].data
-    catalogue = first["nps-sample-releases"].data  # a list with the folder as a link
+    catalogue = first["nps-sample-releases"].data  # a list, each release a portal link
     assert f"`{released['release_id']}`" in catalogue
-    assert f"]({Path(released['path']).as_uri()})" in catalogue
+    assert f"]({release_link('nps-sample', released['release_id'])})" in catalogue
+    assert "file://" not in catalogue  # opens nothing from a browser (issue 39)
     assert "differential privacy" in catalogue
     after_refusal = artifacts(refusal.state_details.flow_run_id)
     budget = after_refusal["nps-sample-budget"].data
