@@ -21,6 +21,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from medrelease.errors import MedreleaseError
 from medrelease.privacy.randomness import (
     INT64_SAFE,
     _bernoulli_exp_unit,
@@ -133,3 +134,44 @@ def discrete_gaussian(rng: np.random.Generator, sigma_sq: Fraction, size: int) -
         out[todo[accepted]] = y[accepted]
         todo = todo[~accepted]
     return out
+
+
+class RhoOverspendError(MedreleaseError):
+    """A zCDP charge beyond the budget was refused before any noise was drawn for it."""
+
+
+class RhoFilter:
+    """The zCDP budget of one mechanism run, as a privacy filter: charges add up (sequential
+    composition of rho's), and a charge that would take the total past the budget is refused
+    *before* it is made, so no draw can overspend by construction (the idea of OpenDP's
+    odometer/filter). ``aim``'s rounds charge every measurement and selection through one, and
+    the manifest's ``rho_used`` is its total.
+
+    ``slack`` (relative) admits the last round's float rounding of "exactly what is left"; the
+    guarantee is computed from ``budget``, and the tests hold ``used <= budget (1 + 1e-9)``.
+    """
+
+    def __init__(self, budget: float, slack: float = 1e-12) -> None:
+        if not (math.isfinite(budget) and budget > 0):
+            raise ValueError(f"a zCDP budget must be positive and finite, got {budget!r}")
+        self.budget = float(budget)
+        self.slack = slack
+        self.used = 0.0
+        self.charges: list[tuple[str, float]] = []
+
+    @property
+    def left(self) -> float:
+        """What may still be charged (never negative)."""
+        return max(0.0, self.budget - self.used)
+
+    def charge(self, rho: float, what: str) -> float:
+        """Charge ``rho`` for ``what`` (a measurement, a selection) or refuse it; returns rho."""
+        if not (math.isfinite(rho) and rho >= 0):
+            raise ValueError(f"{what}: a zCDP charge must be finite and >= 0, got {rho!r}")
+        if self.used + rho > self.budget * (1.0 + self.slack):
+            raise RhoOverspendError(
+                f"{what} would charge rho {rho:.6g} with {self.left:.6g} of {self.budget:.6g} "
+                "left: refused before drawing (the rounds' plan is wrong; nothing is published)")
+        self.used += rho
+        self.charges.append((what, rho))
+        return rho
