@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import textwrap
 from pathlib import Path
@@ -91,12 +92,27 @@ def _stops_cleanly_on_sigterm(proc, log: Path) -> None:
 
 
 def pytest_collection_modifyitems(items) -> None:
-    """Tests on the served Prefect server run last: the server and ``medrelease serve`` keep
-    running (and polling) until the session ends, and would slow every test after them."""
-    items.sort(key=lambda item: "served" in getattr(item, "fixturenames", ()))
+    """Tests on the served Prefect server run first, as one block on one worker (xdist's
+    loadgroup hands the largest group out first anyway); the server and ``medrelease serve``
+    stop right after the block's last test (``pytest_runtest_teardown``), so their polling
+    never slows the tests after them."""
+    items.sort(key=lambda item: "served" not in getattr(item, "fixturenames", ()))
     for item in items:  # with pytest-xdist (-n 2 --dist loadgroup): one worker, one server
         if "served" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.xdist_group("served"))
+
+
+def pytest_runtest_teardown(item, nextitem) -> None:
+    """Stop the served server after the last test of the served block (its clean-stop check
+    fails this test's teardown if ``serve`` does not stop cleanly)."""
+    uses = "served" in getattr(item, "fixturenames", ())
+    next_uses = nextitem is not None and "served" in getattr(nextitem, "fixturenames", ())
+    if uses and not next_uses:
+        _SERVED.close()
+
+
+def pytest_sessionfinish(session) -> None:
+    _SERVED.close()
 
 
 @pytest.fixture(autouse=True)
@@ -182,11 +198,40 @@ def write_arrivals_dataset(folder: Path) -> Path:
     return folder / "dataset.yaml"
 
 
-@pytest.fixture(scope="session")
+class _ServedOnce:
+    """The served server, started on first use and closed after the served block (or at the
+    end of the session): a session fixture would live until the worker's last test."""
+
+    def __init__(self) -> None:
+        self._stack = None
+        self._value = None
+
+    def get(self, tmp_path_factory):
+        if self._stack is None:
+            stack = contextlib.ExitStack()
+            self._value = stack.enter_context(_serving(tmp_path_factory.mktemp("served")))
+            self._stack = stack
+        return self._value
+
+    def close(self) -> None:
+        stack, self._stack, self._value = self._stack, None, None
+        if stack is not None:
+            stack.close()
+
+
+_SERVED = _ServedOnce()
+
+
+@pytest.fixture
 def served(tmp_path_factory):
     """A real ``prefect server`` and ``medrelease serve`` (with an inbox), shared by the
-    deployment and browser tests: started once per session."""
-    import contextlib
+    deployment and browser tests: started once for the served block."""
+    return _SERVED.get(tmp_path_factory)
+
+
+@contextlib.contextmanager
+def _serving(base: Path):
+    """Start the server and ``serve`` in ``base``; on exit check ``serve`` stops cleanly."""
     import secrets
     import signal
     import subprocess
@@ -199,7 +244,6 @@ def served(tmp_path_factory):
 
     from deployments.local_server import free_port, running_server, server_env
 
-    base = tmp_path_factory.mktemp("served")
     auth = f"steward:{secrets.token_urlsafe(18)}"  # only stewards in the UI (README)
     with running_server(base, auth) as api_url:
         env = server_env(base, api_url)
