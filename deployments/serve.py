@@ -70,8 +70,6 @@ def build_deployments() -> list:
             description=f"Scheduled release of {dataset} ({cron}, UTC)",
             tags=["medrelease", "scheduled"],
         ))
-    for deployment in deployments:
-        _title_the_request(deployment)
     deployments.append(watch_inbox_flow.to_deployment(
         name="watch-inbox",
         description="Long-lived inbox watcher as a flow run (alternative to `medrelease watch`)",
@@ -89,16 +87,6 @@ def build_deployments() -> list:
         )],
     ))
     return deployments
-
-
-def _title_the_request(deployment) -> None:
-    """The form's one box of steward fields reads "Release request", not Prefect's
-    "request (Optional)" (issue 27): Prefect titles a flow parameter by its Python name and
-    marks one with a default optional. Every release deployment gives the request, so it is
-    required in the form. (The schema is Prefect's private attribute, set before deploying.)"""
-    schema = deployment._parameter_openapi_schema
-    schema.properties["request"]["title"] = "Release request"
-    schema.required = sorted({*(schema.required or []), "request"})
 
 
 def _not_a_cancelled_callback(record: logging.LogRecord) -> bool:

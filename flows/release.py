@@ -17,7 +17,7 @@ import contextlib
 import functools
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 import pandas as pd
@@ -364,6 +364,13 @@ class ReleaseRequest(BaseModel):
 
 
 
+
+# The flow's one parameter, as the form shows it: titled "Release request" (Prefect titles a
+# parameter by its Python name) and required (every release deployment gives it), through
+# pydantic's public ``json_schema_extra``, not Prefect's private deployment schema (issue 27).
+FormRequest = Annotated[ReleaseRequest,
+                        Field(json_schema_extra={"title": "Release request"})]
+
 @flow(
     name="medrelease-release",
     description="Differentially private microdata release of one dataset extract",
@@ -373,7 +380,7 @@ class ReleaseRequest(BaseModel):
     # budget artifacts refreshed) instead of Prefect's ParameterTypeError traceback
     validate_parameters=False,
 )
-def release_flow(request: ReleaseRequest = ReleaseRequest()) -> Any:  # noqa: B008
+def release_flow(request: FormRequest) -> Any:
     """Run one release; returns the release id, folder and manifest. A request refused before
     any spend ends in state 'Refused' (an in-process caller gets the exception); an unchanged
     extract with ``skip_unchanged`` ends in 'No new data'."""
