@@ -126,3 +126,39 @@ def _make_template(cluster: Cluster) -> None:
     with psycopg.connect(cluster.url(), autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {TEMPLATE}")
     init_db(cluster.url(TEMPLATE))
+
+
+def main(argv: list[str]) -> int:
+    """``bash scripts/dev.sh pg [-- COMMAND ...]``: a throw-away cluster with a ledger database
+    made by ``medrelease ledger init-db``; prints its URLs, then runs COMMAND with
+    ``MEDRELEASE_LEDGER_URL`` set (or waits for Ctrl-C), and stops the cluster."""
+    import signal
+
+    import psycopg
+
+    from medrelease.privacy.ledger_pg import init_db
+
+    command = argv[argv.index("--") + 1:] if "--" in argv else []
+    with running_cluster(with_template=False) as cluster:
+        with psycopg.connect(cluster.url(), autocommit=True) as conn:
+            conn.execute("CREATE DATABASE medrelease")
+        service_url, _ = init_db(cluster.url("medrelease"))
+        print(f"PostgreSQL {cluster.bin.parent.name} running in {cluster.folder} (stopped and "
+              f"removed when this ends)\n  admin (owner's DBA): {cluster.url('medrelease')}\n"
+              f"  MEDRELEASE_LEDGER_URL={service_url}\n"
+              f"  PREFECT_API_DATABASE_CONNECTION_URL=postgresql+asyncpg://postgres@127.0.0.1:"
+              f"{cluster.port}/postgres", flush=True)
+        if command:
+            env = {**os.environ, "MEDRELEASE_LEDGER_URL": service_url}
+            return subprocess.run(command, env=env).returncode
+        print("Ctrl-C stops it.", flush=True)
+        signal.signal(signal.SIGTERM, signal.default_int_handler)  # stopped cleanly either way
+        with contextlib.suppress(KeyboardInterrupt):
+            signal.pause()
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    raise SystemExit(main(sys.argv[1:]))
