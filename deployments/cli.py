@@ -611,7 +611,8 @@ def serve(
                                 "and charged as (fixed: no run's parameters change it)"),
     interval: float = typer.Option(1.0, help="inbox poll interval in seconds"),
 ) -> None:
-    """Serve the on-demand, scheduled and on-arrival deployments (and watch an inbox)."""
+    """Serve the on-demand and scheduled deployments; with --inbox, also watch the inbox and
+    serve its on-arrival and watch-inbox deployments (on one host only)."""
     _defaults()
     _require_server()
     _PrefectUse.used = True
