@@ -8,8 +8,9 @@
   inbox and dataset ``serve --inbox --dataset`` fixed (no run parameter changes either).
 
 ``medrelease serve`` runs the first two against the server named by ``PREFECT_API_URL``; with
-``--inbox`` also the inbox's two and the watcher. With several hosts, one runs ``--inbox``. ``deployments/prefect.yaml`` describes the same deployments for
-``prefect deploy`` with a process work pool.
+``--inbox`` also the inbox's two and the watcher. With several hosts, one runs ``--inbox``.
+``deployments/prefect.yaml`` describes the same deployments for ``prefect deploy`` with a
+process work pool.
 """
 
 from __future__ import annotations
