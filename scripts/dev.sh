@@ -60,7 +60,8 @@ browser_setup() {
 pg_setup() {
   # The PostgreSQL ledger's tests start throw-away clusters with Debian's postgresql binaries
   # (initdb, pg_ctl); install the package once if they are missing, as for chromium. The
-  # package's own cluster is not used (tests/pg.py starts its own, as the postgres user).
+  # package's own cluster is not used (deployments/local_postgres.py starts its own, as the
+  # postgres user).
   compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null && return 0
   echo "installing Debian's postgresql for the ledger tests (once) ..." >&2
   local sudo=""
@@ -79,6 +80,6 @@ case "$cmd" in
   test)  browser_setup; pg_setup; exec python -m pytest -q -n "${MEDRELEASE_TEST_WORKERS:-2}" --dist loadgroup "$@" ;;
   bench) exec python benchmarks/engine_bench.py "$@" ;;
   shell) echo "ready: source .venv/bin/activate" ;;
-  pg)    pg_setup; exec python -m tests.pg "$@" ;;
+  pg)    pg_setup; exec python -m deployments.local_postgres "$@" ;;
   *) echo "usage: bash scripts/dev.sh {demo|test|bench|shell|pg}" >&2; exit 2 ;;
 esac

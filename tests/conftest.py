@@ -243,9 +243,9 @@ def served(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def pg_cluster():
-    """A throw-away PostgreSQL cluster for this test process (``tests/pg.py``), with a
-    template database holding the ledger schema; stopped and removed at the session's end."""
-    from .pg import ensure_installed, running_cluster
+    """A throw-away PostgreSQL cluster for this test process (``deployments/local_postgres``),
+    with a template database holding the ledger schema; stopped and removed at the end."""
+    from deployments.local_postgres import ensure_installed, running_cluster
 
     if ensure_installed() is None:
         pytest.skip("no PostgreSQL binaries (/usr/lib/postgresql/*/bin) and apt-get cannot "

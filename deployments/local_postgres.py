@@ -1,5 +1,5 @@
-"""A throw-away PostgreSQL cluster for the tests: ``initdb`` + ``pg_ctl`` in a temporary folder,
-on a free loopback port, stopped (and removed) at the end.
+"""A throw-away PostgreSQL cluster (tests, benchmarks, ``bash scripts/dev.sh pg``): ``initdb``
++ ``pg_ctl`` in a temporary folder, on a free loopback port, stopped (and removed) at the end.
 
 One cluster per test process (each pytest-xdist worker starts its own: no port or folder is
 shared). ``initdb`` refuses root, so where the tests run as root the cluster runs as the
