@@ -210,3 +210,20 @@ def test_restore_into_a_new_database_from_records_or_a_sqlite_journal(
     assert CliRunner().invoke(app, ["ledger", "verify"]).exit_code == 0
     assert open_ledger(pg_home["cluster"].url(fresh, "medrelease_service")).state(
         "paper-example").epsilon_spent == pytest.approx(2.0)
+
+
+def test_runs_carry_the_ledger_url_without_its_password(monkeypatch, pg_cluster) -> None:
+    """Tasks are handed the ledger's location, and Prefect stores task parameters: the
+    password stays in the variable, and the ledger takes it back from there."""
+    from medrelease.privacy.ledger_pg import PostgresLedger
+    from medrelease.settings import isolated_home, ledger_location
+
+    url = pg_cluster.url(pg_cluster.fresh_database(), "medrelease_service").replace(
+        "medrelease_service@", "medrelease_service:s3cret-pw@")
+    monkeypatch.setenv("MEDRELEASE_LEDGER_URL", url)
+    location = ledger_location()
+    assert "s3cret" not in location and location == url.replace(":s3cret-pw", "")
+    ledger = PostgresLedger(location)
+    assert ledger.url == url and "s3cret" not in ledger.location
+    with isolated_home(pg_cluster.folder):  # the audit's worlds: a SQLite ledger of their own
+        assert ledger_location().endswith("ledger.sqlite")
