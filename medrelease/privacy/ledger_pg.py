@@ -28,6 +28,7 @@ events with their rows is caught too.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -302,18 +303,36 @@ class PostgresLedger(BudgetLedger):
             os.environ.get("MEDRELEASE_LEDGER_TIMEOUT_S", "30"))
         self._head: tuple[int, str] | None = None  # the event this process journaled last
         self._import: list[dict] = []  # journal events a restore replays (from SQLite)
+        self._raw: Any = None  # one connection per ledger object, reused (connecting costs)
+        self._columns: dict[str, set[str]] | None = None
         with self._connect() as conn:
             _refuse_unmigrated(conn, self.location)
+
+    def close(self) -> None:
+        if self._raw is not None:
+            self._raw.close()
+            self._raw = None
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
+
+    def _connection(self) -> Any:
+        psycopg = _psycopg()
+        if self._raw is not None and not self._raw.closed and not self._raw.broken:
+            return self._raw
+        try:
+            self._raw = psycopg.connect(self.url, autocommit=True, connect_timeout=10,
+                                        options=f"-c search_path={SCHEMA_NAME}")
+        except psycopg.Error as exc:
+            raise MedreleaseError(f"cannot connect to the budget ledger {self.location}: "
+                                  f"{type(exc).__name__}: {_first_line(exc)}") from None
+        return self._raw
 
     @contextmanager
     def _connect(self) -> Iterator[_PgConnection]:
         psycopg = _psycopg()
-        try:
-            raw = psycopg.connect(self.url, autocommit=True, connect_timeout=10,
-                                  options=f"-c search_path={SCHEMA_NAME}")
-        except psycopg.Error as exc:
-            raise MedreleaseError(f"cannot connect to the budget ledger {self.location}: "
-                                  f"{type(exc).__name__}: {_first_line(exc)}") from None
+        raw = self._connection()
         try:
             yield _PgConnection(raw)
         except psycopg.errors.LockNotAvailable:
@@ -323,8 +342,10 @@ class PostgresLedger(BudgetLedger):
         except psycopg.errors.InsufficientPrivilege as exc:
             raise MedreleaseError(f"the budget ledger {self.location} refused the change: "
                                   f"{_first_line(exc)}") from None
-        finally:
-            raw.close()
+        except psycopg.OperationalError as exc:  # the server went away: reconnect next time
+            self.close()
+            raise MedreleaseError(f"the budget ledger {self.location} is unreachable "
+                                  f"({_first_line(exc)})") from None
 
     @contextmanager
     def _transaction(self) -> Iterator[_PgConnection]:
@@ -389,7 +410,9 @@ class PostgresLedger(BudgetLedger):
         self._refuse_a_lost_head(conn)
         expected = _replayed(events, f"{self.location} (table ledger_events)")
         try:
-            problems = _differences(conn, expected, _columns_of(conn))
+            if self._columns is None:  # fixed by the schema version
+                self._columns = _columns_of(conn)
+            problems = _differences(conn, expected, self._columns)
         finally:
             expected.close()
         if problems:
