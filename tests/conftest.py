@@ -107,6 +107,8 @@ def steward_places(tmp_path_factory, monkeypatch):
     base = str(tmp_path_factory.getbasetemp())
     monkeypatch.setenv("MEDRELEASE_DATASETS", base)
     monkeypatch.setenv("MEDRELEASE_INPUT_ROOTS", base)
+    # a developer's PostgreSQL ledger stays out of the tests (they choose their back-end)
+    monkeypatch.delenv("MEDRELEASE_LEDGER_URL", raising=False)
 
 
 @pytest.fixture

@@ -100,7 +100,10 @@ def test_a_service_refuses_a_database_without_the_ledger_schema(pg_cluster) -> N
         url, applied = init_db(pg_cluster.url("empty_ledger_db"))
         assert applied == [SCHEMA_VERSION] and url.endswith("medrelease_service@127.0.0.1:"
                                                             f"{pg_cluster.port}/empty_ledger_db")
-        assert init_db(pg_cluster.url("empty_ledger_db"))[1] == []  # idempotent
+        again = CliRunner().invoke(app, ["ledger", "init-db", "--admin-url",
+                                         pg_cluster.url("empty_ledger_db")])
+        assert again.exit_code == 0 and "already up to date" in again.output  # idempotent
+        assert f"MEDRELEASE_LEDGER_URL={url}" in _unwrapped(again.output)
         assert open_ledger(url).spends() == []
     finally:
         with psycopg.connect(pg_cluster.url(), autocommit=True) as conn:
