@@ -22,6 +22,10 @@ a ledger that differs from it (``LedgerIntegrityError``: a table dropped or edit
 spend deleted, a cap changed outside ``set-cap``, the journal removed). ``restore`` rebuilds the
 ledger by replaying the journal, then adds the releases that steward records or published
 manifests show and the journal lacks (journaling them too).
+
+That is the SQLite back-end (``Ledger``), the default. ``MEDRELEASE_LEDGER_URL`` selects the
+PostgreSQL one (``ledger_pg.PostgresLedger``: one ledger for several hosts, append-only for the
+service); both run the rules here (``BudgetLedger``), and ``open_ledger`` opens either.
 """
 
 from __future__ import annotations
