@@ -25,8 +25,8 @@ from rich.table import Table
 from medrelease.data.config import find_config
 from medrelease.data.lattice import DEFAULT_BATCH_SIZE
 from medrelease.errors import MedreleaseError
-from medrelease.privacy.ledger import Ledger
-from medrelease.settings import ledger_path, store_root
+from medrelease.privacy.ledger import ledger_exists, open_ledger
+from medrelease.settings import ledger_location, store_root
 from medrelease.storage.links import (
     DEFAULT_PORTAL_HOST,
     DEFAULT_PORTAL_PORT,
@@ -394,12 +394,15 @@ def ledger(ctx: typer.Context,
     """Show every privacy-budget spend, per source, with what is left."""
     if ctx.invoked_subcommand is not None:
         return
-    book = Ledger(ledger_path())
+    try:
+        book = open_ledger(ledger_location())
+    except MedreleaseError as exc:
+        _fail(exc)
     spends = book.spends(source)
     if console.width >= WIDE_LEDGER:
         _ledger_table(spends)
     else:  # a table would cut release ids at this width: one block per spend instead
-        console.print(f"privacy budget ledger ({ledger_path()})", soft_wrap=True)
+        console.print(f"privacy budget ledger ({ledger_location()})", soft_wrap=True)
         for s in spends:
             console.print(f"- {s.created_at[:19]}  {s.source} / {s.dataset}: {s.mechanism}, "
                           f"eps {s.epsilon:g}, delta {s.delta:g}, {_status(s)}\n"
@@ -407,8 +410,9 @@ def ledger(ctx: typer.Context,
     for name in sorted({s.source for s in spends}):
         console.print(book.state(name).statement())
     for change in book.cap_changes(source):
-        console.print(f"cap of {change[0]} changed at {change[6]}: epsilon {change[1]:g} -> "
-                      f"{change[2]:g}, delta {change[3]:g} -> {change[4]:g} ({change[5]})")
+        console.print(f"cap of {change.source} changed at {change.changed_at}: epsilon "
+                      f"{change.old_epsilon:g} -> {change.new_epsilon:g}, delta "
+                      f"{change.old_delta:g} -> {change.new_delta:g} ({change.reason})")
 
 
 def _status(spend) -> str:
@@ -417,7 +421,7 @@ def _status(spend) -> str:
 
 
 def _ledger_table(spends) -> None:
-    table = Table(title=f"privacy budget ledger ({ledger_path()})")
+    table = Table(title=f"privacy budget ledger ({ledger_location()})")
     for column in ("source", "dataset", "mechanism", "epsilon", "delta", "status", "release",
                    "when"):
         table.add_column(column, no_wrap=column in ("release", "when"))
@@ -433,32 +437,49 @@ def ledger_init() -> None:
     from medrelease.settings import steward_root
     from medrelease.storage.store import StewardRecords
 
-    path = ledger_path()
+    location = ledger_location()
     records = StewardRecords(steward_root()).records()
-    if path.is_file() and Ledger(path).spends():
-        _fail(MedreleaseError(f"{path} already holds spends; nothing changed"))
+    try:
+        if ledger_exists(location) and open_ledger(location).holds_spends():
+            _fail(MedreleaseError(f"{location} already holds spends; nothing changed"))
+    except MedreleaseError as exc:
+        _fail(exc)
     if records:
         _fail(MedreleaseError(f"{len(records)} release(s) are on record under {steward_root()}: "
                               "a new empty ledger would restart their budgets; use "
                               "'medrelease ledger restore' instead"))
-    Ledger(path)
-    console.print(f"new empty ledger: {path}")
+    open_ledger(location)
+    console.print(f"new empty ledger: {location}")
 
 
 @ledger_app.command("restore")
-def ledger_restore() -> None:
+def ledger_restore(
+    from_journal: Path | None = typer.Option(
+        None, help="PostgreSQL ledger only: first replay this SQLite ledger's journal "
+                   "(ledger.sqlite.journal.jsonl), to move a ledger from SQLite to PostgreSQL"),
+) -> None:
     """Rebuild a lost or emptied ledger: its journal replayed, then releases on record."""
-    from medrelease.privacy.ledger import restore_from_records
+    from medrelease.privacy.ledger import is_database_url, read_journal, restore_from_records
     from medrelease.settings import steward_root, test_store_root
     from medrelease.storage.store import StewardRecords, published_manifests
 
+    location = ledger_location()
     records = StewardRecords(steward_root()).records()
     manifests = published_manifests(store_root(), test_store_root())
     try:
-        restored = restore_from_records(ledger_path(), records, manifests)
+        if is_database_url(location):
+            from medrelease.privacy.ledger_pg import PostgresLedger
+
+            events = read_journal(from_journal) if from_journal else None
+            restored = PostgresLedger(location).restore(records, manifests, events)
+        elif from_journal is not None:
+            _fail(MedreleaseError("--from-journal is for a PostgreSQL ledger "
+                                  "(MEDRELEASE_LEDGER_URL); a SQLite ledger replays its own"))
+        else:
+            restored = restore_from_records(location, records, manifests)
     except MedreleaseError as exc:
         _fail(exc)
-    console.print(f"restored {restored.spends} spend(s) into {ledger_path()}: "
+    console.print(f"restored {restored.spends} spend(s) into {location}: "
                   f"{restored.from_journal} from its journal (with every source's cap, policy, "
                   "owner config and content claims), "
                   f"{restored.from_records} from steward records and {restored.from_manifests} "
@@ -478,17 +499,17 @@ def ledger_verify() -> None:
     from medrelease.settings import steward_root, test_store_root
     from medrelease.storage.store import StewardRecords, published_manifests
 
-    path = ledger_path()
+    location = ledger_location()
     try:
-        reconcile(path, StewardRecords(steward_root()).records(),
+        reconcile(location, StewardRecords(steward_root()).records(),
                   published_manifests(store_root(), test_store_root()))
+        spends = len(open_ledger(location).spends()) if ledger_exists(location) else 0
     except MedreleaseError as exc:
         console.print(f"[red bold]ledger inconsistent ({type(exc).__name__}):[/] {exc}",
                       soft_wrap=True)
         raise typer.Exit(1) from None
-    spends = len(Ledger(path).spends()) if path.is_file() else 0
-    console.print(f"ledger {path} matches its journal, the steward records and the published "
-                  f"releases ({spends} spend(s))")
+    console.print(f"ledger {location} matches its journal, the steward records and the "
+                  f"published releases ({spends} spend(s))")
 
 
 @ledger_app.command("set-cap")
@@ -500,10 +521,37 @@ def ledger_set_cap(
 ) -> None:
     """Change a source's lifetime cap (the YAML's value only applies at the first spend)."""
     try:
-        Ledger(ledger_path()).set_cap(source, epsilon, delta, reason)
+        open_ledger(ledger_location()).set_cap(source, epsilon, delta, reason)
     except MedreleaseError as exc:
         _fail(exc)
     console.print(f"cap of {source}: epsilon {epsilon:g}, delta {delta:g} (recorded: {reason})")
+
+
+@ledger_app.command("init-db")
+def ledger_init_db(
+    admin_url: str = typer.Option(
+        ..., help="postgresql://ADMIN@HOST:PORT/DB of a role that may create roles and schemas "
+                  "(its password from PGPASSWORD or ~/.pgpass, not this command line)"),
+    owner: str = typer.Option("medrelease_owner", help="the role that owns the ledger schema"),
+    service: str = typer.Option("medrelease_service",
+                                help="the role releases run as: SELECT and INSERT only"),
+) -> None:
+    """Create (or migrate) the PostgreSQL ledger: schema 'medrelease' owned by the owner role,
+    and the service role that may only read and append (docs/OPERATIONS.md). The service's
+    password, if any, is read from MEDRELEASE_LEDGER_SERVICE_PASSWORD."""
+    from medrelease.privacy.ledger_pg import SCHEMA_VERSION, init_db
+
+    try:
+        url, applied = init_db(admin_url, owner, service,
+                               os.environ.get("MEDRELEASE_LEDGER_SERVICE_PASSWORD") or None)
+    except MedreleaseError as exc:
+        _fail(exc)
+    done = (f"applied migration(s) {', '.join(map(str, applied))}" if applied
+            else "already up to date")
+    console.print(f"ledger schema at version {SCHEMA_VERSION} ({done}); owner role {owner}, "
+                  f"service role {service} (SELECT and INSERT only).\nSet on every host that "
+                  f"releases: MEDRELEASE_LEDGER_URL={url} (with the service's password, or "
+                  "PGPASSWORD / ~/.pgpass)", soft_wrap=True)
 
 
 @app.command()
@@ -536,7 +584,7 @@ def demo(
     console.print("[bold]medrelease demo[/]: releasing the bundled NPS-like sample "
                   f"(20,000 synthetic admissions) with [bold]{chosen}[/] ({why}), "
                   f"epsilon {epsilon}")
-    console.print(f"ledger: {ledger_path()}   release store: {store_root()}")
+    console.print(f"ledger: {ledger_location()}   release store: {store_root()}")
     started = time.perf_counter()
     try:
         result = _run_flow(request)
@@ -574,8 +622,9 @@ def serve(
     no_portal: bool = typer.Option(False, "--no-portal",
                                    help="do not start the portal (one runs elsewhere)"),
 ) -> None:
-    """Serve the on-demand, scheduled and on-arrival deployments (and watch an inbox), and the
-    release portal beside them."""
+    """Serve the on-demand and scheduled deployments and the release portal beside them; with
+    --inbox, also watch the inbox and serve its on-arrival and watch-inbox deployments (on one
+    host only)."""
     _defaults()
     _require_server()
     _PrefectUse.used = True

@@ -62,10 +62,12 @@ def drain_prefect_workers() -> None:
 
 
 @contextlib.contextmanager
-def running_server(home: Path, auth_string: str | None = None) -> Iterator[str]:
-    """Yield the API URL of a fresh server (own SQLite database under ``home``); with
-    ``auth_string`` ("user:password") the server refuses every API call without it (Prefect's
-    basic authentication; its health check stays open)."""
+def running_server(home: Path, auth_string: str | None = None,
+                   database_url: str | None = None) -> Iterator[str]:
+    """Yield the API URL of a fresh server (own SQLite database under ``home``, or the
+    PostgreSQL database ``database_url``, ``postgresql+asyncpg://...``); with ``auth_string``
+    ("user:password") the server refuses every API call without it (Prefect's basic
+    authentication; its health check stays open)."""
     port = free_port()
     api_url = f"http://127.0.0.1:{port}/api"
     log = (home / "server.log").open("w")
@@ -73,6 +75,8 @@ def running_server(home: Path, auth_string: str | None = None) -> Iterator[str]:
     env = server_env(home)
     if auth_string:
         env["PREFECT_SERVER_API_AUTH_STRING"] = auth_string
+    if database_url:
+        env["PREFECT_API_DATABASE_CONNECTION_URL"] = database_url
     # `prefect server start --port` does not tell the UI where its API is: without this the UI
     # calls 127.0.0.1:4200 and shows "Can't connect to Server API".
     env["PREFECT_UI_API_URL"] = api_url

@@ -7,10 +7,11 @@
 * ``medrelease-watch-inbox/watch-inbox``: the watcher itself as a long-lived flow run, for the
   inbox and dataset ``serve --inbox --dataset`` fixed (no run parameter changes either).
 
-``medrelease serve`` runs them (and, with ``--inbox``, the watcher) against the server named by
-``PREFECT_API_URL``. They are declared here only: ``deployments/prefect.yaml`` (the same
-deployments for ``prefect deploy`` with a process work pool) is generated from
-:func:`build_deployments` by ``python -m deployments.prefect_yaml``.
+``medrelease serve`` runs the first two against the server named by ``PREFECT_API_URL``; with
+``--inbox`` also the inbox's two and the watcher. With several hosts, one runs ``--inbox``.
+They are declared here only: ``deployments/prefect.yaml`` (the same deployments for
+``prefect deploy`` with a process work pool) is generated from :func:`build_deployments` by
+``python -m deployments.prefect_yaml``.
 """
 
 from __future__ import annotations
@@ -49,7 +50,10 @@ def scheduled_datasets() -> list[tuple[str, str]]:
     return found
 
 
-def build_deployments() -> list:
+def build_deployments(with_inbox: bool = True) -> list:
+    """The deployments a host serves. ``with_inbox``: also the inbox's (watch-inbox,
+    on-arrival) — only on the one host that watches the inbox, so that an arrival's run never
+    lands on a host that does not know the inbox (several hosts: docs/OPERATIONS.md)."""
     deployments = [
         release_flow.to_deployment(
             name="on-demand",
@@ -70,6 +74,8 @@ def build_deployments() -> list:
             description=f"Scheduled release of {dataset} ({cron}, UTC)",
             tags=["medrelease", "scheduled"],
         ))
+    if not with_inbox:
+        return deployments
     deployments.append(watch_inbox_flow.to_deployment(
         name="watch-inbox",
         description="Long-lived inbox watcher as a flow run (alternative to `medrelease watch`)",
@@ -115,7 +121,7 @@ def serve_all(inbox: Path | None = None, dataset: str = "nps-sample",
     # so runs waited for the default 10 s poll; measured Submit -> run start 5.5-8 s.)
     poll = float(os.environ.get("MEDRELEASE_RUNNER_POLL_SECONDS", "1"))
     runner = Runner(pause_on_shutdown=False, limit=2, query_seconds=poll)
-    for deployment in build_deployments():
+    for deployment in build_deployments(with_inbox=inbox is not None):
         runner.add_deployment(deployment)
     runner.handle_sigterm = _stop_on_sigterm(runner)
     with contextlib.suppress(KeyboardInterrupt):

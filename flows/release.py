@@ -53,7 +53,7 @@ from medrelease.mechanisms import (
     uses_counts,
 )
 from medrelease.mechanisms.base import ReleaseContext, parse
-from medrelease.privacy.ledger import Ledger
+from medrelease.privacy.ledger import open_ledger
 from medrelease.release import (
     PUBLIC_FACTS,
     candidates_frame,
@@ -63,7 +63,7 @@ from medrelease.release import (
     resolve_mechanism,
 )
 from medrelease.request import ResolvedRequest
-from medrelease.settings import ledger_path
+from medrelease.settings import ledger_location
 from medrelease.storage.store import StoreError, safe_relative
 from tasks.artifacts import table_artifact
 from tasks.budget import (
@@ -452,7 +452,7 @@ class BudgetInView:
 
 def _release(request: ReleaseRequest, budget: BudgetInView) -> Any:
     run_id = str(flow_run.id) if flow_run.id else None
-    ledger = str(ledger_path())
+    ledger = ledger_location()
     resolved = resolve_request(request.dataset, request.mechanism, request.epsilon,
                                request.parameters, request.input_path, request.seed, ledger)
     try:
@@ -511,7 +511,7 @@ def _release_resolved(request: ReleaseRequest, budget: BudgetInView, resolved: R
     except BaseException as exc:
         # The reservation stays counted: noise may have been drawn before the failure.
         # Marked directly, not as a task, so it also happens when the run is being cancelled.
-        Ledger(ledger).mark(charge.spend_id, "failed", note=f"{type(exc).__name__}: {exc}"[:500])
+        open_ledger(ledger).mark(charge.spend_id, "failed", note=f"{type(exc).__name__}: {exc}"[:500])
         raise
     finally:
         fan_out.close()  # no-op when the fan-out already closed it
@@ -669,7 +669,7 @@ def _release_directly(request: ReleaseRequest, budget: BudgetInView, config, fra
                                     request.destination)
         finalize_spend(ledger, charge.spend_id, "released", release_id=published.release_id)
     except BaseException as exc:
-        Ledger(ledger).mark(charge.spend_id, "failed", note=f"{type(exc).__name__}: {exc}"[:500])
+        open_ledger(ledger).mark(charge.spend_id, "failed", note=f"{type(exc).__name__}: {exc}"[:500])
         raise
     return _with_artifacts(request, published, run_id, pd.DataFrame(), budget)
 

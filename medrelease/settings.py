@@ -3,7 +3,8 @@
 ``MEDRELEASE_HOME`` (default ``<checkout>/var``) holds ``ledger.sqlite``, ``releases/`` (the
 publishable store), ``test-releases/`` (fixed-seed TEST releases, never published) and
 ``steward/`` (steward records and evaluations, never published); ``MEDRELEASE_LEDGER``,
-``MEDRELEASE_STORE``, ``MEDRELEASE_TEST_STORE`` and ``MEDRELEASE_STEWARD`` override each.
+``MEDRELEASE_STORE``, ``MEDRELEASE_TEST_STORE`` and ``MEDRELEASE_STEWARD`` override each;
+``MEDRELEASE_LEDGER_URL=postgresql://...`` puts the ledger in a database instead.
 """
 
 from __future__ import annotations
@@ -51,7 +52,22 @@ def data_home() -> Path:
 
 
 def ledger_path() -> Path:
+    """The SQLite ledger file (the default back-end)."""
     return _under_home("MEDRELEASE_LEDGER", "ledger.sqlite")
+
+
+def ledger_location() -> str:
+    """Where the budget ledger is: ``MEDRELEASE_LEDGER_URL`` (a PostgreSQL database shared by
+    every host), shown without its password — runs carry this form, and Prefect stores what
+    they carry; the ledger takes the password back from the variable — or the SQLite file
+    ``ledger_path()``. An isolated home (the publication audit's worlds) always has its own
+    SQLite ledger."""
+    url = os.environ.get("MEDRELEASE_LEDGER_URL", "").strip()
+    if url and _ISOLATED_HOME.get() is None:
+        from medrelease.privacy.ledger_pg import redacted
+
+        return redacted(url)
+    return str(ledger_path())
 
 
 def store_root() -> Path:

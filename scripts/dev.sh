@@ -5,6 +5,9 @@
 #   bash scripts/dev.sh test     # the whole test suite
 #   bash scripts/dev.sh bench    # engine benchmark (prints numbers)
 #   bash scripts/dev.sh shell    # just set up; prints how to activate
+#   bash scripts/dev.sh pg [-- COMMAND ...]  # a throw-away PostgreSQL with a ledger database:
+#                                # prints MEDRELEASE_LEDGER_URL, runs COMMAND with it (or waits
+#                                # for Ctrl-C), then stops and removes the cluster
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -54,14 +57,29 @@ browser_setup() {
     || { $sudo apt-get update -q >/dev/null && $sudo apt-get install -y -q chromium >/dev/null; }
 }
 
+pg_setup() {
+  # The PostgreSQL ledger's tests start throw-away clusters with Debian's postgresql binaries
+  # (initdb, pg_ctl); install the package once if they are missing, as for chromium. The
+  # package's own cluster is not used (deployments/local_postgres.py starts its own, as the
+  # postgres user).
+  compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null && return 0
+  echo "installing Debian's postgresql for the ledger tests (once) ..." >&2
+  local sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql >/dev/null 2>&1 \
+    || { $sudo apt-get update -q >/dev/null \
+         && $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql >/dev/null; }
+}
+
 cmd=${1:-demo}
 shift || true
 setup
 case "$cmd" in
   demo)  exec medrelease demo "$@" ;;
   # Two workers (CI has 2 cores); tests on the shared served Prefect server stay on one.
-  test)  browser_setup; exec python -m pytest -q -n "${MEDRELEASE_TEST_WORKERS:-2}" --dist loadgroup "$@" ;;
+  test)  browser_setup; pg_setup; exec python -m pytest -q -n "${MEDRELEASE_TEST_WORKERS:-2}" --dist loadgroup "$@" ;;
   bench) exec python benchmarks/engine_bench.py "$@" ;;
   shell) echo "ready: source .venv/bin/activate" ;;
-  *) echo "usage: bash scripts/dev.sh {demo|test|bench|shell}" >&2; exit 2 ;;
+  pg)    pg_setup; exec python -m deployments.local_postgres "$@" ;;
+  *) echo "usage: bash scripts/dev.sh {demo|test|bench|shell|pg}" >&2; exit 2 ;;
 esac

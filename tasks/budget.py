@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from pathlib import Path
 
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
@@ -13,8 +12,8 @@ from medrelease.data.config import DatasetConfig
 from medrelease.plan import ReleasePlan
 from medrelease.privacy.ledger import (
     BudgetState,
-    Ledger,
     SpendRequest,
+    open_ledger,
     reconcile,
     request_record,
 )
@@ -57,7 +56,7 @@ def check_before_charge(config: DatasetConfig, release_plan: ReleasePlan, ledger
     """Everything that could still fail after the charge, checked before it: the ledger holds
     every spend the records show, and the release and steward folders can be written."""
     records = StewardRecords(steward_root())
-    reconcile(Path(ledger_path), records.records(), published_manifests())
+    reconcile(ledger_path, records.records(), published_manifests())
     test = release_plan.random.test_release
     ReleaseStore(test_store_root() if test else store_root(), test=test).prepare(
         config.name, destination)
@@ -100,7 +99,7 @@ def charge_budget(
     artifact. The lifetime it returns is the one the release's own manifest states: with this
     release counted, and void if this release's mechanism makes no proven DP claim."""
     guarantee = release_plan.guarantee
-    ledger = Ledger(ledger_path)
+    ledger = open_ledger(ledger_path)
     request = spend_request(config, release_plan, flow_run_id, content)
     spend_id = ledger.reserve(request)
     lifetime = ledger.state(config.source_id, config.privacy.lifetime_epsilon,
@@ -129,4 +128,4 @@ def charge_budget(
 @task(name="finalize-spend", cache_policy=NO_CACHE)
 def finalize_spend(ledger_path: str, spend_id: str, status: str, release_id: str | None = None,
                    note: str | None = None) -> None:
-    Ledger(ledger_path).mark(spend_id, status, release_id=release_id, note=note)
+    open_ledger(ledger_path).mark(spend_id, status, release_id=release_id, note=note)

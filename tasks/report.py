@@ -127,14 +127,14 @@ def publish_budget_artifacts(dataset: str) -> None:
     """
     from medrelease.data.config import find_config
     from medrelease.errors import MedreleaseError
-    from medrelease.privacy.ledger import Ledger
-    from medrelease.settings import ledger_path
+    from medrelease.privacy.ledger import ledger_exists, open_ledger
+    from medrelease.settings import ledger_location
 
-    if not ledger_path().is_file():  # opening it would create one: a lost ledger stays lost
+    if not ledger_exists(ledger_location()):  # opening it would create one: a lost one stays lost
         return
     try:
         config = find_config(dataset)
-        book = Ledger(ledger_path())
+        book = open_ledger(ledger_location())
         state = book.state(config.source_id, config.privacy.lifetime_epsilon,
                            config.privacy.lifetime_delta)
         spends = book.spends(config.source_id)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from prefect import get_run_logger, task
@@ -10,7 +9,7 @@ from prefect.cache_policies import NO_CACHE
 
 from medrelease.data.config import find_config
 from medrelease.data.extract import resolve_extract
-from medrelease.privacy.ledger import Ledger
+from medrelease.privacy.ledger import ledger_exists, open_ledger
 from medrelease.release import lattice_size, resolve_mechanism
 from medrelease.request import ResolvedRequest, enforce_first_cap, enforce_source_policy
 from tasks.budget import plan
@@ -25,7 +24,7 @@ def resolve_request(dataset: str, mechanism: str | None, epsilon: float | None,
     config = find_config(dataset)
     resolved = resolve_mechanism(config, mechanism, epsilon, parameters)
     release_plan = plan.fn(config, resolved.name, resolved.params, seed)
-    book = Ledger(ledger_path) if Path(ledger_path).is_file() else None
+    book = open_ledger(ledger_path) if ledger_exists(ledger_path) else None
     recorded, owner = book.source_policy(config.source_id) if book else (None, None)
     enforce_source_policy(config, release_plan, recorded, owner)
     enforce_first_cap(config, known=book is not None and book.knows_source(config.source_id))

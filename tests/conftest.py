@@ -123,6 +123,8 @@ def steward_places(tmp_path_factory, monkeypatch):
     base = str(tmp_path_factory.getbasetemp())
     monkeypatch.setenv("MEDRELEASE_DATASETS", base)
     monkeypatch.setenv("MEDRELEASE_INPUT_ROOTS", base)
+    # a developer's PostgreSQL ledger stays out of the tests (they choose their back-end)
+    monkeypatch.delenv("MEDRELEASE_LEDGER_URL", raising=False)
 
 
 @pytest.fixture
@@ -285,3 +287,37 @@ def _serving(base: Path):
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
             log.close()
+
+
+@pytest.fixture(scope="session")
+def pg_cluster():
+    """A throw-away PostgreSQL cluster for this test process (``deployments/local_postgres``),
+    with a template database holding the ledger schema; stopped and removed at the end."""
+    from deployments.local_postgres import ensure_installed, running_cluster
+
+    if ensure_installed() is None:
+        pytest.skip("no PostgreSQL binaries (/usr/lib/postgresql/*/bin) and apt-get cannot "
+                    "install Debian's postgresql package here")
+    with running_cluster() as cluster:
+        yield cluster
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def new_ledger(request, tmp_path: Path, monkeypatch):
+    """Makes new, empty ledgers on each back-end: SQLite files, or fresh databases made by
+    ``ledger init-db`` reached as its service role (the head file under this test's
+    ``MEDRELEASE_HOME``). Returns their locations."""
+    import itertools
+
+    numbers = itertools.count()
+    if request.param == "sqlite":
+        return lambda: str(tmp_path / f"ledger{next(numbers) or ''}.sqlite")
+    cluster = request.getfixturevalue("pg_cluster")
+    monkeypatch.setenv("MEDRELEASE_HOME", str(tmp_path / "home"))
+    return lambda: cluster.url(cluster.fresh_database(), "medrelease_service")
+
+
+@pytest.fixture
+def ledger_at(new_ledger) -> str:
+    """A new, empty ledger's location, on each back-end (``new_ledger``)."""
+    return new_ledger()

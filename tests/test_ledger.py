@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from medrelease.errors import BudgetExceededError, MedreleaseError
-from medrelease.privacy.ledger import Ledger, LedgerSourceError, SpendRequest
+from medrelease.privacy.ledger import Ledger, LedgerSourceError, SpendRequest, open_ledger
 
 
 def _request(source: str, epsilon: float, delta: float = 0.0, mechanism: str = "ipa",
@@ -20,8 +20,8 @@ def _request(source: str, epsilon: float, delta: float = 0.0, mechanism: str = "
                         lifetime_epsilon=cap, lifetime_delta=cap_delta, **extra)
 
 
-def _reserve(path: str, start, results) -> None:
-    ledger = Ledger(path)
+def _reserve(location: str, start, results) -> None:
+    ledger = open_ledger(location)
     start.wait()
     try:
         ledger.reserve(_request("ds", 6.0))
@@ -30,8 +30,8 @@ def _reserve(path: str, start, results) -> None:
         results.put(f"refused: {exc}")
 
 
-def test_spends_add_up_and_statuses_all_count(tmp_path: Path) -> None:
-    ledger = Ledger(tmp_path / "ledger.sqlite")
+def test_spends_add_up_and_statuses_all_count(ledger_at: str) -> None:
+    ledger = open_ledger(ledger_at)
     first = ledger.reserve(_request("ds", 1.0, 1e-7, cap=3.0, flow_run_id="run-1"))
     second = ledger.reserve(_request("ds", 1.5, mechanism="ipa-paper", cap=3.0))
     ledger.mark(first, "released", release_id="r1")
@@ -43,8 +43,8 @@ def test_spends_add_up_and_statuses_all_count(tmp_path: Path) -> None:
     assert ledger.spends("other") == []
 
 
-def test_over_budget_is_refused_with_spent_requested_total(tmp_path: Path) -> None:
-    ledger = Ledger(tmp_path / "ledger.sqlite")
+def test_over_budget_is_refused_with_spent_requested_total(ledger_at: str) -> None:
+    ledger = open_ledger(ledger_at)
     ledger.reserve(_request("ds", 2.5, cap=3.0))
     with pytest.raises(BudgetExceededError) as err:
         ledger.reserve(_request("ds", 1.0, cap=3.0))
@@ -56,48 +56,44 @@ def test_over_budget_is_refused_with_spent_requested_total(tmp_path: Path) -> No
     ledger.reserve(_request("ds", 0.5, cap=3.0))  # exactly the rest is fine
 
 
-def test_two_processes_racing_never_overspend(tmp_path: Path) -> None:
-    path = str(tmp_path / "ledger.sqlite")
-    Ledger(path)
+def test_two_processes_racing_never_overspend(new_ledger) -> None:
     context = mp.get_context("spawn")
     for _ in range(3):
+        location = new_ledger()  # a new ledger each round (a new file, or a new database)
+        open_ledger(location)
         start, results = context.Event(), context.Queue()
-        procs = [context.Process(target=_reserve, args=(path, start, results)) for _ in range(2)]
+        procs = [context.Process(target=_reserve, args=(location, start, results))
+                 for _ in range(2)]
         for p in procs:
             p.start()
         start.set()
         outcomes = sorted(results.get(timeout=60) for _ in procs)
         for p in procs:
             p.join(timeout=60)
-        spent = Ledger(path).state("ds", 10.0, 1e-5).epsilon_spent
+        spent = open_ledger(location).state("ds", 10.0, 1e-5).epsilon_spent
         assert spent <= 10.0
-        Path(path).unlink()
-        for suffix in ("-wal", "-shm", ".journal.jsonl"):  # a new ledger: its journal too
-            Path(path + suffix).unlink(missing_ok=True)
-        Ledger(path)
         assert outcomes[0] == "ok" and outcomes[1].startswith("refused"), outcomes
 
 
-def _reserve_then_die(path: str) -> None:
-    Ledger(path).reserve(_request("ds", 4.0))
+def _reserve_then_die(location: str) -> None:
+    open_ledger(location).reserve(_request("ds", 4.0))
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def test_a_crashed_runs_reservation_stays_counted(tmp_path: Path) -> None:
-    path = str(tmp_path / "ledger.sqlite")
-    proc = mp.get_context("spawn").Process(target=_reserve_then_die, args=(path,))
+def test_a_crashed_runs_reservation_stays_counted(ledger_at: str) -> None:
+    proc = mp.get_context("spawn").Process(target=_reserve_then_die, args=(ledger_at,))
     proc.start()
     proc.join(timeout=60)
     assert proc.exitcode == -signal.SIGKILL
-    ledger = Ledger(path)
+    ledger = open_ledger(ledger_at)
     assert [s.status for s in ledger.spends("ds")] == ["reserved"]
     assert ledger.state("ds", 10.0, 1e-5).epsilon_spent == 4.0
     with pytest.raises(BudgetExceededError):
         ledger.reserve(_request("ds", 7.0))
 
 
-def test_configs_over_one_extract_share_one_source(tmp_path: Path) -> None:
-    ledger = Ledger(tmp_path / "ledger.sqlite")
+def test_configs_over_one_extract_share_one_source(ledger_at: str) -> None:
+    ledger = open_ledger(ledger_at)
     ledger.reserve(_request("census", 1.0, cap=1.5, dataset="adult", input_key="/d/adult.csv"))
     with pytest.raises(BudgetExceededError, match="census"):  # same source, other config
         ledger.reserve(_request("census", 1.0, cap=1.5, dataset="adult-ipa",
@@ -107,8 +103,8 @@ def test_configs_over_one_extract_share_one_source(tmp_path: Path) -> None:
     assert [s.dataset for s in ledger.spends()] == ["adult"]  # refusals wrote nothing
 
 
-def test_cap_is_fixed_at_the_first_spend_and_changed_only_with_a_reason(tmp_path: Path) -> None:
-    ledger = Ledger(tmp_path / "ledger.sqlite")
+def test_cap_is_fixed_at_the_first_spend_and_changed_only_with_a_reason(ledger_at: str) -> None:
+    ledger = open_ledger(ledger_at)
     ledger.reserve(_request("ds", 1.0, cap=1.0))
     with pytest.raises(BudgetExceededError, match="total 1"):  # the YAML now says 5: ignored
         ledger.reserve(_request("ds", 1.0, cap=5.0))
@@ -124,8 +120,8 @@ def test_cap_is_fixed_at_the_first_spend_and_changed_only_with_a_reason(tmp_path
     assert change[1:3] == (1.0, 5.0) and "board approved" in change[5]
 
 
-def test_a_non_dp_spend_voids_the_lifetime_guarantee(tmp_path: Path) -> None:
-    ledger = Ledger(tmp_path / "ledger.sqlite")
+def test_a_non_dp_spend_voids_the_lifetime_guarantee(ledger_at: str) -> None:
+    ledger = open_ledger(ledger_at)
     ledger.reserve(_request("ds", 1.0))
     assert not ledger.state("ds").void and "together are (1, 0)-DP" in ledger.state(
         "ds").statement()
@@ -212,13 +208,13 @@ def test_ledger_init_makes_a_new_ledger_only_where_nothing_is_on_record(tmp_path
     assert made.exit_code == 0 and (tmp_path / "home" / "ledger.sqlite").is_file()
 
 
-def test_a_run_that_published_cannot_spend_again(tmp_path: Path) -> None:
+def test_a_run_that_published_cannot_spend_again(ledger_at: str) -> None:
     """Prefect's Retry on a finished release re-runs it under the same run id: refused before
     any row is written, whether the run published or failed after its charge (issue 25: a
     retry of a run whose publish failed was charged a second time)."""
     from medrelease.errors import PolicyError
 
-    ledger = Ledger(tmp_path / "ledger.sqlite")
+    ledger = open_ledger(ledger_at)
     failed = ledger.reserve(_request("ds", 1.0, flow_run_id="run-7"))
     ledger.mark(failed, "failed", note="crashed")
     with pytest.raises(PolicyError, match=r"already charged .*'failed'.*Nothing was spent"):
@@ -231,13 +227,12 @@ def test_a_run_that_published_cannot_spend_again(tmp_path: Path) -> None:
     ledger.reserve(_request("ds", 1.0, flow_run_id="run-8"))  # a new run releases again
 
 
-def test_the_budget_artifact_shows_nothing_left_where_the_guarantee_is_void(tmp_path: Path
-                                                                           ) -> None:
+def test_the_budget_artifact_shows_nothing_left_where_the_guarantee_is_void(ledger_at: str) -> None:
     """Issue 27: "7.5 left" stood beside "Lifetime guarantee VOID"; the note pointed at a
     guarantee "above" that the artifact does not show."""
     from tasks.report import budget_markdown
 
-    ledger = Ledger(tmp_path / "ledger.sqlite")
+    ledger = open_ledger(ledger_at)
     ledger.reserve(_request("ds", 1.0))
     assert "| left |" in budget_markdown(ledger.state("ds"), ledger.spends("ds"))
     kanon = ledger.reserve(_request("ds", 0.0, mechanism="kanon", dp=False))

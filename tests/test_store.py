@@ -52,6 +52,27 @@ def test_leftovers_of_a_crash_are_invisible_and_swept(tmp_path: Path) -> None:
     assert not crashed.exists()
 
 
+def test_a_publish_never_sweeps_a_release_still_being_written(tmp_path: Path) -> None:
+    """Issue 40: processes (or hosts, on a shared store) publishing at once removed each
+    other's partial folder ("No such file or directory; nothing was published")."""
+    import os
+    import subprocess
+
+    from medrelease.storage.store import _this_host
+
+    gone = subprocess.Popen(["true"])  # a process that has exited: its pid is free
+    gone.wait()
+    writing = {name: tmp_path / "ds" / f".partial-r0@{name}"
+               for name in (f"{_this_host()}@{os.getpid()}@aaaaaa",  # this process: alive
+                            "other-host@123@bbbbbb")}                # another host, fresh
+    crashed = tmp_path / "ds" / f".partial-r1@{_this_host()}@{gone.pid}@cccccc"
+    for folder in [*writing.values(), crashed]:
+        folder.mkdir(parents=True)
+        (folder / "data.csv").write_text("half")
+    ReleaseStore(tmp_path).publish("ds", "r3", _table(), {})
+    assert all(folder.is_dir() for folder in writing.values()) and not crashed.exists()
+
+
 @pytest.mark.parametrize("dataset", ["../escape", "/etc", "a/../../b", ".hidden", "", "x\x00y"])
 def test_dataset_names_cannot_escape(tmp_path: Path, dataset: str) -> None:
     with pytest.raises(StoreError):

@@ -22,6 +22,10 @@ a ledger that differs from it (``LedgerIntegrityError``: a table dropped or edit
 spend deleted, a cap changed outside ``set-cap``, the journal removed). ``restore`` rebuilds the
 ledger by replaying the journal, then adds the releases that steward records or published
 manifests show and the journal lacks (journaling them too).
+
+That is the SQLite back-end (``Ledger``), the default. ``MEDRELEASE_LEDGER_URL`` selects the
+PostgreSQL one (``ledger_pg.PostgresLedger``: one ledger for several hosts, append-only for the
+service); both run the rules here (``BudgetLedger``), and ``open_ledger`` opens either.
 """
 
 from __future__ import annotations
@@ -31,12 +35,13 @@ import math
 import os
 import sqlite3
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import asdict, dataclass, fields
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any, NamedTuple, Protocol
 
 from medrelease.errors import BudgetExceededError, ConfigError, MedreleaseError, PolicyError
 
@@ -101,6 +106,9 @@ MIN_REASON_CHARS = 10
 SPEND_FIELDS = ("spend_id", "dataset", "mechanism", "epsilon", "delta", "lifetime_epsilon",
                 "lifetime_delta", "flow_run_id", "status", "release_id", "note", "created_at",
                 "updated_at", "source", "test", "dp", "privacy_unit")
+# What a reservation fixes (an append-only ledger appends status, release and note later).
+RESERVATION_FIELDS = tuple(f for f in SPEND_FIELDS
+                           if f not in ("status", "release_id", "note", "updated_at"))
 # PRAGMA user_version of a ledger whose every change is in its journal; 0: an older ledger,
 # adopted (its rows journaled as one snapshot) when this version first opens it.
 JOURNAL_VERSION = 1
@@ -139,10 +147,39 @@ class Spend:
     dp: bool
     privacy_unit: str | None = None  # the guarantee's neighbouring relation (None: older spend)
 
+    @classmethod
+    def from_columns(cls, row: Mapping[str, Any]) -> Spend:
+        """A spend from its ledger row by column name (``SPEND_FIELDS``); the flags stored as
+        integers (SQLite) or booleans come back as booleans."""
+        return cls(**{**{name: row[name] for name in SPEND_FIELDS},
+                      "test": bool(row["test"]), "dp": bool(row["dp"])})
+
     @property
     def status_text(self) -> str:
         """The status as stewards read it: 'released (test) (no DP)'."""
         return self.status + (" (test)" if self.test else "") + ("" if self.dp else " (no DP)")
+
+
+class CapChange(NamedTuple):
+    """One recorded change of a source's lifetime cap (``set-cap``), oldest first. A named
+    tuple: older callers index it (``change[1:3]`` is the old and new epsilon)."""
+
+    source: str
+    old_epsilon: float
+    new_epsilon: float
+    old_delta: float
+    new_delta: float
+    reason: str
+    changed_at: str
+
+    def public(self) -> dict:
+        """As a manifest states it: the day, both caps and the reason (no clock time)."""
+        return {"changed_on": self.changed_at[:10], "old_epsilon": self.old_epsilon,
+                "new_epsilon": self.new_epsilon, "old_delta": self.old_delta,
+                "new_delta": self.new_delta, "reason": self.reason}
+
+
+CAP_CHANGE_FIELDS = CapChange._fields
 
 
 @dataclass(frozen=True)
@@ -295,11 +332,227 @@ def _clock_at(at: str) -> Iterator[str]:
         _CLOCK.reset(token)
 
 
-class Ledger:
-    """A SQLite ledger file; safe to open from several processes at once."""
+class LedgerConnection(Protocol):
+    """What the ledger's queries need of a connection: ``execute`` with ``?`` placeholders,
+    returning a cursor (``fetchone``/``fetchall``/``rowcount``). A ``sqlite3.Connection`` is
+    one; the PostgreSQL back-end wraps psycopg's."""
+
+    def execute(self, sql: str, parameters: Any = ..., /) -> Any: ...
+
+
+class BudgetLedger:
+    """What every ledger back-end does alike: the rules of a charge (the cap, the claims, one
+    charge per run, the void), the budget state and the restore. A back-end says how it
+    connects, holds the write lock, checks itself against its system of record and journals a
+    change (``_connect``, ``_transaction``, ``_verify_locked``, ``_journal``)."""
+
+    location: str  # what stewards see: a file path, or a URL without its password
+
+    def _connect(self) -> Any:  # a context manager yielding a LedgerConnection
+        raise NotImplementedError
+
+    def _transaction(self) -> Any:  # the same, holding the ledger's write lock
+        raise NotImplementedError
+
+    def _verify_locked(self, conn: LedgerConnection) -> None:
+        raise NotImplementedError
+
+    def _journal(self, conn: LedgerConnection, event: dict) -> None:
+        raise NotImplementedError
+
+    def _apply_and_journal(self, conn: LedgerConnection, event: dict) -> None:
+        """A change made by a restore: applied with the code that makes it, then journaled
+        (before the restore commits, as every change)."""
+        _apply_event(conn, event)
+        self._journal(conn, event)
+
+    def _replay_for_restore(self, conn: LedgerConnection) -> None:
+        """The back-end's own record of its changes, replayed into an empty ledger."""
+        raise NotImplementedError
+
+    def reconcile(self, records: list[dict], manifests: list[dict] = ()) -> None:
+        raise NotImplementedError
+
+    def verify(self) -> None:
+        """Refuse (``LedgerIntegrityError``) a ledger that differs from its journal. Holds the
+        write lock: a change is journaled just before it commits, and must not be caught
+        between the two."""
+        with self._transaction() as conn:
+            self._verify_locked(conn)
+
+    def reserve(self, request: SpendRequest) -> str:
+        """Reserve a spend, or refuse it (``BudgetExceededError``) if it would overspend.
+
+        The message shows spent / requested / cap. Nothing is written when refused. The ledger
+        is checked against its journal first, and the reservation journaled before it commits.
+        """
+        for name, value in (("epsilon", request.epsilon), ("delta", request.delta)):
+            if not (math.isfinite(value) and value >= 0):
+                raise BudgetExceededError(f"{name} to reserve must be a finite number >= 0")
+        spend_id = uuid.uuid4().hex
+        with self._transaction() as conn, _clock_at(_now()) as now:
+            self._verify_locked(conn)
+            _refuse_a_second_charge_of_one_run(conn, request)
+            _apply_reservation(conn, spend_id, request, enforce=True)
+            self._journal(conn, {"event": "reserve", "at": now, "spend_id": spend_id,
+                                 "request": request_record(request)})
+        return spend_id
+
+    def mark(self, spend_id: str, status: str, release_id: str | None = None,
+             note: str | None = None) -> None:
+        """Move a reservation to 'released' or 'failed' (it keeps counting either way). A
+        release without a proven DP guarantee voids its source's lifetime guarantee when it
+        is *published*; a refused or failed run never does (nothing of it was released).
+        The outcome is journaled before it commits."""
+        if status not in STATUSES:
+            raise ValueError(f"status must be one of {STATUSES}")
+        with self._transaction() as conn, _clock_at(_now()) as now:
+            _apply_outcome(conn, spend_id, status, release_id, note)
+            self._journal(conn, {"event": "outcome", "at": now, "spend_id": spend_id,
+                                 "status": status, "release_id": release_id, "note": note})
+
+    def spends(self, source: str | None = None) -> list[Spend]:
+        """Every spend (of one source), oldest first."""
+        query = f"SELECT {', '.join(SPEND_FIELDS)} FROM spends"
+        args: tuple = ()
+        if source:
+            query += " WHERE source = ?"
+            args = (source,)
+        with self._connect() as conn:
+            rows = conn.execute(query + " ORDER BY created_at, rowid", args).fetchall()
+        return [Spend.from_columns(dict(zip(SPEND_FIELDS, row, strict=True))) for row in rows]
+
+    def holds_spends(self) -> bool:
+        with self._connect() as conn:
+            return conn.execute("SELECT 1 FROM spends LIMIT 1").fetchone() is not None
+
+    def sources(self) -> list[str]:
+        with self._connect() as conn:
+            return _source_names(conn)
+
+    def knows_source(self, source: str) -> bool:
+        """Whether the source's cap is already fixed (by its first spend)."""
+        with self._connect() as conn:
+            return _source_known(conn, source)
+
+    def state(self, source: str, lifetime_epsilon: float | None = None,
+              lifetime_delta: float | None = None,
+              publishing: str | None = None) -> BudgetState:
+        """The source's budget; its cap from the ledger (or the given values for a new source).
+
+        ``cap_note`` says when the given (config) values differ from the ledger's cap.
+        ``publishing``: the spend of a release about to be published, whose manifest states
+        this budget — if its mechanism makes no proven DP claim, the lifetime is void from that
+        release on, and the release itself says so.
+        """
+        with self._connect() as conn:
+            row = conn.execute("SELECT lifetime_epsilon, lifetime_delta, void_reason FROM "
+                               "sources WHERE source = ?", (source,)).fetchone()
+            eps_spent, delta_spent = _spent(conn, source)
+            test_eps = conn.execute("SELECT COALESCE(SUM(epsilon), 0) FROM spends WHERE "
+                                    "source = ? AND test = 1", (source,)).fetchone()[0]
+            units = _units_spent(conn, source)
+            pending = _void_reason_of(conn, publishing) if publishing else None
+        cap_eps, cap_delta, void = row if row else (lifetime_epsilon, lifetime_delta, None)
+        if cap_eps is None or cap_delta is None:
+            raise MedreleaseError(f"source {source!r} has no spends in the ledger and no cap "
+                                  "was given")
+        if void is None and pending is not None:
+            void = pending
+        note = _cap_note(source, cap_eps, cap_delta, lifetime_epsilon, lifetime_delta) \
+            if row else None
+        history = tuple(change.public() for change in self.cap_changes(source))
+        return BudgetState(source, eps_spent, delta_spent, float(cap_eps), float(cap_delta),
+                           float(test_eps), void, note, history, units)
+
+    def source_policy(self, source: str) -> tuple[str | None, str | None]:
+        """(policy JSON, owner config path) recorded for a source at its spends, if any."""
+        with self._connect() as conn:
+            row = conn.execute("SELECT policy, owner_config FROM sources WHERE source = ?",
+                               (source,)).fetchone()
+        return (row[0], row[1]) if row else (None, None)
+
+    def set_cap(self, source: str, epsilon: float, delta: float, reason: str) -> None:
+        """Change a source's lifetime cap: explicit, with a reason, never below what is spent."""
+        if len(reason.strip()) < MIN_REASON_CHARS:
+            raise MedreleaseError(
+                f"a cap change needs a reason of at least {MIN_REASON_CHARS} characters (it is "
+                "kept in the ledger and stated in every later manifest)")
+        problem = cap_bounds_problem(epsilon, delta)
+        if problem:
+            raise MedreleaseError(f"the cap needs {problem}")
+        with self._transaction() as conn, _clock_at(_now()) as now:
+            self._verify_locked(conn)
+            row = conn.execute("SELECT lifetime_epsilon, lifetime_delta FROM sources WHERE "
+                               "source = ?", (source,)).fetchone()
+            if row is None:
+                raise MedreleaseError(f"no source {source!r} in the ledger; known: "
+                                      f"{', '.join(_source_names(conn)) or 'none'}")
+            eps_spent, delta_spent = _spent(conn, source)
+            if epsilon < eps_spent - TOLERANCE or delta < delta_spent - 1e-15:
+                raise MedreleaseError(
+                    f"source {source!r} has already spent epsilon {eps_spent:g}, delta "
+                    f"{delta_spent:g}: the cap cannot go below that")
+            self._apply_and_journal(conn, {
+                "event": "cap", "at": now, "source": source, "old_epsilon": float(row[0]),
+                "new_epsilon": epsilon, "old_delta": float(row[1]), "new_delta": delta,
+                "reason": reason.strip(), "changed_at": now})
+
+    def cap_changes(self, source: str | None = None) -> list[CapChange]:
+        """Every recorded cap change (of one source), oldest first."""
+        query = f"SELECT {', '.join(CAP_CHANGE_FIELDS)} FROM cap_changes"
+        args: tuple = ()
+        if source:
+            query += " WHERE source = ?"
+            args = (source,)
+        with self._connect() as conn:
+            return [CapChange(*row) for row in conn.execute(query + " ORDER BY change_id",
+                                                             args).fetchall()]
+
+    def restore(self, records: list[dict], manifests: list[dict] = ()) -> Restored:
+        """Rebuild a lost or emptied ledger. First its journal, the system of record, is
+        replayed: every spend with its source's cap, policy and owner config, its content and
+        input claims, every outcome (a failed run's spend included) and every cap change. Then
+        the releases the steward records — or, where those are gone, the published manifests
+        — show and the journal lacks (a journal lost too, or older than the release) are added
+        from what they state (a manifest carries no content hash: such a release's content
+        claim is lost), and journaled as they are added.
+
+        Refuses to touch a ledger that already holds spends. Reservations of runs that crashed
+        before writing a steward record are recoverable from the journal only.
+        """
+        if self.holds_spends():
+            raise MedreleaseError(f"the ledger {self.location} already holds spends; restore "
+                                  "only into a missing or empty ledger (move the old file "
+                                  "aside first)")
+        with self._transaction() as conn:
+            replayed = self._replay_for_restore(conn)
+            from_journal = conn.execute("SELECT COUNT(*) FROM spends").fetchone()[0]
+            added = _releases_the_journal_lacks(conn, records, manifests)
+            new_sources: dict[str, dict] = {}
+            for record in added:
+                source = record["ledger_charge"]["source"]
+                if source in new_sources or not _source_known(conn, source):
+                    new_sources[source] = record  # the latest release on record of the source
+                for event in _events_from_record(record):
+                    self._apply_and_journal(conn, event)
+            if not replayed:
+                self._restore_legacy_caps(conn)
+            for source, record in new_sources.items():
+                _restore_the_cap_on_record(conn, self, source, record)
+        from_manifests = sum(1 for r in added if r.get("from_manifest"))
+        return Restored(int(from_journal), len(added) - from_manifests, from_manifests)
+
+    def _restore_legacy_caps(self, conn: LedgerConnection) -> None:
+        """Cap changes an older version journaled apart (none but in a SQLite ledger)."""
+
+
+class Ledger(BudgetLedger):
+    """A SQLite ledger file (the default); safe to open from several processes at once."""
 
     def __init__(self, path: str | Path, timeout_s: float | None = None) -> None:
         self.path = Path(path)
+        self.location = str(self.path)
         # the bounded wait for a lock held by another process (MEDRELEASE_LEDGER_TIMEOUT_S)
         self.timeout_s = timeout_s if timeout_s is not None else float(
             os.environ.get("MEDRELEASE_LEDGER_TIMEOUT_S", "30"))
@@ -344,6 +597,30 @@ class Ledger:
                 conn.execute("ROLLBACK")
                 raise
 
+    def _verify_locked(self, conn: LedgerConnection) -> None:
+        _verify_against_journal(conn, self.path)
+
+    def _journal(self, conn: LedgerConnection, event: dict) -> None:
+        _append_journal(self.journal_path, event)  # before COMMIT: no change unjournaled
+
+    def _replay_for_restore(self, conn: LedgerConnection) -> bool:
+        events = read_journal(self.journal_path)
+        for table in _tables(conn):  # what an emptied ledger kept is rebuilt from the journal
+            conn.execute(f'DELETE FROM "{table}"')
+        if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'sqlite_sequence'").fetchone():
+            conn.execute("DELETE FROM sqlite_sequence")
+        _replay_events(conn, events, self.journal_path)
+        return bool(events)
+
+    def _restore_legacy_caps(self, conn: LedgerConnection) -> None:
+        for change in read_journal(Ledger.legacy_caps_journal_for(self.path)):
+            if _source_known(conn, change["source"]):
+                self._apply_and_journal(conn, {**change, "event": "cap",
+                                               "at": change["changed_at"]})
+
+    def reconcile(self, records: list[dict], manifests: list[dict] = ()) -> None:
+        reconcile(self.path, records, manifests)
+
     @property
     def journal_path(self) -> Path:
         """The append-only journal beside the ledger: the system of record it is checked
@@ -359,149 +636,34 @@ class Ledger:
         """Where versions before the full journal kept cap changes only (read, never written)."""
         return ledger_path.with_name(ledger_path.name + ".caps.jsonl")
 
-    def verify(self) -> None:
-        """Refuse (``LedgerIntegrityError``) a ledger that differs from its journal. Holds the
-        write lock: a change is journaled just before it commits, and must not be caught
-        between the two."""
-        with self._transaction() as conn:
-            _verify_against_journal(conn, self.path)
 
-    def reserve(self, request: SpendRequest) -> str:
-        """Reserve a spend, or refuse it (``BudgetExceededError``) if it would overspend.
+def is_database_url(location: str | Path) -> bool:
+    """Whether a ledger location names a PostgreSQL database rather than a SQLite file."""
+    return isinstance(location, str) and location.startswith(("postgresql://", "postgres://"))
 
-        The message shows spent / requested / cap. Nothing is written when refused. The ledger
-        is checked against its journal first, and the reservation journaled before it commits.
-        """
-        for name, value in (("epsilon", request.epsilon), ("delta", request.delta)):
-            if not (math.isfinite(value) and value >= 0):
-                raise BudgetExceededError(f"{name} to reserve must be a finite number >= 0")
-        spend_id = uuid.uuid4().hex
-        with self._transaction() as conn, _clock_at(_now()) as now:
-            _verify_against_journal(conn, self.path)
-            _refuse_a_second_charge_of_one_run(conn, request)
-            _apply_reservation(conn, spend_id, request, enforce=True)
-            _append_journal(self.journal_path, {"event": "reserve", "at": now,
-                                                "spend_id": spend_id,
-                                                "request": request_record(request)})
-        return spend_id
 
-    def mark(self, spend_id: str, status: str, release_id: str | None = None,
-             note: str | None = None) -> None:
-        """Move a reservation to 'released' or 'failed' (it keeps counting either way). A
-        release without a proven DP guarantee voids its source's lifetime guarantee when it
-        is *published*; a refused or failed run never does (nothing of it was released).
-        The outcome is journaled before it commits."""
-        if status not in STATUSES:
-            raise ValueError(f"status must be one of {STATUSES}")
-        with self._transaction() as conn, _clock_at(_now()) as now:
-            _apply_outcome(conn, spend_id, status, release_id, note)
-            _append_journal(self.journal_path, {"event": "outcome", "at": now,
-                                                "spend_id": spend_id, "status": status,
-                                                "release_id": release_id, "note": note})
+def open_ledger(location: str | Path) -> BudgetLedger:
+    """The ledger at ``location``: a PostgreSQL URL (``MEDRELEASE_LEDGER_URL``, a password
+    left out of it is taken from that variable, ``PGPASSWORD`` or ``~/.pgpass``) or a SQLite
+    file path (the default)."""
+    if is_database_url(location):
+        from medrelease.privacy.ledger_pg import PostgresLedger
 
-    def spends(self, source: str | None = None) -> list[Spend]:
-        """Every spend (of one source), oldest first."""
-        query = f"SELECT {', '.join(SPEND_FIELDS)} FROM spends"
-        args: tuple = ()
-        if source:
-            query += " WHERE source = ?"
-            args = (source,)
-        with self._connect() as conn:
-            rows = conn.execute(query + " ORDER BY created_at, rowid", args).fetchall()
-        return [Spend(*row[:14], bool(row[14]), bool(row[15]), row[16]) for row in rows]
+        return PostgresLedger(str(location))
+    return Ledger(location)
 
-    def sources(self) -> list[str]:
-        with self._connect() as conn:
-            return [r[0] for r in conn.execute("SELECT source FROM sources ORDER BY source")]
 
-    def knows_source(self, source: str) -> bool:
-        """Whether the source's cap is already fixed (by its first spend)."""
-        with self._connect() as conn:
-            return conn.execute("SELECT 1 FROM sources WHERE source = ?",
-                                (source,)).fetchone() is not None
+def ledger_exists(location: str | Path) -> bool:
+    """Whether there is a ledger to read at ``location`` (opening a missing SQLite file would
+    create an empty one; a database is there once ``ledger init-db`` made its schema)."""
+    if is_database_url(location):
+        return True
+    return Path(location).is_file()
 
-    def state(self, source: str, lifetime_epsilon: float | None = None,
-              lifetime_delta: float | None = None,
-              publishing: str | None = None) -> BudgetState:
-        """The source's budget; its cap from the ledger (or the given values for a new source).
 
-        ``cap_note`` says when the given (config) values differ from the ledger's cap.
-        ``publishing``: the spend of a release about to be published, whose manifest states
-        this budget — if its mechanism makes no proven DP claim, the lifetime is void from that
-        release on, and the release itself says so.
-        """
-        with self._connect() as conn:
-            row = conn.execute("SELECT lifetime_epsilon, lifetime_delta, void_reason FROM "
-                               "sources WHERE source = ?", (source,)).fetchone()
-            eps_spent, delta_spent = _spent(conn, source)
-            test_eps = conn.execute("SELECT COALESCE(SUM(epsilon), 0) FROM spends WHERE "
-                                    "source = ? AND test = 1", (source,)).fetchone()[0]
-            units = _units_spent(conn, source)
-            pending = _void_reason_of(conn, publishing) if publishing else None
-        cap_eps, cap_delta, void = row if row else (lifetime_epsilon, lifetime_delta, None)
-        if cap_eps is None or cap_delta is None:
-            raise MedreleaseError(f"source {source!r} has no spends in the ledger and no cap "
-                                  "was given")
-        if void is None and pending is not None:
-            void = pending
-        note = _cap_note(source, cap_eps, cap_delta, lifetime_epsilon, lifetime_delta) \
-            if row else None
-        history = tuple({"changed_on": changed_at[:10], "old_epsilon": old_eps,
-                         "new_epsilon": new_eps, "old_delta": old_delta, "new_delta": new_delta,
-                         "reason": reason}
-                        for _, old_eps, new_eps, old_delta, new_delta, reason, changed_at
-                        in self.cap_changes(source))
-        return BudgetState(source, eps_spent, delta_spent, cap_eps, cap_delta, test_eps,
-                           void, note, history, units)
+def _source_names(conn: LedgerConnection) -> list[str]:
+    return [r[0] for r in conn.execute("SELECT source FROM sources ORDER BY source").fetchall()]
 
-    def source_policy(self, source: str) -> tuple[str | None, str | None]:
-        """(policy JSON, owner config path) recorded for a source at its spends, if any."""
-        with self._connect() as conn:
-            row = conn.execute("SELECT policy, owner_config FROM sources WHERE source = ?",
-                               (source,)).fetchone()
-        return (row[0], row[1]) if row else (None, None)
-
-    def set_cap(self, source: str, epsilon: float, delta: float, reason: str) -> None:
-        """Change a source's lifetime cap: explicit, with a reason, never below what is spent."""
-        if len(reason.strip()) < MIN_REASON_CHARS:
-            raise MedreleaseError(
-                f"a cap change needs a reason of at least {MIN_REASON_CHARS} characters (it is "
-                "kept in the ledger and stated in every later manifest)")
-        problem = cap_bounds_problem(epsilon, delta)
-        if problem:
-            raise MedreleaseError(f"the cap needs {problem}")
-        with self._transaction() as conn, _clock_at(_now()) as now:
-            _verify_against_journal(conn, self.path)
-            row = conn.execute("SELECT lifetime_epsilon, lifetime_delta FROM sources WHERE "
-                               "source = ?", (source,)).fetchone()
-            if row is None:
-                raise MedreleaseError(f"no source {source!r} in the ledger; known: "
-                                      f"{', '.join(self._names(conn)) or 'none'}")
-            eps_spent, delta_spent = _spent(conn, source)
-            if epsilon < eps_spent - TOLERANCE or delta < delta_spent - 1e-15:
-                raise MedreleaseError(
-                    f"source {source!r} has already spent epsilon {eps_spent:g}, delta "
-                    f"{delta_spent:g}: the cap cannot go below that")
-            change = {"source": source, "old_epsilon": row[0], "new_epsilon": epsilon,
-                      "old_delta": row[1], "new_delta": delta, "reason": reason.strip(),
-                      "changed_at": now}
-            _apply_cap_change(conn, change)
-            # before COMMIT: no change unjournaled
-            _append_journal(self.journal_path, {"event": "cap", "at": now, **change})
-
-    def cap_changes(self, source: str | None = None) -> list[tuple]:
-        query = ("SELECT source, old_epsilon, new_epsilon, old_delta, new_delta, reason, "
-                 "changed_at FROM cap_changes")
-        args: tuple = ()
-        if source:
-            query += " WHERE source = ?"
-            args = (source,)
-        with self._connect() as conn:
-            return conn.execute(query + " ORDER BY change_id", args).fetchall()
-
-    @staticmethod
-    def _names(conn: sqlite3.Connection) -> list[str]:
-        return [r[0] for r in conn.execute("SELECT source FROM sources ORDER BY source")]
 
 
 def cap_bounds_problem(epsilon: float, delta: float) -> str | None:
@@ -557,7 +719,7 @@ def _adopt_if_unjournaled(conn: sqlite3.Connection, ledger_path: Path) -> None:
         raise
 
 
-def _refuse_a_second_charge_of_one_run(conn: sqlite3.Connection,
+def _refuse_a_second_charge_of_one_run(conn: LedgerConnection,
                                        request: SpendRequest) -> None:
     """A flow run charges once. Prefect's UI offers Retry on every finished run: on a run that
     published, a retry would spend the budget again; on a run that failed after its charge,
@@ -583,7 +745,7 @@ def _refuse_a_second_charge_of_one_run(conn: sqlite3.Connection,
         "show' lists the spend. Nothing was spent.")
 
 
-def _claim_content(conn: sqlite3.Connection, request: SpendRequest) -> None:
+def _claim_content(conn: LedgerConnection, request: SpendRequest) -> None:
     """Tie every file content read to the source charged; refuse a second source for it. The
     budget follows the data: a second YAML over the same extract (a copy, a new source name,
     another input path) cannot open a fresh budget. A claim is a file's byte hash or, prefixed
@@ -593,8 +755,8 @@ def _claim_content(conn: sqlite3.Connection, request: SpendRequest) -> None:
         row = conn.execute("SELECT source, dataset FROM content_claims WHERE sha256 = ?",
                            (sha256,)).fetchone()
         if row is None:
-            conn.execute("INSERT INTO content_claims VALUES (?, ?, ?, ?)",
-                         (sha256, request.source, request.dataset, _now()))
+            conn.execute("INSERT INTO content_claims (sha256, source, dataset, first_seen) "
+                         "VALUES (?, ?, ?, ?)", (sha256, request.source, request.dataset, _now()))
         elif row[0] != request.source:
             same = ("the same rows, in whatever format" if sha256.startswith("rows:")
                     else f"same content, SHA-256 {sha256[:12]}...")
@@ -606,7 +768,7 @@ def _claim_content(conn: sqlite3.Connection, request: SpendRequest) -> None:
                 f"{row[0]!r}. Nothing was spent.")
 
 
-def _apply_reservation(conn: sqlite3.Connection, spend_id: str, request: SpendRequest,
+def _apply_reservation(conn: LedgerConnection, spend_id: str, request: SpendRequest,
                        enforce: bool) -> None:
     """A reservation's rows: the claims on its content and input, its source (a new source's
     cap fixed now, its policy and owner config), the spend. ``enforce``: refuse what would
@@ -621,6 +783,14 @@ def _apply_reservation(conn: sqlite3.Connection, spend_id: str, request: SpendRe
         eps_spent, delta_spent = _spent(conn, request.source)
         _refuse_overspend(request, eps_spent, delta_spent, cap_eps, cap_delta)
     now = _now()
+    if _append_only(conn):  # the status is appended as outcomes; the view says 'reserved'
+        conn.execute(
+            f"INSERT INTO spend_reservations ({', '.join(RESERVATION_FIELDS)}) "
+            f"VALUES ({', '.join('?' * len(RESERVATION_FIELDS))})",
+            (spend_id, request.dataset, request.mechanism, request.epsilon, request.delta,
+             cap_eps, cap_delta, request.flow_run_id, now, request.source, bool(request.test),
+             bool(request.dp), request.privacy_unit))
+        return
     conn.execute(
         f"INSERT INTO spends ({', '.join(SPEND_FIELDS)}) "
         f"VALUES ({', '.join('?' * len(SPEND_FIELDS))})",
@@ -629,7 +799,13 @@ def _apply_reservation(conn: sqlite3.Connection, spend_id: str, request: SpendRe
          request.source, int(request.test), int(request.dp), request.privacy_unit))
 
 
-def _source_known(conn: sqlite3.Connection, source: str) -> bool:
+def _append_only(conn: LedgerConnection) -> bool:
+    """Whether the connection's ledger records every change as inserted rows (PostgreSQL:
+    its service role may not UPDATE or DELETE) rather than updating rows in place (SQLite)."""
+    return bool(getattr(conn, "append_only", False))
+
+
+def _source_known(conn: LedgerConnection, source: str) -> bool:
     return conn.execute("SELECT 1 FROM sources WHERE source = ?", (source,)).fetchone() is not None
 
 
@@ -644,10 +820,19 @@ def _refuse_first_cap_out_of_bounds(request: SpendRequest) -> None:
             "Nothing was spent.")
 
 
-def _apply_outcome(conn: sqlite3.Connection, spend_id: str, status: str,
+def _apply_outcome(conn: LedgerConnection, spend_id: str, status: str,
                    release_id: str | None, note: str | None) -> None:
     if status not in STATUSES:
         raise ValueError(f"status must be one of {STATUSES}")
+    if _append_only(conn):
+        if conn.execute("SELECT 1 FROM spend_reservations WHERE spend_id = ?",
+                        (spend_id,)).fetchone() is None:
+            raise MedreleaseError(f"no ledger entry {spend_id}")
+        void = _void_reason_of(conn, spend_id) if status == "released" else None
+        conn.execute("INSERT INTO spend_outcomes (spend_id, status, release_id, note, at, "
+                     "void_reason) VALUES (?, ?, ?, ?, ?, ?)",
+                     (spend_id, status, release_id, note, _now(), void))
+        return
     cur = conn.execute(
         "UPDATE spends SET status = ?, release_id = COALESCE(?, release_id), "
         "note = COALESCE(?, note), updated_at = ? WHERE spend_id = ?",
@@ -659,7 +844,7 @@ def _apply_outcome(conn: sqlite3.Connection, spend_id: str, status: str,
         _void_if_unproven(conn, spend_id)
 
 
-def _void_reason_of(conn: sqlite3.Connection, spend_id: str) -> str | None:
+def _void_reason_of(conn: LedgerConnection, spend_id: str) -> str | None:
     """Why the spend voids its source's lifetime guarantee once published (None: it does not,
     its mechanism's guarantee is proven)."""
     row = conn.execute("SELECT dp, mechanism, dataset, test FROM spends WHERE spend_id = ?",
@@ -681,7 +866,10 @@ def _void_if_unproven(conn: sqlite3.Connection, spend_id: str) -> None:
                  (spend_id, reason, spend_id))
 
 
-def _apply_cap_change(conn: sqlite3.Connection, change: dict) -> None:
+def _apply_cap_change(conn: LedgerConnection, change: dict) -> None:
+    if _append_only(conn):  # the database's own function applies and journals it
+        raise MedreleaseError("a PostgreSQL ledger changes a cap only through its "
+                              "medrelease_set_cap function")
     cur = conn.execute("UPDATE sources SET lifetime_epsilon = ?, lifetime_delta = ? WHERE "
                        "source = ?", (change["new_epsilon"], change["new_delta"],
                                       change["source"]))
@@ -698,7 +886,7 @@ def _insert_cap_change(conn: sqlite3.Connection, change: dict) -> None:
                   change["changed_at"]))
 
 
-def _units_spent(conn: sqlite3.Connection, source: str) -> tuple[UnitSpent, ...]:
+def _units_spent(conn: LedgerConnection, source: str) -> tuple[UnitSpent, ...]:
     """Per neighbouring relation, what the source's charged spends add up to (first used
     first)."""
     rows = conn.execute("SELECT privacy_unit, SUM(epsilon), SUM(delta), COUNT(*) FROM spends "
@@ -734,15 +922,16 @@ def read_journal(path: Path) -> list[dict]:
     return events
 
 
-def _claim_input(conn: sqlite3.Connection, request: SpendRequest) -> None:
+def _claim_input(conn: LedgerConnection, request: SpendRequest) -> None:
     """Tie the config's extract to its source id; refuse a second id for a known extract."""
     if request.input_key is None:
         return
     row = conn.execute("SELECT source, dataset FROM source_inputs WHERE input_key = ?",
                        (request.input_key,)).fetchone()
     if row is None:
-        conn.execute("INSERT INTO source_inputs VALUES (?, ?, ?, ?)",
-                     (request.input_key, request.source, request.dataset, _now()))
+        conn.execute("INSERT INTO source_inputs (input_key, source, dataset, first_seen) "
+                     "VALUES (?, ?, ?, ?)", (request.input_key, request.source, request.dataset,
+                                             _now()))
     elif row[0] != request.source:
         raise LedgerSourceError(
             f"dataset {request.dataset!r} names source {request.source!r}, but the ledger "
@@ -751,7 +940,7 @@ def _claim_input(conn: sqlite3.Connection, request: SpendRequest) -> None:
             f"'privacy: {{source: {row[0]}}}' in the dataset config. Nothing was spent.")
 
 
-def _source_cap(conn: sqlite3.Connection, request: SpendRequest) -> tuple[float, float]:
+def _source_cap(conn: LedgerConnection, request: SpendRequest) -> tuple[float, float]:
     """The source's cap; a new source's cap is fixed now, from the config."""
     row = conn.execute("SELECT lifetime_epsilon, lifetime_delta, owner_config FROM sources "
                        "WHERE source = ?", (request.source,)).fetchone()
@@ -759,9 +948,14 @@ def _source_cap(conn: sqlite3.Connection, request: SpendRequest) -> tuple[float,
         owner = row[2]
         if request.policy and (owner is None or owner == request.config_path):
             # the source's own config may change its policy; another config never does
-            conn.execute("UPDATE sources SET policy = ?, owner_config = ? WHERE source = ?",
-                         (request.policy, request.config_path, request.source))
+            _record_policy(conn, request)
         return float(row[0]), float(row[1])
+    if _append_only(conn):  # the cap as fixed now, its policy an appended row of its own
+        conn.execute("INSERT INTO source_caps (source, lifetime_epsilon, lifetime_delta, "
+                     "created_at) VALUES (?, ?, ?, ?)",
+                     (request.source, request.lifetime_epsilon, request.lifetime_delta, _now()))
+        _record_policy(conn, request)
+        return request.lifetime_epsilon, request.lifetime_delta
     conn.execute("INSERT INTO sources (source, lifetime_epsilon, lifetime_delta, created_at, "
                  "policy, owner_config) VALUES (?, ?, ?, ?, ?, ?)",
                  (request.source, request.lifetime_epsilon, request.lifetime_delta, _now(),
@@ -769,7 +963,16 @@ def _source_cap(conn: sqlite3.Connection, request: SpendRequest) -> tuple[float,
     return request.lifetime_epsilon, request.lifetime_delta
 
 
-def _spent(conn: sqlite3.Connection, source: str) -> tuple[float, float]:
+def _record_policy(conn: LedgerConnection, request: SpendRequest) -> None:
+    if _append_only(conn):
+        conn.execute("INSERT INTO source_policies (source, policy, owner_config) VALUES "
+                     "(?, ?, ?)", (request.source, request.policy, request.config_path))
+    else:
+        conn.execute("UPDATE sources SET policy = ?, owner_config = ? WHERE source = ?",
+                     (request.policy, request.config_path, request.source))
+
+
+def _spent(conn: LedgerConnection, source: str) -> tuple[float, float]:
     eps, delta = conn.execute("SELECT COALESCE(SUM(epsilon), 0), COALESCE(SUM(delta), 0) FROM "
                               "spends WHERE source = ?", (source,)).fetchone()
     return float(eps), float(delta)
@@ -845,7 +1048,7 @@ def _load_snapshot(conn: sqlite3.Connection, tables: dict[str, list[dict]]) -> N
                          f"({', '.join('?' * len(names))})", [row[n] for n in names])
 
 
-def _apply_event(conn: sqlite3.Connection, event: dict) -> None:
+def _apply_event(conn: LedgerConnection, event: dict) -> None:
     """Apply one journaled change with the code that made it (and its own timestamps)."""
     kind = event.get("event", "cap")  # the cap journal of older versions: cap changes only
     if kind == "reserve":
@@ -864,7 +1067,7 @@ def _apply_event(conn: sqlite3.Connection, event: dict) -> None:
         raise LedgerIntegrityError(f"unknown journal event {kind!r}")
 
 
-def _replay_events(conn: sqlite3.Connection, events: list[dict], journal: Path) -> None:
+def _replay_events(conn: LedgerConnection, events: list[dict], journal: Path) -> None:
     for number, event in enumerate(events, start=1):
         try:
             _apply_event(conn, event)
@@ -918,18 +1121,22 @@ def _verify_against_journal(conn: sqlite3.Connection, ledger_path: Path) -> None
         "aside and run 'medrelease ledger restore' (it replays the journal).")
 
 
-def _differences(live: sqlite3.Connection, expected: sqlite3.Connection) -> list[str]:
-    """What the ledger file holds that its journal does not, and the other way round."""
+def _differences(live: LedgerConnection, expected: sqlite3.Connection,
+                 live_columns: Mapping[str, set[str]] | None = None) -> list[str]:
+    """What the ledger holds that its journal does not, and the other way round. ``live``: a
+    SQLite ledger, or another back-end whose tables or views of the same names and columns
+    (``live_columns``) show its current state."""
     problems: list[str] = []
-    have_tables = set(_tables(live))
+    if live_columns is None:
+        live_columns = {t: {name for name, _ in _columns(live, t)} for t in _tables(live)}
     for table in _tables(expected):
         columns = _columns(expected, table)
         names = [name for name, _ in columns]
         keys = [name for name, pk in sorted(columns, key=lambda c: c[1]) if pk] or names
-        if table not in have_tables:
+        if table not in live_columns:
             problems.append(f"table {table} is missing")
             continue
-        lacking = [n for n in names if n not in {name for name, _ in _columns(live, table)}]
+        lacking = [n for n in names if n not in live_columns[table]]
         if lacking:
             problems.append(f"table {table} lacks column(s) {', '.join(lacking)}")
             continue
@@ -949,7 +1156,7 @@ def _differences(live: sqlite3.Connection, expected: sqlite3.Connection) -> list
     return problems
 
 
-def _rows_by_key(conn: sqlite3.Connection, table: str, names: list[str],
+def _rows_by_key(conn: LedgerConnection, table: str, names: list[str],
                  keys: list[str]) -> dict[tuple, dict]:
     quoted = ", ".join(f'"{n}"' for n in names)
     rows = (dict(zip(names, row, strict=True))
@@ -1036,29 +1243,24 @@ def published_charges(manifests: list[dict]) -> list[dict]:
     return charges
 
 
-def reconcile(ledger_path: Path, records: list[dict], manifests: list[dict] = ()) -> None:
+def reconcile(location: str | Path, records: list[dict], manifests: list[dict] = ()) -> None:
     """Refuse a ledger that lacks spends the steward records or the published releases show,
     or that differs from its journal (a table dropped or edited, a spend deleted, a cap
     changed outside ``set-cap``, the journal removed).
 
     Called before every charge, and by ``medrelease ledger verify``. A missing ledger file is
     not created when records, releases or a journal exist: a new empty ledger would silently
-    restart every source's budget from zero.
+    restart every source's budget from zero. ``location``: a SQLite file, or a PostgreSQL URL
+    (``PostgresLedger.reconcile``: its event chain, its head as this host last saw it).
     """
+    if is_database_url(location):
+        open_ledger(location).reconcile(records, list(manifests))
+        return
+    ledger_path = Path(location)
     known_spends, known_releases = _ledger_contents(ledger_path)
-    lost = [r["release_id"] for r in records
-            if r.get("ledger_spend_id") and r["ledger_spend_id"] not in known_spends]
-    lost += [m["release_id"] for m in manifests if m["release_id"] not in known_releases
-             and m["release_id"] not in lost]
-    if lost:
-        examples = ", ".join(sorted(lost)[:3])
-        state = "is missing" if not ledger_path.is_file() else "does not hold"
-        raise LedgerIntegrityError(
-            f"the budget ledger {ledger_path} {state} the spends of {len(lost)} release(s) on "
-            f"record ({examples}{' ...' if len(lost) > 3 else ''}): it was lost, emptied or "
-            "replaced, and its budgets would restart from zero. Nothing was spent. Restore the "
-            "ledger file from backup, or rebuild it with 'medrelease ledger restore' (from its "
-            "journal, the steward records, and the published manifests where those are gone).")
+    refuse_releases_not_in(str(ledger_path), "is missing" if not ledger_path.is_file()
+                           else "does not hold", known_spends, known_releases, records,
+                           manifests)
     if ledger_path.is_file():
         Ledger(ledger_path).verify()
         return
@@ -1069,6 +1271,25 @@ def reconcile(ledger_path: Path, records: list[dict], manifests: list[dict] = ()
             f"{len(read_journal(journal))} change(s): a new empty ledger would restart their "
             "budgets from zero. Nothing was spent. Rebuild it with 'medrelease ledger restore' "
             "(it replays the journal).")
+
+
+def refuse_releases_not_in(location: str, state: str, known_spends: set[str],
+                           known_releases: set[str], records: list[dict],
+                           manifests: list[dict]) -> None:
+    """Refuse a ledger (``LedgerIntegrityError``) that lacks the spend of a release the
+    steward records or the published manifests show."""
+    lost = [r["release_id"] for r in records
+            if r.get("ledger_spend_id") and r["ledger_spend_id"] not in known_spends]
+    lost += [m["release_id"] for m in manifests if m["release_id"] not in known_releases
+             and m["release_id"] not in lost]
+    if lost:
+        examples = ", ".join(sorted(lost)[:3])
+        raise LedgerIntegrityError(
+            f"the budget ledger {location} {state} the spends of {len(lost)} release(s) on "
+            f"record ({examples}{' ...' if len(lost) > 3 else ''}): it was lost, emptied or "
+            "replaced, and its budgets would restart from zero. Nothing was spent. Restore the "
+            "ledger from backup, or rebuild it with 'medrelease ledger restore' (from its "
+            "journal, the steward records, and the published manifests where those are gone).")
 
 
 def _ledger_contents(ledger_path: Path) -> tuple[set[str], set[str]]:
@@ -1093,52 +1314,13 @@ class Restored:
         return self.from_journal + self.from_records + self.from_manifests
 
 
-def restore_from_records(ledger_path: Path, records: list[dict],
+def restore_from_records(location: str | Path, records: list[dict],
                          manifests: list[dict] = ()) -> Restored:
-    """Rebuild a lost or emptied ledger. First its journal, the system of record, is replayed:
-    every spend with its source's cap, policy and owner config, its content and input claims,
-    every outcome (a failed run's spend included) and every cap change. Then the releases the
-    steward records — or, where those are gone, the published manifests — show and the
-    journal lacks (a journal lost too, or older than the release) are added from what they
-    state (a manifest carries no content hash: such a release's content claim is lost), and
-    journaled as they are added.
-
-    Refuses to touch a ledger that already holds spends. Reservations of runs that crashed
-    before writing a steward record are recoverable from the journal only.
-    """
-    if ledger_path.is_file() and Ledger(ledger_path).spends():
-        raise MedreleaseError(f"the ledger {ledger_path} already holds spends; restore only "
-                              "into a missing or empty ledger (move the old file aside first)")
-    ledger = Ledger(ledger_path)
-    journal = ledger.journal_path
-    events = read_journal(journal)
-    with ledger._transaction() as conn:
-        for table in _tables(conn):  # what an emptied ledger kept is rebuilt from the journal
-            conn.execute(f'DELETE FROM "{table}"')
-        if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'sqlite_sequence'").fetchone():
-            conn.execute("DELETE FROM sqlite_sequence")
-        _replay_events(conn, events, journal)
-        from_journal = conn.execute("SELECT COUNT(*) FROM spends").fetchone()[0]
-        added = _releases_the_journal_lacks(conn, records, manifests)
-        new_sources: dict[str, dict] = {}
-        for record in added:
-            source = record["ledger_charge"]["source"]
-            if source in new_sources or not _source_known(conn, source):
-                new_sources[source] = record  # the latest release on record of the source
-            for event in _events_from_record(record):
-                _journal_and_apply(conn, journal, event)
-        if not events:  # a ledger of an older version: its cap changes were journaled apart
-            for change in read_journal(Ledger.legacy_caps_journal_for(ledger_path)):
-                if _source_known(conn, change["source"]):
-                    _journal_and_apply(conn, journal, {**change, "event": "cap",
-                                                       "at": change["changed_at"]})
-        for source, record in new_sources.items():
-            _restore_the_cap_on_record(conn, journal, source, record)
-    from_manifests = sum(1 for r in added if r.get("from_manifest"))
-    return Restored(from_journal, len(added) - from_manifests, from_manifests)
+    """Rebuild a lost or emptied ledger (``BudgetLedger.restore``) at a path or URL."""
+    return open_ledger(location).restore(records, list(manifests))
 
 
-def _releases_the_journal_lacks(conn: sqlite3.Connection, records: list[dict],
+def _releases_the_journal_lacks(conn: LedgerConnection, records: list[dict],
                                 manifests: list[dict]) -> list[dict]:
     """Steward records (and manifests of releases without one) whose spend is not in the
     ledger, in release order."""
@@ -1151,11 +1333,6 @@ def _releases_the_journal_lacks(conn: sqlite3.Connection, records: list[dict],
     lacking += [m for m in published_charges(list(manifests))
                 if m["release_id"] not in on_record and m["release_id"] not in releases]
     return sorted(lacking, key=lambda r: r["release_id"].removeprefix("TEST-"))
-
-
-def _journal_and_apply(conn: sqlite3.Connection, journal: Path, event: dict) -> None:
-    _apply_event(conn, event)
-    _append_journal(journal, event)  # before the restore commits, as every change
 
 
 def _events_from_record(record: dict) -> list[dict]:
@@ -1191,7 +1368,7 @@ def _events_from_record(record: dict) -> list[dict]:
              "release_id": record["release_id"], "note": note}]
 
 
-def _restore_the_cap_on_record(conn: sqlite3.Connection, journal: Path, source: str,
+def _restore_the_cap_on_record(conn: LedgerConnection, ledger: BudgetLedger, source: str,
                                latest: dict) -> None:
     """A source known only from records and manifests: the cap its latest release states
     (a later change, journaled only, is lost with the journal), as a recorded cap change."""
@@ -1203,7 +1380,7 @@ def _restore_the_cap_on_record(conn: sqlite3.Connection, journal: Path, source: 
     if conn.execute("SELECT 1 FROM cap_changes WHERE source = ?", (source,)).fetchone():
         return  # the cap journal of an older version said it
     now = _now()
-    _journal_and_apply(conn, journal, {
+    ledger._apply_and_journal(conn, {
         "event": "cap", "at": now, "source": source, "old_epsilon": row[0],
         "new_epsilon": float(charge["cap_epsilon"]), "old_delta": row[1],
         "new_delta": float(charge["cap_delta"]), "changed_at": now,

@@ -14,6 +14,8 @@ import json
 import os
 import re
 import shutil
+import socket
+import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -30,6 +32,10 @@ from medrelease.storage.released_rows import ROW_GROUP, ReleasedRows
 
 SAFE_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 PARTIAL_PREFIX = ".partial-"
+# A partial folder names the host and process writing it: a publish sweeps the leftovers of
+# crashed ones, never a release another process (or, on a shared store, another host) is still
+# writing. Another host's partial counts as a leftover once untouched this long.
+STALE_PARTIAL_S = 3600.0
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 PLAIN_NUMBER = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
 CSV_TEXT_SAFETY = (
@@ -227,6 +233,32 @@ def find_data_file(folder: Path, suffix: str = ".parquet") -> Path:
     raise StoreError(f"{folder} holds no data{suffix} file")
 
 
+def _this_host() -> str:
+    return re.sub(r"[^A-Za-z0-9.-]", "_", socket.gethostname()) or "host"
+
+
+def _still_being_written(partial: Path) -> bool:
+    """Whether a partial release folder belongs to a publish still in progress."""
+    parts = partial.name.rsplit("@", 3)
+    if len(parts) != 4 or not parts[2].isdigit():
+        return False  # an older version's leftover
+    _, host, pid, _ = parts
+    if host == _this_host():
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True  # alive, another user's
+        return True
+    try:
+        touched = max([partial.stat().st_ctime,
+                       *(p.stat().st_ctime for p in partial.rglob("*"))])
+    except OSError:
+        return True  # changing under us: being written
+    return time.time() - touched < STALE_PARTIAL_S
+
+
 class ReleaseStore:
     """A local folder of releases: the publishable store, or (``test=True``) the test store.
 
@@ -329,7 +361,8 @@ class ReleaseStore:
         self.sweep_partial(parent)
         if final.exists():
             raise StoreError(f"release {final} already exists; release ids are never reused")
-        partial = parent / f"{PARTIAL_PREFIX}{release_id}-{uuid.uuid4().hex[:6]}"
+        partial = parent / (f"{PARTIAL_PREFIX}{release_id}@{_this_host()}@{os.getpid()}@"
+                            f"{uuid.uuid4().hex[:6]}")
         try:
             partial.mkdir()
             parquet, csv = self.data_files
@@ -361,8 +394,12 @@ class ReleaseStore:
         return PublishedRelease(release_id, final)
 
     def sweep_partial(self, parent: Path) -> None:
-        """Remove leftovers of crashed publishes (never visible as releases)."""
+        """Remove leftovers of crashed publishes (never visible as releases): a partial folder
+        of this host whose process is gone, another host's untouched for ``STALE_PARTIAL_S``,
+        or one of an older version (its name says neither)."""
         for leftover in parent.glob(f"{PARTIAL_PREFIX}*"):
+            if _still_being_written(leftover):
+                continue
             shutil.rmtree(leftover, ignore_errors=True)
 
     def releases(self, dataset: str | None = None) -> list[Path]:
