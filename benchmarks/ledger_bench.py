@@ -23,7 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from medrelease.privacy.ledger import SpendRequest, open_ledger
+from medrelease.privacy.ledger import SpendRequest
+from medrelease.privacy.ledger_backends import open_ledger
 
 
 def _request(number: int) -> SpendRequest:

@@ -25,7 +25,7 @@ from rich.table import Table
 from medrelease.data.config import find_config
 from medrelease.data.lattice import DEFAULT_BATCH_SIZE
 from medrelease.errors import MedreleaseError
-from medrelease.privacy.ledger import ledger_exists, open_ledger
+from medrelease.privacy.ledger_backends import ledger_exists, open_ledger
 from medrelease.settings import ledger_location, store_root
 from medrelease.storage.links import (
     DEFAULT_PORTAL_HOST,
@@ -459,7 +459,9 @@ def ledger_restore(
                    "(ledger.sqlite.journal.jsonl), to move a ledger from SQLite to PostgreSQL"),
 ) -> None:
     """Rebuild a lost or emptied ledger: its journal replayed, then releases on record."""
-    from medrelease.privacy.ledger import is_database_url, read_journal, restore_from_records
+    from medrelease.privacy.ledger import read_journal
+    from medrelease.privacy.ledger_backends import restore_from_records
+    from medrelease.privacy.ledger_url import is_database_url
     from medrelease.settings import steward_root, test_store_root
     from medrelease.storage.store import StewardRecords, published_manifests
 
@@ -495,7 +497,7 @@ def ledger_restore(
 def ledger_verify() -> None:
     """Check the ledger against its journal, the steward records and the published releases
     (what every release checks before its charge); exit 1 naming what differs."""
-    from medrelease.privacy.ledger import reconcile
+    from medrelease.privacy.ledger_backends import reconcile
     from medrelease.settings import steward_root, test_store_root
     from medrelease.storage.store import StewardRecords, published_manifests
 

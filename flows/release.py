@@ -53,7 +53,7 @@ from medrelease.mechanisms import (
     uses_counts,
 )
 from medrelease.mechanisms.base import ReleaseContext, parse
-from medrelease.privacy.ledger import open_ledger
+from medrelease.privacy.ledger_backends import open_ledger
 from medrelease.release import (
     PUBLIC_FACTS,
     candidates_frame,

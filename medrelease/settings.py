@@ -64,7 +64,7 @@ def ledger_location() -> str:
     SQLite ledger."""
     url = os.environ.get("MEDRELEASE_LEDGER_URL", "").strip()
     if url and _ISOLATED_HOME.get() is None:
-        from medrelease.privacy.ledger_pg import redacted
+        from medrelease.privacy.ledger_url import redacted
 
         return redacted(url)
     return str(ledger_path())

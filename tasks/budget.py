@@ -10,13 +10,8 @@ from prefect.cache_policies import NO_CACHE
 
 from medrelease.data.config import DatasetConfig
 from medrelease.plan import ReleasePlan
-from medrelease.privacy.ledger import (
-    BudgetState,
-    SpendRequest,
-    open_ledger,
-    reconcile,
-    request_record,
-)
+from medrelease.privacy.ledger import BudgetState, SpendRequest, request_record
+from medrelease.privacy.ledger_backends import open_ledger, reconcile
 from medrelease.release import plan_for_config
 from medrelease.settings import steward_root, store_root, test_store_root
 from medrelease.storage.store import (

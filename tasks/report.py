@@ -127,7 +127,7 @@ def publish_budget_artifacts(dataset: str) -> None:
     """
     from medrelease.data.config import find_config
     from medrelease.errors import MedreleaseError
-    from medrelease.privacy.ledger import ledger_exists, open_ledger
+    from medrelease.privacy.ledger_backends import ledger_exists, open_ledger
     from medrelease.settings import ledger_location
 
     if not ledger_exists(ledger_location()):  # opening it would create one: a lost one stays lost

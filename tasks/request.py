@@ -9,7 +9,7 @@ from prefect.cache_policies import NO_CACHE
 
 from medrelease.data.config import find_config
 from medrelease.data.extract import resolve_extract
-from medrelease.privacy.ledger import ledger_exists, open_ledger
+from medrelease.privacy.ledger_backends import ledger_exists, open_ledger
 from medrelease.release import lattice_size, resolve_mechanism
 from medrelease.request import ResolvedRequest, enforce_first_cap, enforce_source_policy
 from tasks.budget import plan

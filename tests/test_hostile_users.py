@@ -214,7 +214,7 @@ def test_the_resolved_extract_hashes_every_file_and_refuses_copies(tmp_path: Pat
 
 def test_a_missing_ledger_with_published_releases_only_is_refused(tmp_path: Path) -> None:
     """The published manifests alone are enough to refuse a restart from zero."""
-    from medrelease.privacy.ledger import reconcile
+    from medrelease.privacy.ledger_backends import reconcile
 
     manifest = {"release_id": "20260101T000000Z-ipa-1", "source": "s", "dataset": "d",
                 "mechanism": "ipa", "epsilon_spent": 1.0, "delta_spent": 0.0,

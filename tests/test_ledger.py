@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from medrelease.errors import BudgetExceededError, MedreleaseError
-from medrelease.privacy.ledger import Ledger, LedgerSourceError, SpendRequest, open_ledger
+from medrelease.privacy.ledger import Ledger, LedgerSourceError, SpendRequest
+from medrelease.privacy.ledger_backends import open_ledger
 
 
 def _request(source: str, epsilon: float, delta: float = 0.0, mechanism: str = "ipa",

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from medrelease.privacy.ledger import open_ledger
+from medrelease.privacy.ledger_backends import open_ledger
 
 from .test_ledger import _request
 

@@ -21,7 +21,7 @@ from prefect.client.orchestration import get_client
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
 from deployments.local_server import drain_prefect_workers, running_serve, running_server
-from medrelease.privacy.ledger import open_ledger
+from medrelease.privacy.ledger_backends import open_ledger
 
 from .test_holds_ledger import _dataset
 

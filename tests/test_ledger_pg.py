@@ -15,7 +15,8 @@ from typer.testing import CliRunner
 
 from deployments.cli import app
 from medrelease.errors import MedreleaseError
-from medrelease.privacy.ledger import LedgerIntegrityError, open_ledger
+from medrelease.privacy.ledger import LedgerIntegrityError
+from medrelease.privacy.ledger_backends import open_ledger
 from medrelease.privacy.ledger_pg import SCHEMA_VERSION, init_db
 
 from .test_holds_ledger import _dataset, _release

@@ -25,7 +25,7 @@ manifests show and the journal lacks (journaling them too).
 
 That is the SQLite back-end (``Ledger``), the default. ``MEDRELEASE_LEDGER_URL`` selects the
 PostgreSQL one (``ledger_pg.PostgresLedger``: one ledger for several hosts, append-only for the
-service); both run the rules here (``BudgetLedger``), and ``open_ledger`` opens either.
+service); both run the rules here (``BudgetLedger``), and ``ledger_backends.open_ledger`` opens either.
 """
 
 from __future__ import annotations
@@ -619,7 +619,7 @@ class Ledger(BudgetLedger):
                                                "at": change["changed_at"]})
 
     def reconcile(self, records: list[dict], manifests: list[dict] = ()) -> None:
-        reconcile(self.path, records, manifests)
+        reconcile_sqlite(self.path, records, manifests)
 
     @property
     def journal_path(self) -> Path:
@@ -635,30 +635,6 @@ class Ledger(BudgetLedger):
     def legacy_caps_journal_for(ledger_path: Path) -> Path:
         """Where versions before the full journal kept cap changes only (read, never written)."""
         return ledger_path.with_name(ledger_path.name + ".caps.jsonl")
-
-
-def is_database_url(location: str | Path) -> bool:
-    """Whether a ledger location names a PostgreSQL database rather than a SQLite file."""
-    return isinstance(location, str) and location.startswith(("postgresql://", "postgres://"))
-
-
-def open_ledger(location: str | Path) -> BudgetLedger:
-    """The ledger at ``location``: a PostgreSQL URL (``MEDRELEASE_LEDGER_URL``, a password
-    left out of it is taken from that variable, ``PGPASSWORD`` or ``~/.pgpass``) or a SQLite
-    file path (the default)."""
-    if is_database_url(location):
-        from medrelease.privacy.ledger_pg import PostgresLedger
-
-        return PostgresLedger(str(location))
-    return Ledger(location)
-
-
-def ledger_exists(location: str | Path) -> bool:
-    """Whether there is a ledger to read at ``location`` (opening a missing SQLite file would
-    create an empty one; a database is there once ``ledger init-db`` made its schema)."""
-    if is_database_url(location):
-        return True
-    return Path(location).is_file()
 
 
 def _source_names(conn: LedgerConnection) -> list[str]:
@@ -1243,20 +1219,10 @@ def published_charges(manifests: list[dict]) -> list[dict]:
     return charges
 
 
-def reconcile(location: str | Path, records: list[dict], manifests: list[dict] = ()) -> None:
-    """Refuse a ledger that lacks spends the steward records or the published releases show,
-    or that differs from its journal (a table dropped or edited, a spend deleted, a cap
-    changed outside ``set-cap``, the journal removed).
-
-    Called before every charge, and by ``medrelease ledger verify``. A missing ledger file is
-    not created when records, releases or a journal exist: a new empty ledger would silently
-    restart every source's budget from zero. ``location``: a SQLite file, or a PostgreSQL URL
-    (``PostgresLedger.reconcile``: its event chain, its head as this host last saw it).
-    """
-    if is_database_url(location):
-        open_ledger(location).reconcile(records, list(manifests))
-        return
-    ledger_path = Path(location)
+def reconcile_sqlite(ledger_path: Path, records: list[dict], manifests: list[dict] = ()) -> None:
+    """``ledger_backends.reconcile`` for a SQLite ledger file: refuse a file that lacks a
+    release on record or differs from its journal, and a missing file whose journal holds
+    changes (a new empty ledger would restart every budget from zero)."""
     known_spends, known_releases = _ledger_contents(ledger_path)
     refuse_releases_not_in(str(ledger_path), "is missing" if not ledger_path.is_file()
                            else "does not hold", known_spends, known_releases, records,
@@ -1312,12 +1278,6 @@ class Restored:
     @property
     def spends(self) -> int:
         return self.from_journal + self.from_records + self.from_manifests
-
-
-def restore_from_records(location: str | Path, records: list[dict],
-                         manifests: list[dict] = ()) -> Restored:
-    """Rebuild a lost or emptied ledger (``BudgetLedger.restore``) at a path or URL."""
-    return open_ledger(location).restore(records, list(manifests))
 
 
 def _releases_the_journal_lacks(conn: LedgerConnection, records: list[dict],

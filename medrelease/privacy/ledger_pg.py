@@ -53,6 +53,7 @@ from medrelease.privacy.ledger import (
     _replayed,
     refuse_releases_not_in,
 )
+from medrelease.privacy.ledger_url import redacted
 
 SCHEMA_NAME = "medrelease"
 OWNER_ROLE = "medrelease_owner"
@@ -242,17 +243,6 @@ SERVICE_READS = ("cap_changes", "spends", "sources", "schema_migrations")
 # The ledger tables a verify compares with the replayed journal (views where the state is
 # derived), with the SQLite ledger's table names.
 COMPARED = ("spends", "sources", "source_inputs", "content_claims", "cap_changes")
-
-
-def redacted(url: str) -> str:
-    """The URL without its password: what logs, messages and Prefect parameters may carry."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = (f"{parts.username}@" if parts.username else "") + host + (
-        f":{parts.port}" if parts.port else "")
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
 def _full_url(location: str) -> str:
