@@ -215,6 +215,11 @@ def release(
                                                "test store, never published"),
     batch_size: int = typer.Option(DEFAULT_BATCH_SIZE, help="lattice nodes per scoring task"),
     destination: str | None = typer.Option(None, help="sub-folder of the release store"),
+    void_lifetime_guarantee: bool = typer.Option(
+        False, "--void-lifetime-guarantee",
+        help="confirm a mechanism without a proven DP guarantee (kanon, mondrian, ...): this "
+             "release then voids the source's lifetime guarantee for good; without it such a "
+             "request is refused before anything is read or spent"),
 ) -> None:
     """Release a dataset through the Prefect flow (the same request the UI form sends)."""
     _defaults()
@@ -227,6 +232,7 @@ def release(
         request = ReleaseRequest(dataset=dataset, mechanism=mechanism, epsilon=epsilon,
                                  parameters=parameters, seed=seed, batch_size=batch_size,
                                  destination=destination,
+                                 void_lifetime_guarantee=void_lifetime_guarantee,
                                  input_path=str(input_path) if input_path else None)
     except MedreleaseError as exc:
         _fail(exc)

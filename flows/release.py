@@ -262,6 +262,17 @@ class ReleaseRequest(BaseModel):
         default_factory=dict, title="Advanced: mechanism parameters",
         json_schema_extra=_parameters_help,
     )
+    void_lifetime_guarantee: bool = Field(
+        default=False, title="Void the lifetime guarantee (mechanisms without a proven DP "
+                             "guarantee)",
+        description="Needed for kanon, mondrian, pseudonymize, ipa-paper and any mechanism "
+                    "labelled without a proven DP guarantee, while the source's lifetime "
+                    "guarantee still holds. Ticking it accepts that this release voids that "
+                    "guarantee FOR GOOD: every later release of the source says VOID, and no "
+                    "total of its releases is a differential-privacy guarantee any more. "
+                    "Without it such a request is refused before anything is read or spent. "
+                    "A DP mechanism ignores it.",
+    )
     input_path: str | None = Field(
         default=None, json_schema_extra=_plain("string"),
         description="Release this file instead of the config's input (a new extract)"
@@ -447,7 +458,8 @@ def _release(request: ReleaseRequest, budget: BudgetInView) -> Any:
     run_id = str(flow_run.id) if flow_run.id else None
     ledger = str(ledger_path())
     resolved = resolve_request(request.dataset, request.mechanism, request.epsilon,
-                               request.parameters, request.input_path, request.seed, ledger)
+                               request.parameters, request.input_path, request.seed, ledger,
+                               void_confirmed=request.void_lifetime_guarantee)
     try:
         return _release_resolved(request, budget, resolved, run_id, ledger)
     finally:  # the run's private copies of the extract (raw data) go with it

@@ -43,6 +43,9 @@ class LifetimeRecord(BaseModel):
         default_factory=list, description="every change of the cap: day, old, new, reason")
     void: bool
     void_reason: str | None
+    voided_by_this_release: bool = Field(
+        default=False, description="this release made no proven DP claim and voided the "
+                                   "source's lifetime guarantee (the steward confirmed it)")
     privacy_units: list[dict[str, Any]] = Field(
         default_factory=list, description="per neighbouring relation (the privacy unit, in "
                                           "words): the epsilon and delta spent under it")

@@ -126,7 +126,7 @@ def public_facts(run: RunFacts, release_id: str) -> dict[str, Any]:
         "budget_steps": steps,
         "epsilon_spent": sum(s["epsilon"] for s in steps),
         "delta_spent": sum(s["delta"] for s in steps),
-        "lifetime": run.charge.lifetime.public(),
+        "lifetime": run.charge.public_lifetime(),
         "seed_policy": plan.random.seed_policy,
         "randomness": plan.random.randomness,
         "columns": public_columns(config, columns),

@@ -229,6 +229,11 @@ def render_public_report(manifest: dict[str, Any]) -> str:
                   ""]
     if not guarantee["proven"]:
         lines += [f"> **{guarantee['label'].upper()}.** {guarantee['notes']}", ""]
+    if manifest["lifetime"].get("voided_by_this_release"):
+        lines += [f"> **THIS RELEASE VOIDED THE LIFETIME GUARANTEE of source "
+                  f"`{manifest['lifetime']['source']}`**: it makes no proven DP claim, and the "
+                  "steward confirmed that from it on no total of the source's releases is a DP "
+                  "guarantee.", ""]
     details = manifest.get("mechanism_details") or {}
     if details.get("degenerate"):
         lines += [f"> **{details['degenerate']}**", ""]

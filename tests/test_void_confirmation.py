@@ -1,0 +1,70 @@
+"""Issue 39, item 3: nothing irreversible without a confirmation. A mechanism without a proven
+DP guarantee voids its source's lifetime guarantee for good; while that guarantee holds, such a
+request is refused unless it carries ``void_lifetime_guarantee: true``, before anything is read
+or spent, and the release that voids says so in its own manifest and report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from flows.release import ReleaseRequest, release_flow
+from medrelease.privacy.ledger import Ledger
+
+pytestmark = pytest.mark.usefixtures("prefect_harness")
+
+KANON = {"mechanism": "kanon", "k": 10}
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch) -> Path:
+    monkeypatch.setenv("MEDRELEASE_HOME", str(tmp_path))
+    return tmp_path
+
+
+def _published_files(home: Path) -> list[Path]:
+    return [p for store in ("releases", "test-releases") if (home / store).exists()
+            for p in (home / store).rglob("*") if p.is_file()]
+
+
+def _spends(home: Path) -> list:
+    ledger = home / "ledger.sqlite"
+    return Ledger(ledger).spends() if ledger.is_file() else []
+
+
+def test_the_form_has_the_checkbox_and_says_what_it_costs() -> None:
+    field = ReleaseRequest.model_json_schema()["properties"]["void_lifetime_guarantee"]
+    assert field["type"] == "boolean" and field["default"] is False
+    assert "FOR GOOD" in field["description"] and "kanon" in field["description"]
+
+
+def test_kanon_without_the_confirmation_is_refused_before_anything_is_read(home: Path) -> None:
+    # An input file that does not exist: a refusal about it would mean the file was looked at
+    # before the confirmation was asked for.
+    state = release_flow(ReleaseRequest(evaluate=False, mechanism=KANON,
+                                        input_path=str(home / "not-there.csv")),
+                         return_state=True)
+    assert state.name == "Refused", state.message
+    assert "voids the lifetime guarantee of source 'nps-sample' for good" in state.message
+    assert "--void-lifetime-guarantee" in state.message and "Nothing was read" in state.message
+    assert _spends(home) == [] and _published_files(home) == []
+
+
+def test_kanon_with_the_confirmation_publishes_and_its_own_manifest_says_void(
+        home: Path) -> None:
+    result = release_flow(ReleaseRequest(evaluate=False, mechanism=KANON,
+                                         void_lifetime_guarantee=True))
+    folder = Path(result["path"])
+    lifetime = json.loads((folder / "manifest.json").read_text())["lifetime"]
+    assert lifetime["void"] is True and lifetime["voided_by_this_release"] is True
+    assert "kanon" in lifetime["void_reason"]
+    assert "THIS RELEASE VOIDED THE LIFETIME GUARANTEE" in (folder / "report.md").read_text()
+    [spend] = _spends(home)
+    assert spend.status == "released" and not spend.dp
+    # Once void there is nothing left to lose: no confirmation is asked, and a later release
+    # does not claim to be the one that voided it.
+    later = release_flow(ReleaseRequest(evaluate=False, mechanism=KANON))
+    assert later["manifest"]["lifetime"]["void"] is True
+    assert later["manifest"]["lifetime"]["voided_by_this_release"] is False
