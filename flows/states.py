@@ -80,6 +80,14 @@ def refused(exc: BaseException) -> State:
     return Failed(name="Refused", message=f"{type(exc).__name__}: {exc}"[:2000], data=exc)
 
 
+def not_published(reason: str, result: dict[str, Any]) -> State:
+    """A COMPLETED state named 'Not published': a reviewed release that was rejected or left
+    unreviewed. The run did its work (and spent its budget); nothing was published."""
+    get_run_logger().warning("Not published: %s", reason)
+    return Completed(name="Not published", message=reason[:2000],
+                     data={**result, "not_published": reason})
+
+
 def skipped(name: str, reason: str, result: dict[str, Any]) -> State:
     """A COMPLETED state named for why nothing was released (no spend)."""
     get_run_logger().info("%s: %s", name, reason)

@@ -107,6 +107,8 @@ class StewardRecord(BaseModel):
     requested_at: str | None = None
     published_at: str | None = None
     published_path: str | None = None
+    staged_path: str | None = None  # review: required: where it waited for the review
+    review: dict[str, Any] | None = None  # the review's decision, reason and time
     error: str | None = None
     flow_run_id: str | None
     ledger_spend_id: str

@@ -6,6 +6,7 @@ or spent, and the release that voids says so in its own manifest and report."""
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -53,9 +54,21 @@ def test_kanon_without_the_confirmation_is_refused_before_anything_is_read(home:
 
 
 def test_kanon_with_the_confirmation_publishes_and_its_own_manifest_says_void(
-        home: Path) -> None:
-    result = release_flow(ReleaseRequest(evaluate=False, mechanism=KANON,
-                                         void_lifetime_guarantee=True))
+        home: Path, caplog) -> None:
+    caplog.set_level(logging.INFO)
+    state = release_flow(ReleaseRequest(evaluate=False, mechanism=KANON,
+                                        void_lifetime_guarantee=True), return_state=True)
+    result = state.result()
+    # After Submit, the run: named by what it releases; its log's first lines (after
+    # Prefect's own two) and its state message give the release's portal URL.
+    url = f"http://127.0.0.1:8765/releases/nps-sample/{result['release_id']}"
+    flow_lines = [r.getMessage() for r in caplog.records if r.name == "prefect.flow_runs"]
+    assert url in flow_lines[2], flow_lines[:4]
+    assert state.message.startswith(f"Published: {url}")
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        assert client.read_flow_run(result["flow_run_id"]).name == "nps-sample · kanon"
     folder = Path(result["path"])
     lifetime = json.loads((folder / "manifest.json").read_text())["lifetime"]
     assert lifetime["void"] is True and lifetime["voided_by_this_release"] is True
