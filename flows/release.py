@@ -199,6 +199,29 @@ def _plain(kind: str):
     return apply
 
 
+def _epsilon_help(schema: dict[str, Any]) -> None:
+    """What epsilon means, then per bundled dataset its per-release cap and its source's
+    budget left when the form was built (the '<dataset>-budget' artifact is current)."""
+    _plain("number")(schema)
+    from medrelease.privacy.ledger import epsilon_left_glance
+
+    per_dataset = []
+    for config in _bundled_configs():
+        left = epsilon_left_glance(ledger_path(), config.source_id)
+        budget = (f"{config.privacy.lifetime_epsilon:g} of {config.privacy.lifetime_epsilon:g}"
+                  " left" if left is None else "lifetime guarantee VOID" if left[1]
+                  else f"{left[0]:g} left")
+        per_dataset.append(f"{config.name}: at most {config.policy.max_epsilon:g} a release; "
+                           f"source {config.source_id}: {budget}")
+    schema["description"] = (
+        "How much privacy this release may cost: smaller = more private and more noise (less "
+        "accurate), larger = more accurate and less private; it is taken from the source's "
+        "lifetime budget for good. Empty = the dataset config's value, else 1. Syntactic "
+        "models and pseudonymization take none. Per-release cap and budget left (when this "
+        "form was built; the '<dataset>-budget' artifact is current): "
+        + "; ".join(per_dataset))
+
+
 def _parameters_help(schema: dict[str, Any]) -> None:
     hidden = {"epsilon", *PUBLIC_FACTS}
     lines = [f"{name}: {', '.join(f for f in impl.Params.model_fields if f not in hidden) or '-'}"
@@ -263,9 +286,8 @@ class ReleaseRequest(BaseModel):
         json_schema_extra=_mechanism_dropdown,
     )
     epsilon: float | None = Field(
-        default=None, title="Epsilon", json_schema_extra=_plain("number"),
-        description="Total privacy budget this release spends; empty = the dataset config's "
-                    "value, else 1. Syntactic models and pseudonymization take none.",
+        default=None, title="Epsilon", json_schema_extra=_epsilon_help,
+        description="The privacy budget this release spends",
     )
     parameters: dict[str, Any] = Field(
         default_factory=dict, title="Advanced: mechanism parameters",

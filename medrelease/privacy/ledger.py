@@ -769,6 +769,27 @@ def _source_cap(conn: sqlite3.Connection, request: SpendRequest) -> tuple[float,
     return request.lifetime_epsilon, request.lifetime_delta
 
 
+def epsilon_left_glance(path: str | Path, source: str) -> tuple[float, bool] | None:
+    """(epsilon left under the cap, lifetime guarantee void) of a known source, read without
+    opening the ledger for writing (the form's help reads it when its schema is built); None
+    for a source with no spends or a ledger that cannot be read. A glance, not a check: the
+    charge holds every release to the cap."""
+    try:
+        conn = sqlite3.connect(f"file:{Path(path)}?mode=ro", uri=True, timeout=1)
+    except sqlite3.Error:
+        return None
+    try:
+        row = conn.execute("SELECT lifetime_epsilon, void_reason FROM sources WHERE source = ?",
+                           (source,)).fetchone()
+        if row is None:
+            return None
+        return max(0.0, float(row[0]) - _spent(conn, source)[0]), row[1] is not None
+    except sqlite3.Error:
+        return None
+    finally:
+        conn.close()
+
+
 def _spent(conn: sqlite3.Connection, source: str) -> tuple[float, float]:
     eps, delta = conn.execute("SELECT COALESCE(SUM(epsilon), 0), COALESCE(SUM(delta), 0) FROM "
                               "spends WHERE source = ?", (source,)).fetchone()
