@@ -48,8 +48,8 @@ def steward_summary_markdown(manifest: dict, record: dict, candidates: pd.DataFr
 
 def _selection_text(selection: dict, candidates: pd.DataFrame, synthetic: bool = False) -> str:
     if synthetic:
-        return ("aim fits a model to its noisy marginal measurements and samples the rows from "
-                "it: there is no lattice node, no class and no selection among nodes.")
+        return ("aim fitted a model to its noisy marginal measurements and sampled the rows "
+                "from it: its rounds are in the 'aim-rounds' artifact, the accuracy above.")
     if not selection.get("candidates"):
         return "No lattice search: this mechanism releases from the rows directly."
     if selection.get("chosen_probability", 0) >= 1.0:

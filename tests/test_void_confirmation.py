@@ -81,3 +81,20 @@ def test_kanon_with_the_confirmation_publishes_and_its_own_manifest_says_void(
     later = release_flow(ReleaseRequest(evaluate=False, mechanism=KANON))
     assert later["manifest"]["lifetime"]["void"] is True
     assert later["manifest"]["lifetime"]["voided_by_this_release"] is False
+
+
+def test_the_epsilon_field_says_what_epsilon_means_the_cap_and_the_budget_left() -> None:
+    text = ReleaseRequest.model_json_schema()["properties"]["epsilon"]["description"]
+    assert "smaller = more private and more noise" in text
+    assert "nps-sample: at most 5 a release; source nps-sample: " in text and " left" in text
+
+
+def test_a_policy_refusal_names_the_dataset_without_a_doubled_quote() -> None:
+    from medrelease.data.config import find_config
+    from medrelease.errors import PolicyError
+    from medrelease.release import plan_for_config
+
+    with pytest.raises(PolicyError) as refused:
+        plan_for_config(find_config("adult"), "kanon", {"k": 10}, None)
+    assert "the policy of dataset 'adult'" in str(refused.value)
+    assert "''s" not in str(refused.value)
