@@ -161,3 +161,19 @@ def test_a_review_left_open_past_its_timeout_ends_not_published(home: Path,
     assert _published(home) == []
     [spend] = Ledger(home / "ledger.sqlite").spends()
     assert spend.status == "failed" and "review timed out" in spend.note
+
+
+def test_the_cli_approves_with_a_flag(home: Path, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from deployments.cli import app
+
+    config = reviewed_dataset(tmp_path)
+    shown = CliRunner().invoke(app, ["release", str(config), "--mechanism", "histogram",
+                                     "--epsilon", "0.5", "--approve"])
+    assert shown.exit_code == 0, shown.output
+    [manifest] = list((home / "releases" / "reviewed").glob("*/manifest.json"))
+    [spend] = Ledger(home / "ledger.sqlite").spends()
+    assert spend.release_id == manifest.parent.name
+    assert spend.status == "released" and "approved at review" in spend.note
+    assert "--approve" in spend.note
