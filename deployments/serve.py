@@ -51,8 +51,9 @@ def scheduled_datasets() -> list[tuple[str, str]]:
 WHERE_THE_RUN_APPEARS = (
     "Release a dataset on demand: fill in dataset, mechanism and budget, then Submit. "
     "**Where the run appears**: Prefect opens this deployment's page; the run is under "
-    "**Runs** in the left menu (and in this page's Runs tab once it has started), named "
-    "'<dataset> · <mechanism> · eps <epsilon>' — or follow the 'View run' pop-up. The first "
+    "**Runs** in the left menu (and in this page's Runs tab once it has started), named by "
+    "dataset, mechanism and epsilon (e.g. 'nps-sample · aim · eps 1') — or follow the 'View "
+    "run' pop-up. The first "
     "lines of its log give the release's portal URL, or the one-sentence refusal; a dataset "
     "with `review: required` waits there, Paused, for its approve / reject form (Resume).")
 
@@ -76,8 +77,8 @@ def build_deployments() -> list:
             # the dataset's own mechanism and parameters; an unchanged extract spends nothing
             parameters={"request": {"dataset": dataset, "skip_unchanged": True}},
             description=f"Scheduled release of {dataset} ({cron}, UTC). Each run is listed "
-                        "under Runs, named '<dataset> · <mechanism> · eps <epsilon>'; its log's "
-                        "first lines give the release's portal URL or the refusal.",
+                        "under Runs, named by dataset, mechanism and epsilon; its log's first "
+                        "lines give the release's portal URL or the refusal.",
             tags=["medrelease", "scheduled"],
         ))
     for deployment in deployments:

@@ -218,7 +218,8 @@ def _epsilon_help(schema: dict[str, Any]) -> None:
         "accurate), larger = more accurate and less private; it is taken from the source's "
         "lifetime budget for good. Empty = the dataset config's value, else 1. Syntactic "
         "models and pseudonymization take none. Per-release cap and budget left (when this "
-        "form was built; the '<dataset>-budget' artifact is current): "
+        "form was built; each dataset's budget artifact, e.g. 'nps-sample-budget', is "
+        "current): "
         + "; ".join(per_dataset))
 
 
@@ -269,8 +270,10 @@ class RunSettings(BaseModel):
 class ReleaseRequest(BaseModel):
     """What a steward fills in to release a dataset: the mechanism, its epsilon and, optionally,
     advanced parameters that the chosen mechanism checks. Empty fields fall back to the
-    dataset's own config, then to the registry's default for the dataset (``aim`` where it
-    declares an informative domain, else ``ipa``) and the mechanism's own defaults."""
+    dataset's own config, then to the registry's default for the dataset (aim where it
+    declares an informative domain, else ipa) and the mechanism's own defaults. After Submit,
+    the run is under Runs (left menu), named by dataset, mechanism and epsilon; the first lines
+    of its log give the release's portal URL, or why it was refused."""
 
     model_config = ConfigDict(extra="forbid")
 

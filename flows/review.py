@@ -86,8 +86,9 @@ class ReviewSummary:
             f"- rows released: {self.released_rows:,}",
             f"- accuracy: {self.verdict or 'not evaluated'}",
             *warnings,
-            f"- staged release (data, manifest, report): {self.staged_url} "
-            f"(folder `{self.staged_path}`)",
+            f"- staged release (data, manifest, report): [open it in the portal]"
+            f"({self.staged_url})",
+            f"- staged folder: `{self.staged_path}`",
             evidence,
             f"- lifetime of the source: {self.lifetime}",
             "",
