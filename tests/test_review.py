@@ -25,8 +25,10 @@ ROOT = Path(__file__).resolve().parent.parent
 ROWS = 2000
 
 
-def reviewed_dataset(folder: Path, timeout_hours: float = 1.0) -> Path:
-    """The NPS sample's config on its first rows, with ``review: required``."""
+def reviewed_dataset(folder: Path, timeout_hours: float = 1.0, review: str = "required",
+                     name: str = "reviewed", skip: int = 0) -> Path:
+    """The NPS sample's config on ``ROWS`` of its rows (after ``skip``: another source needs
+    other content), with ``review: required``."""
     source = ROOT / "datasets" / "nps-sample" / "dataset.yaml"
     spec = yaml.safe_load(source.read_text())
     for column in spec["columns"].values():
@@ -35,12 +37,12 @@ def reviewed_dataset(folder: Path, timeout_hours: float = 1.0) -> Path:
         if "domain" in column:  # a domain file lies beside its config
             shutil.copy(source.parent / column["domain"], folder)
     extract = folder / "extract.csv"
-    pd.read_csv(source.parent / spec["input"]["path"], dtype=str).head(ROWS).to_csv(
+    pd.read_csv(source.parent / spec["input"]["path"], dtype=str).iloc[skip:skip + ROWS].to_csv(
         extract, index=False)
-    spec.update(name="reviewed", input={**spec["input"], "path": str(extract)},
-                review="required", review_timeout_hours=timeout_hours)
-    spec["privacy"].update(source="reviewed", lifetime_epsilon=10.0)
-    path = folder / "reviewed.yaml"
+    spec.update(name=name, input={**spec["input"], "path": str(extract)},
+                review=review, review_timeout_hours=timeout_hours)
+    spec["privacy"].update(source=name, lifetime_epsilon=10.0)
+    path = folder / f"{name}.yaml"
     path.write_text(yaml.safe_dump(spec))
     return path
 

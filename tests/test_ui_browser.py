@@ -153,24 +153,34 @@ def _answered_503(page, name: str, problems: list[str], seen: int, wait_s: float
     return False
 
 
+# The id of each run found by the name the form proposed: the run renames itself when it starts
+# ('<dataset> · <mechanism> · eps <epsilon>', issue 39), so it is followed by id from then on.
+_SUBMITTED: dict[str, object] = {}
+
+
 def _run_created(name: str, timeout_s: float = 90) -> bool:
     """The server has the run the form submitted (checked by its name, not by the page URL)."""
     deadline = time.monotonic() + timeout_s
     with get_client(sync_client=True) as client:
         while True:
-            if client.read_flow_runs(flow_run_filter=FlowRunFilter(
-                    name=FlowRunFilterName(any_=[name]))):
+            found = client.read_flow_runs(flow_run_filter=FlowRunFilter(
+                name=FlowRunFilterName(any_=[name])))
+            if found:
+                _SUBMITTED[name] = found[0].id
                 return True
             if time.monotonic() >= deadline:
                 return False
             time.sleep(0.5)
 
 
-def _final_run(client, name: str, log: Path):
+def _final_run(client, name: str, log: Path, run_id=None):
+    """The run, once final: by its id (given, or found when the form created it), else by its
+    name."""
     deadline = time.monotonic() + WAIT_S
+    run_id = run_id or _SUBMITTED.get(name)
     while True:
-        [run] = client.read_flow_runs(flow_run_filter=FlowRunFilter(
-            name=FlowRunFilterName(any_=[name]))) or [None]
+        [run] = ([client.read_flow_run(run_id)] if run_id else client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(name=FlowRunFilterName(any_=[name])))) or [None]
         if run is not None and run.state and run.state.is_final():
             return run
         assert time.monotonic() < deadline, f"run {name} not final:\n{log.read_text()[-3000:]}"
@@ -266,7 +276,7 @@ def test_a_wrong_parameter_from_the_form_is_refused_in_one_sentence_without_trac
         first = client.create_flow_run_from_deployment(deployment.id, parameters={
             "request": {"dataset": "nps-sample", "mechanism": label("ipa"), "seed": 3,
                         "evaluate": False}})  # ipa: the node table artifact read below
-        _final_run(client, first.name, served.log)
+        _final_run(client, first.name, served.log, first.id)
     page, _ = _logged_in_form(served, browser, "", (1440, 1000))
     page.locator(".schema-form-property__label").first.wait_for(timeout=60_000)
     _property(page, "Advanced: mechanism parameters").locator("textarea").fill(

@@ -85,7 +85,7 @@ def test_a_reviewed_release_waits_and_is_approved_in_the_ui(served, browser, tmp
         raise
     with (temporary_settings(updates={PREFECT_API_URL: served.api_url}),
           get_client(sync_client=True) as client):
-        ended = _final_run(client, run.name, served.log)
+        ended = _final_run(client, run.name, served.log, run.id)
     assert ended.state.is_completed(), f"{ended.state.name}: {ended.state.message}"
     [manifest] = list((served.home / "releases" / "reviewed").glob("*/manifest.json"))
     release_id = json.loads(manifest.read_text())["release_id"]
@@ -117,14 +117,17 @@ def test_aims_summary_in_the_ui_speaks_of_rounds_and_marginals(served, browser, 
 
     from tests.test_ui_browser import CUT_OFF_CELLS
 
+    folder = served.home / "datasets" / "aim-small"  # 2,000 rows: aim in seconds
+    folder.mkdir(parents=True, exist_ok=True)
+    config = reviewed_dataset(folder, review="off", name="aim-small", skip=2000)
     with (temporary_settings(updates={PREFECT_API_URL: served.api_url}),
           get_client(sync_client=True) as client):
         deployment = client.read_deployment_by_name("medrelease-release/on-demand")
         run = client.create_flow_run_from_deployment(deployment.id, parameters={"request": {
-            "dataset": "nps-sample", "mechanism": label("aim"), "epsilon": 1.0, "seed": 5,
+            "dataset": str(config), "mechanism": label("aim"), "epsilon": 1.0, "seed": 5,
             "evaluate": False, "parameters": {"rounds_per_column": 1, "iters": 50,
-                                              "final_iters": 50}}})
-        ended = _final_run(client, run.name, served.log)
+                                              "final_iters": 50, "max_model_size": 1.0}}})
+        ended = _final_run(client, run.name, served.log, run.id)
         assert ended.state.is_completed(), ended.state.message
         [summary] = [a for a in client.read_artifacts(artifact_filter=ArtifactFilter(
             flow_run_id=ArtifactFilterFlowRunId(any_=[run.id]))) if a.key
