@@ -1202,7 +1202,8 @@ def _events_from_record(record: dict) -> list[dict]:
     request = SpendRequest(**{**asdict(request), "lifetime_epsilon": float(charge["cap_epsilon"]),
                               "lifetime_delta": float(charge["cap_delta"])})
     at = record.get("requested_at") or _now()
-    status = {"published": "released", "failed": "failed"}.get(record.get("status"), "reserved")
+    status = {"published": "released", "failed": "failed",  # not published: rejected at review
+              "not published": "failed"}.get(record.get("status"), "reserved")
     note = ("restored from the published manifest" if from_manifest
             else "restored from the steward record")
     return [{"event": "reserve", "at": at, "spend_id": record["ledger_spend_id"],
