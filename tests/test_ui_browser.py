@@ -348,6 +348,9 @@ def test_a_repeat_under_a_new_name_is_visible_in_the_event_feed(served, browser,
             assert time.monotonic() < deadline, "the filed event never showed in the Event Feed"
             page.reload()
     assert "medrelease.extract.filed" in page.locator("body").inner_text()
+    # the arrival's card names the file, not only its hash (issue 39)
+    assert re.search(r"medrelease\.extract\.visits-a\.csv\.[0-9a-f]{12}",
+                     page.locator("body").inner_text())
     page.screenshot(path=str(tmp_path / "duplicate-event.png"), full_page=True)
     page.close()
     _keep(tmp_path / "duplicate-event.png", request)
