@@ -17,7 +17,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -67,7 +67,6 @@ class ReviewSummary:
     warnings: tuple[str, ...]
     timeout_hours: float
     test_release: bool = False
-    lines: tuple[str, ...] = field(default=())
 
     def markdown(self) -> str:
         """The text above the form in Prefect's UI (Markdown)."""
