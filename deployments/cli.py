@@ -130,6 +130,7 @@ def _with_progress(flow_function: Any, *args: Any, **kwargs: Any) -> Any:
                   TextColumn("{task.fields[detail]}"), TimeElapsedColumn(),
                   console=console, transient=True) as progress:
         task_id = progress.add_task("starting Prefect", total=None, detail="")
+        _LiveProgress.current = progress
         handler = _ProgressHandler(progress, task_id, PROGRESS_KEY, PUBLISHED_KEY)
         quiet: list[tuple[logging.Handler, int]] = []
         for logger in loggers:
@@ -145,6 +146,7 @@ def _with_progress(flow_function: Any, *args: Any, **kwargs: Any) -> Any:
             with without_heartbeats():
                 return flow_function(*args, **kwargs)
         finally:
+            _LiveProgress.current = None
             for logger in loggers:
                 logger.removeHandler(handler)
             for existing, level in quiet:
@@ -220,6 +222,19 @@ def release(
                                                "test store, never published"),
     batch_size: int = typer.Option(DEFAULT_BATCH_SIZE, help="lattice nodes per scoring task"),
     destination: str | None = typer.Option(None, help="sub-folder of the release store"),
+    void_lifetime_guarantee: bool = typer.Option(
+        False, "--void-lifetime-guarantee",
+        help="confirm a mechanism without a proven DP guarantee (kanon, mondrian, ...): this "
+             "release then voids the source's lifetime guarantee for good; without it such a "
+             "request is refused before anything is read or spent"),
+    approve: bool = typer.Option(
+        False, "--approve", help="a dataset with 'review: required': publish the release once "
+                                 "it is built and evaluated (for scripts)"),
+    reject: str | None = typer.Option(
+        None, "--reject", metavar="REASON",
+        help="a dataset with 'review: required': publish nothing, with this reason (the spend "
+             "stays counted). Without --approve / --reject a terminal is asked; with no "
+             "terminal the run waits for its form in the Prefect UI, like a served run"),
 ) -> None:
     """Release a dataset through the Prefect flow (the same request the UI form sends)."""
     _defaults()
@@ -232,18 +247,77 @@ def release(
         request = ReleaseRequest(dataset=dataset, mechanism=mechanism, epsilon=epsilon,
                                  parameters=parameters, seed=seed, batch_size=batch_size,
                                  destination=destination,
+                                 void_lifetime_guarantee=void_lifetime_guarantee,
                                  input_path=str(input_path) if input_path else None)
     except MedreleaseError as exc:
         _fail(exc)
     except ValidationError as exc:
         _fail(MedreleaseError("; ".join(f"{'.'.join(map(str, e['loc'])) or 'request'}: "
                                         f"{e['msg']}" for e in exc.errors())))
+    if approve and reject is not None:
+        _fail(MedreleaseError("give --approve or --reject REASON, not both"))
+    from flows.review import set_local_reviewer
+
+    set_local_reviewer(_local_reviewer(approve, reject))
     started = time.perf_counter()
     try:
         result = _run_flow(request)
     except MedreleaseError as exc:
         _fail(exc)
+    finally:
+        set_local_reviewer(None)
+    if isinstance(result, dict) and result.get("not_published"):
+        console.print(Panel(f"[yellow bold]Not published[/]: {escape(result['not_published'])}"
+                            + (f"\n[bold]evidence[/]  {result['evaluation']}"
+                               if result.get("evaluation") else ""),
+                            title=f"reviewed {dataset}"))
+        return
     _show_result(result, time.perf_counter() - started)
+
+
+def _local_reviewer(approve: bool, reject: str | None) -> Any:
+    """How this terminal answers a review (``flows/review.py``): a flag's decision, else a
+    question when there is a terminal, else None (the run waits for its form in the UI)."""
+    from flows.review import ReviewDecision
+
+    if approve:
+        return lambda summary: ReviewDecision(decision="approve",
+                                              reason="approved with medrelease release --approve")
+    if reject is not None:
+        return lambda summary: ReviewDecision(decision="reject", reason=reject)
+    if not sys.stdin.isatty():
+        return None
+    return _ask_in_the_terminal
+
+
+def _ask_in_the_terminal(summary: Any) -> Any:
+    """The evidence summary, then approve / reject and a reason (the progress bar paused)."""
+    from flows.review import ReviewDecision
+
+    live = _LiveProgress.current
+    if live is not None:
+        live.stop()
+    body = [f"[bold]release[/]   {summary.release_id} (staged: {summary.staged_path})",
+            f"[bold]mechanism[/] {summary.mechanism} — {escape(summary.guarantee)}",
+            f"[bold]rows[/]      {summary.released_rows:,}",
+            f"[bold]accuracy[/]  {escape(summary.verdict or 'not evaluated')}",
+            *(f"[yellow bold]{escape(w)}[/]" for w in summary.warnings),
+            f"[bold]evidence[/]  {summary.evidence_report or 'not written'}",
+            f"[bold]budget[/]    epsilon {summary.epsilon_spent:g} is spent and stays counted "
+            "whichever you choose (the noise was drawn)"]
+    console.print(Panel("\n".join(body), title=f"review {summary.dataset} before publishing"))
+    choice = typer.prompt("approve or reject", type=click_choice(["approve", "reject"]))
+    reason = typer.prompt("reason (kept in the steward record and the ledger)", default="",
+                          show_default=False)
+    if live is not None:
+        live.start()
+    return ReviewDecision(decision=choice, reason=reason)
+
+
+class _LiveProgress:
+    """The progress bar of the flow this process runs (a terminal question pauses it)."""
+
+    current: Progress | None = None
 
 
 @app.command()
@@ -562,6 +636,10 @@ def demo(
         None, help="a registered mechanism (see `medrelease mechanisms`); default: the sample's "
                    "dataset default"),
     epsilon: float = typer.Option(1.0, help="total privacy budget"),
+    void_lifetime_guarantee: bool = typer.Option(
+        False, "--void-lifetime-guarantee",
+        help="confirm a mechanism without a proven DP guarantee (it voids the sample's "
+             "lifetime guarantee for good)"),
 ) -> None:
     """Release the bundled NPS-like sample with Prefect's ephemeral API and show what came out."""
     _defaults()
@@ -572,7 +650,8 @@ def demo(
     from medrelease.release import resolve_mechanism
 
     try:
-        request = ReleaseRequest(mechanism=mechanism, epsilon=epsilon)
+        request = ReleaseRequest(mechanism=mechanism, epsilon=epsilon,
+                                 void_lifetime_guarantee=void_lifetime_guarantee)
         config = find_config(request.dataset)
         chosen = resolve_mechanism(config, request.mechanism).name
     except MedreleaseError as exc:

@@ -52,7 +52,12 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from medrelease.settings import steward_root, store_root, test_store_root
-from medrelease.storage.links import DEFAULT_PORTAL_HOST, DEFAULT_PORTAL_PORT, is_test_release
+from medrelease.storage.links import (
+    DEFAULT_PORTAL_HOST,
+    DEFAULT_PORTAL_PORT,
+    STAGING,
+    is_test_release,
+)
 from medrelease.storage.store import PARTIAL_PREFIX, TEST_PREFIX, StoreError, safe_relative
 
 AUTH_VARIABLES = ("PREFECT_SERVER_API_AUTH_STRING", "PREFECT_API_AUTH_STRING")
@@ -236,6 +241,15 @@ class Portal:
             raise HTTPException(404, "no such release")
         return folder
 
+    def staged_folder(self, dataset: str, release_id: str) -> Path:
+        """A release waiting for review (``<steward>/.staging/<dataset>/<id>``), or 404."""
+        staging = Path(self.places.steward) / STAGING
+        folder = _inside(staging, dataset, release_id)
+        if folder is None or not folder.is_dir() or _inside(
+                staging, dataset, release_id, "manifest.json") is None:
+            raise HTTPException(404, "no release of this id awaits review")
+        return folder
+
     def record_folder(self, dataset: str, release_id: str) -> Path:
         folder = _inside(self.places.steward, dataset, release_id)
         if folder is None or not folder.is_dir() or _inside(
@@ -302,6 +316,35 @@ class Portal:
                      folder, stored) is not None]
         return self.page("release.html", dataset=dataset, row=_catalogue_row(manifest),
                          manifest=manifest, files=files, report=self.render_markdown(text))
+
+    async def staged_release(self, request: Request) -> Response:
+        """A release awaiting review, as it would be published, in the steward area."""
+        dataset, release_id = request.path_params["dataset"], request.path_params["release_id"]
+        folder = self.staged_folder(dataset, release_id)
+        manifest = _read_json(folder / "manifest.json")
+        if manifest is None:
+            raise HTTPException(404, "no release of this id awaits review")
+        report = folder / "report.md"
+        text = report.read_text(encoding="utf-8") if _inside(
+            folder, "report.md") is not None else "(no report.md staged)"
+        files = [{"name": name, "size": (folder / name).stat().st_size,
+                  "note": FILE_NOTES[name]}
+                 for name in PUBLIC_FILES if _inside(folder, name) is not None]
+        evidence = _inside(self.places.steward, dataset, release_id, "evaluation",
+                           "report.html") is not None
+        return self.page("staged_release.html", dataset=dataset, row=_catalogue_row(manifest),
+                         files=files, report=self.render_markdown(text), evidence=evidence)
+
+    async def staged_file(self, request: Request) -> Response:
+        dataset, release_id = request.path_params["dataset"], request.path_params["release_id"]
+        name = request.path_params["name"]
+        if name not in PUBLIC_FILES:
+            raise HTTPException(404, "not a file of a release")
+        path = _inside(self.staged_folder(dataset, release_id), name)
+        if path is None or not path.is_file():
+            raise HTTPException(404, "this staged release has no such file")
+        return FileResponse(path, filename=f"{release_id}-staged-{name}",
+                            media_type=_media_type(name))
 
     async def release_file(self, request: Request) -> Response:
         dataset, release_id = request.path_params["dataset"], request.path_params["release_id"]
@@ -524,6 +567,10 @@ def create_app(places: PortalPlaces | None = None, secret: str | None = None) ->
         Route("/releases/{dataset}/{release_id}", portal.release, methods=["GET"]),
         Route("/releases/{dataset}/{release_id}/{name}", portal.release_file, methods=["GET"]),
         Route("/steward", portal.steward_index, methods=["GET"]),
+        Route(f"/steward/{STAGING}/{{dataset}}/{{release_id}}", portal.staged_release,
+              methods=["GET"]),
+        Route(f"/steward/{STAGING}/{{dataset}}/{{release_id}}/{{name}}", portal.staged_file,
+              methods=["GET"]),
         Route("/steward/{dataset}/{release_id}", portal.steward_release, methods=["GET"]),
         Route("/steward/{dataset}/{release_id}/evidence/{path:path}", portal.evidence,
               methods=["GET"]),

@@ -50,6 +50,16 @@ def scheduled_datasets() -> list[tuple[str, str]]:
     return found
 
 
+WHERE_THE_RUN_APPEARS = (
+    "Release a dataset on demand: fill in dataset, mechanism and budget, then Submit. "
+    "**Where the run appears**: Prefect opens this deployment's page; the run is under "
+    "**Runs** in the left menu (and in this page's Runs tab once it has started), named by "
+    "dataset, mechanism and epsilon (e.g. 'nps-sample · aim · eps 1') — or follow the 'View "
+    "run' pop-up. The first "
+    "lines of its log give the release's portal URL, or the one-sentence refusal; a dataset "
+    "with `review: required` waits there, Paused, for its approve / reject form (Resume).")
+
+
 def build_deployments(with_inbox: bool = True) -> list:
     """The deployments a host serves. ``with_inbox``: also the inbox's (watch-inbox,
     on-arrival) — only on the one host that watches the inbox, so that an arrival's run never
@@ -57,7 +67,7 @@ def build_deployments(with_inbox: bool = True) -> list:
     deployments = [
         release_flow.to_deployment(
             name="on-demand",
-            description="Release a dataset on demand: fill in dataset, mechanism and budget.",
+            description=WHERE_THE_RUN_APPEARS,
             tags=["medrelease", "on-demand"],
             # the form opens on working values: Submit as it stands releases the sample with
             # its dataset's own mechanism and budget (Prefect's form shows a nested model's
@@ -71,7 +81,9 @@ def build_deployments(with_inbox: bool = True) -> list:
             cron=cron,
             # the dataset's own mechanism and parameters; an unchanged extract spends nothing
             parameters={"request": {"dataset": dataset, "skip_unchanged": True}},
-            description=f"Scheduled release of {dataset} ({cron}, UTC)",
+            description=f"Scheduled release of {dataset} ({cron}, UTC). Each run is listed "
+                        "under Runs, named by dataset, mechanism and epsilon; its log's first "
+                        "lines give the release's portal URL or the refusal.",
             tags=["medrelease", "scheduled"],
         ))
     if not with_inbox:

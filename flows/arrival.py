@@ -140,6 +140,11 @@ def _release_arrival(dataset: str, extract: Path, sha256: str, inbox: Path) -> d
             f"{extract.name}: this content was already released as {previous}; not released again"
         )
     result = release_flow(ReleaseRequest(dataset=dataset, input_path=str(extract)))
+    if result.get("not_published"):  # review: required, and rejected or left open
+        target = move_to(inbox, extract, "rejected", result["not_published"])
+        logger.warning("%s not published after its review; extract moved to %s", extract.name,
+                       target)
+        return {"release_id": None, "not_published": result["not_published"]}
     target = move_to(inbox, extract, "released", f"released as {result['release_id']}")
     logger.info("released %s as %s; extract moved to %s", extract.name, result["release_id"],
                 target)

@@ -115,8 +115,8 @@ def _release_in(home: Path, config_path: Path, table: pd.DataFrame, mechanism: s
     with isolated_home(home):
         result = release_flow(ReleaseRequest(
             dataset=str(folder / config_path.name), input_path=str(extract), seed=seed,
-            evaluate=False,
-            batch_size=64, mechanism={"mechanism": mechanism, "epsilon": epsilon}))
+            evaluate=False, batch_size=64, mechanism={"mechanism": mechanism, "epsilon": epsilon},
+            void_lifetime_guarantee=True))  # (a throwaway source in an isolated home)
     return Path(result["path"])
 
 

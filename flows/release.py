@@ -39,7 +39,8 @@ from pydantic import (
 
 from flows.evaluate import evaluate_steps
 from flows.progress import report_progress
-from flows.states import REFUSALS, quiet_refusals, refused, skipped
+from flows.review import await_review, summary_of
+from flows.states import REFUSALS, not_published, quiet_refusals, refused, skipped
 from medrelease.data.lattice import DEFAULT_BATCH_SIZE
 from medrelease.errors import ParameterError
 from medrelease.mechanisms import (
@@ -64,7 +65,8 @@ from medrelease.release import (
 )
 from medrelease.request import ResolvedRequest
 from medrelease.settings import ledger_location
-from medrelease.storage.store import StoreError, safe_relative
+from medrelease.storage.links import release_link
+from medrelease.storage.store import StoreError, new_release_id, safe_relative
 from tasks.artifacts import table_artifact
 from tasks.budget import (
     Charge,
@@ -89,7 +91,14 @@ from tasks.lattice import (
     search_lattice,
     select_candidate,
 )
-from tasks.publish import PublishResult, RunFacts, publish_release
+from tasks.publish import (
+    PublishResult,
+    RunFacts,
+    publish_release,
+    publish_staged,
+    stage_release,
+    withdraw_staged,
+)
 from tasks.report import publish_artifacts, publish_budget_artifacts, publish_release_summary
 from tasks.request import resolve_request
 from tasks.runners import RunnerKind, connect, fan_out_runner
@@ -190,6 +199,30 @@ def _plain(kind: str):
     return apply
 
 
+def _epsilon_help(schema: dict[str, Any]) -> None:
+    """What epsilon means, then per bundled dataset its per-release cap and its source's
+    budget left when the form was built (the '<dataset>-budget' artifact is current)."""
+    _plain("number")(schema)
+    from medrelease.privacy.ledger_backends import epsilon_left_glance
+
+    per_dataset = []
+    for config in _bundled_configs():
+        left = epsilon_left_glance(ledger_location(), config.source_id)
+        budget = (f"{config.privacy.lifetime_epsilon:g} of {config.privacy.lifetime_epsilon:g}"
+                  " left" if left is None else "lifetime guarantee VOID" if left[1]
+                  else f"{left[0]:g} left")
+        per_dataset.append(f"{config.name}: at most {config.policy.max_epsilon:g} a release; "
+                           f"source {config.source_id}: {budget}")
+    schema["description"] = (
+        "How much privacy this release may cost: smaller = more private and more noise (less "
+        "accurate), larger = more accurate and less private; it is taken from the source's "
+        "lifetime budget for good. Empty = the dataset config's value, else 1. Syntactic "
+        "models and pseudonymization take none. Per-release cap and budget left (when this "
+        "form was built; each dataset's budget artifact, e.g. 'nps-sample-budget', is "
+        "current): "
+        + "; ".join(per_dataset))
+
+
 def _parameters_help(schema: dict[str, Any]) -> None:
     hidden = {"epsilon", *PUBLIC_FACTS}
     lines = [f"{name}: {', '.join(f for f in impl.Params.model_fields if f not in hidden) or '-'}"
@@ -237,8 +270,10 @@ class RunSettings(BaseModel):
 class ReleaseRequest(BaseModel):
     """What a steward fills in to release a dataset: the mechanism, its epsilon and, optionally,
     advanced parameters that the chosen mechanism checks. Empty fields fall back to the
-    dataset's own config, then to the registry's default for the dataset (``aim`` where it
-    declares an informative domain, else ``ipa``) and the mechanism's own defaults."""
+    dataset's own config, then to the registry's default for the dataset (aim where it
+    declares an informative domain, else ipa) and the mechanism's own defaults. After Submit,
+    the run is under Runs (left menu), named by dataset, mechanism and epsilon; the first lines
+    of its log give the release's portal URL, or why it was refused."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -254,13 +289,23 @@ class ReleaseRequest(BaseModel):
         json_schema_extra=_mechanism_dropdown,
     )
     epsilon: float | None = Field(
-        default=None, title="Epsilon", json_schema_extra=_plain("number"),
-        description="Total privacy budget this release spends; empty = the dataset config's "
-                    "value, else 1. Syntactic models and pseudonymization take none.",
+        default=None, title="Epsilon", json_schema_extra=_epsilon_help,
+        description="The privacy budget this release spends",
     )
     parameters: dict[str, Any] = Field(
         default_factory=dict, title="Advanced: mechanism parameters",
         json_schema_extra=_parameters_help,
+    )
+    void_lifetime_guarantee: bool = Field(
+        default=False, title="Void the lifetime guarantee (mechanisms without a proven DP "
+                             "guarantee)",
+        description="Needed for kanon, mondrian, pseudonymize, ipa-paper and any mechanism "
+                    "labelled without a proven DP guarantee, while the source's lifetime "
+                    "guarantee still holds. Ticking it accepts that this release voids that "
+                    "guarantee FOR GOOD: every later release of the source says VOID, and no "
+                    "total of its releases is a differential-privacy guarantee any more. "
+                    "Without it such a request is refused before anything is read or spent. "
+                    "A DP mechanism ignores it.",
     )
     input_path: str | None = Field(
         default=None, json_schema_extra=_plain("string"),
@@ -364,6 +409,27 @@ class ReleaseRequest(BaseModel):
 
 
 
+def run_name() -> str:
+    """'<dataset> · <mechanism> · eps <epsilon>': the run is findable in the Runs list by what
+    it releases (the dataset's own mechanism and epsilon when the request names none). A
+    request that cannot be read is named by its dataset only; the run itself refuses it."""
+    given = (flow_run.parameters or {}).get("request")
+    dataset = _dataset_named(given)
+    try:
+        from medrelease.data.config import find_config
+
+        request = as_request(given)
+        config = find_config(request.dataset)
+        resolved = resolve_mechanism(config, request.mechanism, request.epsilon,
+                                     request.parameters)
+    except Exception:  # refused inside the run, with its reason
+        return f"{dataset} · request to check"[:120]
+    epsilon = resolved.params.get("epsilon")
+    if epsilon is None and "epsilon" in get_mechanism(resolved.name).Params.model_fields:
+        epsilon = get_mechanism(resolved.name).Params.model_fields["epsilon"].default
+    eps = f" · eps {epsilon:g}" if isinstance(epsilon, int | float) else ""
+    return f"{config.name} · {resolved.name}{eps}"[:120]
+
 
 # The flow's one parameter, as the form shows it: titled "Release request" (Prefect titles a
 # parameter by its Python name) and required (every release deployment gives it), through
@@ -374,6 +440,7 @@ FormRequest = Annotated[ReleaseRequest,
 @flow(
     name="medrelease-release",
     description="Differentially private microdata release of one dataset extract",
+    flow_run_name=run_name,
     task_runner=ThreadPoolTaskRunner(max_workers=int(os.environ.get("MEDRELEASE_WORKERS", "2"))),
     log_prints=False,
     # validated inside the flow, so that a wrong field ends Refused with one sentence (and the
@@ -398,10 +465,15 @@ def with_accuracy_message(result: Any) -> Any:
     """A released run ends Completed with its accuracy verdict (and warnings) as the state's
     message, which the run page shows beside the state; in the log-safe wording (values named
     only from a declared public domain: Prefect stores the message)."""
-    accuracy = (result or {}).get("accuracy") if isinstance(result, dict) else None
-    if not accuracy or not accuracy.get("log_verdict"):
+    if not isinstance(result, dict) or not result.get("release_id"):
         return result
-    message = "; ".join([accuracy["log_verdict"], *accuracy.get("log_warnings", [])])
+    manifest = result.get("manifest") or {}
+    where = release_link(manifest.get("dataset", ""), result["release_id"])
+    accuracy = result.get("accuracy") or {}
+    verdict = [accuracy["log_verdict"], *accuracy.get("log_warnings", [])] \
+        if accuracy.get("log_verdict") else []
+    message = "; ".join([f"Published: {where}", *verdict])
+    get_run_logger().info("published: %s", where)
     return Completed(message=message[:2000], data=result)
 
 
@@ -454,15 +526,23 @@ def _release(request: ReleaseRequest, budget: BudgetInView) -> Any:
     run_id = str(flow_run.id) if flow_run.id else None
     ledger = ledger_location()
     resolved = resolve_request(request.dataset, request.mechanism, request.epsilon,
-                               request.parameters, request.input_path, request.seed, ledger)
+                               request.parameters, request.input_path, request.seed, ledger,
+                               void_confirmed=request.void_lifetime_guarantee)
+    test = resolved.plan.random.test_release
+    release_id = new_release_id(resolved.mechanism, resolved.requested_at, test)
+    get_run_logger().info(
+        "release %s of %s: %s once published (%s)", release_id, resolved.config.name,
+        release_link(resolved.config.name, release_id),
+        "after a review: the run pauses for its form" if resolved.config.review == "required"
+        else "the run's state says how it ended")
     try:
-        return _release_resolved(request, budget, resolved, run_id, ledger)
+        return _release_resolved(request, budget, resolved, run_id, ledger, release_id)
     finally:  # the run's private copies of the extract (raw data) go with it
         resolved.extract.discard()
 
 
 def _release_resolved(request: ReleaseRequest, budget: BudgetInView, resolved: ResolvedRequest,
-                      run_id: str | None, ledger: str) -> Any:
+                      run_id: str | None, ledger: str, release_id: str | None = None) -> Any:
     """The release of a resolved request: every step reads the extract's snapshots."""
     config, release_plan, extract = resolved.config, resolved.plan, resolved.extract
     if request.skip_unchanged:
@@ -478,7 +558,7 @@ def _release_resolved(request: ReleaseRequest, budget: BudgetInView, resolved: R
         check_before_charge(quote(config), release_plan, ledger, request.destination)
         charge = charge_budget(quote(config), release_plan, ledger, run_id, extract.claims)
         return _release_directly(request, budget, config, frame, input_info, release_plan,
-                                 charge, ledger, run_id, resolved.requested_at)
+                                 charge, ledger, run_id, resolved.requested_at, release_id)
     # Lattice mechanisms: one streamed pass validates and aggregates before any budget is spent
     # (on the Dask workers, one file each, when the extract is several files).
     fan_out = contextlib.ExitStack()
@@ -503,10 +583,11 @@ def _release_resolved(request: ReleaseRequest, budget: BudgetInView, resolved: R
                                                              release_plan, runner, fixed)
         checks = check_output(quote(config), quote(context), quote(chosen),
                               release_plan.mechanism)
-        published = publish_release(quote(RunFacts(config, input_info, release_plan, context, chosen,
-                                                   charge, checks, candidates, run_id,
-                                                   resolved.requested_at)),
-                                    request.destination)
+        facts = RunFacts(config, input_info, release_plan, context, chosen, charge, checks,
+                         candidates, run_id, resolved.requested_at, release_id)
+        if config.review == "required":
+            return _reviewed(request, budget, facts, ledger, counts)
+        published = publish_release(quote(facts), request.destination)
         finalize_spend(ledger, charge.spend_id, "released", release_id=published.release_id)
     except BaseException as exc:
         # The reservation stays counted: noise may have been drawn before the failure.
@@ -658,15 +739,17 @@ def _evaluate_after(request: ReleaseRequest, release_path: str, counts: Any = No
 
 def _release_directly(request: ReleaseRequest, budget: BudgetInView, config, frame,
                       input_info, release_plan, charge: Charge, ledger: str,
-                      run_id: str | None, requested_at=None) -> dict[str, Any]:
+                      run_id: str | None, requested_at=None,
+                      release_id: str | None = None) -> dict[str, Any]:
     """Mechanisms without a lattice search (Mondrian, pseudonymization, DiffGen)."""
     try:
         chosen = release_rows(quote(config), quote(frame), release_plan)
         checks = check_output(quote(config), None, quote(chosen), release_plan.mechanism)
-        published = publish_release(quote(RunFacts(config, input_info, release_plan, None, chosen,
-                                                   charge, checks, pd.DataFrame(), run_id,
-                                                   requested_at)),
-                                    request.destination)
+        facts = RunFacts(config, input_info, release_plan, None, chosen, charge, checks,
+                         pd.DataFrame(), run_id, requested_at, release_id)
+        if config.review == "required":
+            return _reviewed(request, budget, facts, ledger, None)
+        published = publish_release(quote(facts), request.destination)
         finalize_spend(ledger, charge.spend_id, "released", release_id=published.release_id)
     except BaseException as exc:
         open_ledger(ledger).mark(charge.spend_id, "failed", note=f"{type(exc).__name__}: {exc}"[:500])
@@ -674,16 +757,47 @@ def _release_directly(request: ReleaseRequest, budget: BudgetInView, config, fra
     return _with_artifacts(request, published, run_id, pd.DataFrame(), budget)
 
 
+def _reviewed(request: ReleaseRequest, budget: BudgetInView, facts: RunFacts, ledger: str,
+              counts: Any) -> Any:
+    """``review: required``: stage the release, write its evidence, pause for the decision;
+    approve publishes the staged folder atomically, reject or a timeout publishes nothing.
+    The spend stays counted either way (its noise was drawn); the decision and its reason go
+    to the steward record and the ledger's note."""
+    config, spend_id = facts.config, facts.charge.spend_id
+    staged = stage_release(quote(facts))
+    evaluated = _evaluate_after(request, staged.path, counts)
+    review = await_review(summary_of(staged, evaluated, config.review_timeout_hours))
+    if review["decision"] == "approve":
+        published = publish_staged(staged, config.name, request.destination, review)
+        finalize_spend(ledger, spend_id, "released", release_id=published.release_id,
+                       note=f"approved at review: {review['reason']}"[:500])
+        return _with_artifacts(request, published, facts.flow_run_id, facts.candidates,
+                               budget, evaluated=evaluated)
+    withdraw_staged(staged, config.name, review)
+    what = ("rejected at review" if review["decision"] == "reject" else "review timed out")
+    finalize_spend(ledger, spend_id, "failed",
+                   note=f"{what} (release {staged.release_id} not published): "
+                        f"{review['reason']}"[:500])
+    return not_published(
+        f"release {staged.release_id} of {config.name} was not published: {what} "
+        f"({review['reason']}). Its spend (epsilon {facts.release_plan.guarantee.epsilon or 0:g})"
+        " stays counted: the noise was drawn.",
+        {"release_id": None, "staged_release_id": staged.release_id, "review": review,
+         "flow_run_id": facts.flow_run_id, "evaluation": (evaluated or {}).get("report")})
+
+
 def _with_artifacts(request: ReleaseRequest, published: PublishResult, run_id: str | None,
                     candidates: pd.DataFrame, budget: BudgetInView,
-                    counts: Any = None) -> dict[str, Any]:
+                    counts: Any = None, evaluated: dict[str, Any] | None = None
+                    ) -> dict[str, Any]:
     """The release's artifacts and the budget's, written on the flow's task runner while the
     evaluation runs here: their calls wait on the API while the evaluation computes. The
     release summary comes after the evaluation, so that it opens with the accuracy verdict
     and its warnings."""
     artifacts = publish_artifacts.submit(published.manifest, published.record, quote(candidates))
     budget.start()
-    evaluated = _evaluate_after(request, published.path, counts)
+    if evaluated is None:  # (a reviewed release was evaluated before its review)
+        evaluated = _evaluate_after(request, published.path, counts)
     summary = publish_release_summary.submit(published.manifest, published.record,
                                              quote(candidates), evaluated)
     artifacts.result()  # their failure, if any, is the run's

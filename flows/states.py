@@ -77,7 +77,17 @@ def refused(exc: BaseException) -> State:
     get_run_logger().warning("release refused, nothing spent: %s", exc)
     if current_run.id:
         _RUNS_THAT_SAID_IT.add(str(current_run.id))
-    return Failed(name="Refused", message=f"{type(exc).__name__}: {exc}"[:2000], data=exc)
+    # the sentence first: the run page's Details tab shows the message's start on one line,
+    # and "BudgetExceededError: …" told a steward nothing (the exception is the state's data)
+    return Failed(name="Refused", message=f"Nothing spent: {exc}"[:2000], data=exc)
+
+
+def not_published(reason: str, result: dict[str, Any]) -> State:
+    """A COMPLETED state named 'Not published': a reviewed release that was rejected or left
+    unreviewed. The run did its work (and spent its budget); nothing was published."""
+    get_run_logger().warning("Not published: %s", reason)
+    return Completed(name="Not published", message=reason[:2000],
+                     data={**result, "not_published": reason})
 
 
 def skipped(name: str, reason: str, result: dict[str, Any]) -> State:

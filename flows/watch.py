@@ -34,7 +34,10 @@ def announce(watcher: InboxWatcher, arrival: Arrival, dataset: str) -> None:
     emit_event(
         event=ARRIVED,
         resource={
-            "prefect.resource.id": f"medrelease.extract.{arrival.sha256}",
+            # the Event Feed's card shows the id: the file's name first, then its content's
+            # hash (short: the payload has it whole)
+            "prefect.resource.id": f"medrelease.extract.{original_name(arrival.path)}."
+                                   f"{arrival.sha256[:12]}",
             "prefect.resource.name": original_name(arrival.path),
             "medrelease.dataset": dataset,
         },

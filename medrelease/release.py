@@ -203,7 +203,7 @@ def _check_steps_make_the_guarantee(mechanism: str, steps: list[BudgetStep],
 def enforce_policy(config: DatasetConfig, plan: ReleasePlan, where: str | None = None) -> None:
     """Refuse what the dataset's policy does not allow, before anything is read or spent."""
     policy, name = config.policy, plan.mechanism
-    where = where or f"dataset {config.name!r}'s policy (policy: in its config)"
+    where = where or f"the policy of dataset {config.name!r} (policy: in its config)"
     if name not in policy.mechanisms:
         raise PolicyError(f"mechanism {name!r} is not allowed by {where}, which allows "
                           f"{', '.join(policy.mechanisms)}")

@@ -53,6 +53,27 @@ def enforce_source_policy(config: DatasetConfig, plan: ReleasePlan, recorded: st
         f"{owner}, which also binds {config.config_file or 'this config'} (nothing was spent)"))
 
 
+VOID_CONFIRMATION = "void_lifetime_guarantee"
+
+
+def enforce_void_confirmation(config: DatasetConfig, plan: ReleasePlan, void_reason: str | None,
+                              confirmed: bool) -> None:
+    """A release without a proven DP guarantee voids its source's lifetime guarantee for good
+    (``Ledger.mark``): while that guarantee still holds (``void_reason`` None), such a request
+    is refused unless it carries the steward's confirmation, before anything is read or spent.
+    Once the guarantee is void, there is nothing left to lose and no confirmation is asked."""
+    guarantee = plan.guarantee
+    if guarantee.proven or void_reason is not None or confirmed:
+        return
+    raise PolicyError(
+        f"mechanism {plan.mechanism!r} gives no proven DP guarantee ({guarantee.label}): "
+        f"publishing it voids the lifetime guarantee of source {config.source_id!r} for good "
+        "(every later release's manifest says VOID, and no total of its releases is a DP "
+        "guarantee any more). To go ahead, confirm it: tick 'Void the lifetime guarantee' in "
+        f"the form ({VOID_CONFIRMATION}: true; CLI --void-lifetime-guarantee). Nothing was read "
+        "or spent.")
+
+
 def enforce_first_cap(config: DatasetConfig, known: bool) -> None:
     """A new source's lifetime cap is the YAML's, fixed at its first spend: held to the bounds
     ``medrelease ledger set-cap`` enforces (the ledger checks again when it fixes it). A known

@@ -84,6 +84,13 @@ def steward_root() -> Path:
     return _under_home("MEDRELEASE_STEWARD", "steward")
 
 
+def staging_root() -> Path:
+    """Releases waiting for a steward's review (``review: required``), one folder each under
+    ``<dataset>/<release_id>``: on the steward side, never in a release store, so nothing of
+    them is public until approved (``.staging`` cannot be a dataset name)."""
+    return steward_root() / ".staging"  # storage.links.STAGING: the portal shows it there
+
+
 def _env_paths(variable: str) -> list[Path]:
     return [Path(p).resolve() for p in os.environ.get(variable, "").split(os.pathsep) if p]
 

@@ -43,6 +43,9 @@ class LifetimeRecord(BaseModel):
         default_factory=list, description="every change of the cap: day, old, new, reason")
     void: bool
     void_reason: str | None
+    voided_by_this_release: bool = Field(
+        default=False, description="this release made no proven DP claim and voided the "
+                                   "source's lifetime guarantee (the steward confirmed it)")
     privacy_units: list[dict[str, Any]] = Field(
         default_factory=list, description="per neighbouring relation (the privacy unit, in "
                                           "words): the epsilon and delta spent under it")
@@ -104,6 +107,8 @@ class StewardRecord(BaseModel):
     requested_at: str | None = None
     published_at: str | None = None
     published_path: str | None = None
+    staged_path: str | None = None  # review: required: where it waited for the review
+    review: dict[str, Any] | None = None  # the review's decision, reason and time
     error: str | None = None
     flow_run_id: str | None
     ledger_spend_id: str

@@ -36,6 +36,12 @@ class Charge:
     spend_id: str
     lifetime: BudgetState
     request: dict | None = None
+    voids_lifetime: bool = False  # this release, once published, voids its source's guarantee
+
+    def public_lifetime(self) -> dict:
+        """The lifetime as the release's own manifest states it: void from this release on
+        when this release is the one that voids it, and saying so."""
+        return {**self.lifetime.public(), "voided_by_this_release": self.voids_lifetime}
 
 
 @task(name="plan-release", cache_policy=NO_CACHE)
@@ -99,6 +105,7 @@ def charge_budget(
     spend_id = ledger.reserve(request)
     lifetime = ledger.state(config.source_id, config.privacy.lifetime_epsilon,
                             config.privacy.lifetime_delta, publishing=spend_id)
+    void_before = ledger.state(config.source_id).void  # (the reservation itself voids nothing)
     markdown_artifact(  # a narrow table and a list: it fits a laptop screen
         markdown="\n".join(
             ["| step | epsilon | delta |", "|---|---|---|"]
@@ -117,7 +124,8 @@ def charge_budget(
                 " [TEST]" if release_plan.random.test_release else "")
     if lifetime.cap_note:
         logger.warning(lifetime.cap_note)
-    return Charge(spend_id, lifetime, request_record(request))
+    return Charge(spend_id, lifetime, request_record(request),
+                  voids_lifetime=lifetime.void and not void_before)
 
 
 @task(name="finalize-spend", cache_policy=NO_CACHE)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 from prefect import get_run_logger, task
@@ -127,18 +128,32 @@ def write_evaluation_report(evaluation: Evaluation, target: str) -> str:
                       key=artifact_key(evaluation.dataset, "evaluation"),
                       description="Utility and risk of the release (internal)")
     if evaluation.queries is not None:
-        table_artifact(json.loads(evaluation.queries.round(3).to_json(orient="records")),
+        # short headers: the eight columns fit a 1440-px screen (the full names are in the
+        # evidence report's evaluation.json)
+        table_artifact(json.loads(evaluation.queries.rename(columns=QUERY_HEADERS).round(2)
+                                  .to_json(orient="records")),
                        key=artifact_key(evaluation.dataset, "evaluation-queries"),
-                       description="IPA paper queries, original vs release")
+                       description="IPA paper queries, input vs release: stays and average "
+                                   "length of stay (LOS) per age group and sex, and their errors")
     if evaluation.risk_synthetic:
-        table_artifact([{"measure": k, "value": v}
+        table_artifact([{"measure": k, "value": _shown(v)}
                         for k, v in evaluation.risk_synthetic.items()],
                        key=artifact_key(evaluation.dataset, "evaluation-risk"),
                        description="Synthetic rows matching a unique input record, "
                                    "against rows drawn from the 1-way marginals")
     else:
-        risk = [{"measure": k, "release": evaluation.risk_release.get(k),
-                 "input": evaluation.risk_input.get(k)} for k in evaluation.risk_release]
+        risk = [{"measure": k, "release": _shown(evaluation.risk_release.get(k)),
+                 "input": _shown(evaluation.risk_input.get(k))} for k in evaluation.risk_release]
         table_artifact(risk, key=artifact_key(evaluation.dataset, "evaluation-risk"),
                        description="Re-identification risk, release vs input")
     return str(folder)
+
+
+QUERY_HEADERS = {"age_group": "age", "original_stays": "stays in", "released_stays": "stays out",
+                 "original_avg_los": "LOS in", "released_avg_los": "LOS out",
+                 "stays_abs_error": "stays err", "avg_los_abs_error": "LOS err"}
+
+
+def _shown(value: Any) -> Any:
+    """A figure as a table shows it: floats to 4 significant digits (not 0.9446122860020141)."""
+    return float(f"{value:.4g}") if isinstance(value, float) else value

@@ -9,9 +9,11 @@ the record then says where the release went (or why it failed).
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -31,7 +33,7 @@ from medrelease.privacy.publication import (
     split_facts,
 )
 from medrelease.release import MaterializedRelease, ReleasePlan
-from medrelease.settings import steward_root, store_root, test_store_root
+from medrelease.settings import staging_root, steward_root, store_root, test_store_root
 from medrelease.storage.store import CSV_TEXT_SAFETY, ReleaseStore, StewardRecords
 from schemas.manifest import PublicManifest, StewardRecord
 from schemas.output import CheckReport
@@ -75,6 +77,7 @@ class RunFacts:
     candidates: pd.DataFrame
     flow_run_id: str | None
     requested_at: datetime | None = None  # when the request was resolved, before any read
+    release_id: str | None = None  # drawn at resolution (the run's first log lines name it)
 
 
 def _selection(candidates: pd.DataFrame, chosen_index: int) -> dict[str, Any]:
@@ -126,7 +129,7 @@ def public_facts(run: RunFacts, release_id: str) -> dict[str, Any]:
         "budget_steps": steps,
         "epsilon_spent": sum(s["epsilon"] for s in steps),
         "delta_spent": sum(s["delta"] for s in steps),
-        "lifetime": run.charge.lifetime.public(),
+        "lifetime": run.charge.public_lifetime(),
         "seed_policy": plan.random.seed_policy,
         "randomness": plan.random.randomness,
         "columns": public_columns(config, columns),
@@ -204,7 +207,60 @@ def publish_release(run: RunFacts, destination: str | None) -> PublishResult:
     """Split the facts at the boundary, write the steward record, then publish atomically."""
     test = run.release_plan.random.test_release
     store = ReleaseStore(test_store_root() if test else store_root(), test=test)
-    release_id = store.new_release_id(run.release_plan.mechanism, run.requested_at)
+    return _write_release(run, store, destination, staged=False)
+
+
+@task(name="stage-release", cache_policy=NO_CACHE)
+def stage_release(run: RunFacts) -> PublishResult:
+    """``review: required``: the release, complete, into the steward side's staging area
+    (``<steward>/.staging/<dataset>/<release_id>/``: data files, manifest.json, report.md, as
+    they will be published) and its steward record, status 'awaiting review'. Nothing public."""
+    store = ReleaseStore(staging_root(), test=run.release_plan.random.test_release)
+    return _write_release(run, store, None, staged=True)
+
+
+@task(name="publish-reviewed-release", cache_policy=NO_CACHE)
+def publish_staged(staged: PublishResult, dataset: str, destination: str | None,
+                   review: dict[str, Any]) -> PublishResult:
+    """An approved release: its staged folder published atomically into its store, and the
+    decision on its steward record."""
+    test = staged.test_release
+    store = ReleaseStore(test_store_root() if test else store_root(), test=test)
+    records = StewardRecords(steward_root())
+    try:
+        published = store.publish_folder(dataset, staged.release_id, Path(staged.path),
+                                          destination, _day_of(staged.manifest))
+    except BaseException as exc:
+        records.update(dataset, staged.release_id, status="failed", review=review,
+                       error=f"{type(exc).__name__}: {exc}"[:500])
+        raise
+    record = records.update(dataset, staged.release_id, status="published", review=review,
+                            published_path=str(published.path),
+                            published_at=datetime.now(UTC).isoformat(timespec="seconds"))
+    get_run_logger().info("published %srelease %s (approved at review) to %s",
+                          "TEST " if test else "", staged.release_id, published.path,
+                          extra={PUBLISHED_KEY: str(published.path)})
+    return PublishResult(staged.release_id, str(published.path), staged.manifest, record, test)
+
+
+@task(name="withdraw-staged-release", cache_policy=NO_CACHE)
+def withdraw_staged(staged: PublishResult, dataset: str, review: dict[str, Any]) -> dict:
+    """A rejected (or never reviewed) release: its staged data removed, so that nothing of it
+    can be published later by mistake; the steward record keeps the decision and the evidence."""
+    shutil.rmtree(staged.path, ignore_errors=True)
+    return StewardRecords(steward_root()).update(dataset, staged.release_id,
+                                                 status="not published", review=review)
+
+
+def _day_of(manifest: dict) -> datetime:
+    return datetime.fromisoformat(manifest["created_at"]).replace(tzinfo=UTC)
+
+
+def _write_release(run: RunFacts, store: ReleaseStore, destination: str | None,
+                   staged: bool) -> PublishResult:
+    test = run.release_plan.random.test_release
+    release_id = run.release_id or store.new_release_id(run.release_plan.mechanism,
+                                                         run.requested_at)
     # split_facts is the gate: a field on the wrong side, or on neither, stops the release.
     public, private = split_facts({**public_facts(run, release_id), **steward_facts(run)})
     manifest = PublicManifest(**public).model_dump(mode="json")
@@ -222,6 +278,13 @@ def publish_release(run: RunFacts, destination: str | None) -> PublishResult:
         records.update(run.config.name, release_id, status="failed",
                        error=f"{type(exc).__name__}: {exc}"[:500])
         raise
+    if staged:
+        record = records.update(run.config.name, release_id, status="awaiting review",
+                                staged_path=str(published.path))
+        get_run_logger().info("staged %srelease %s (n=%d) for review in %s",
+                              "TEST " if test else "", release_id, len(run.chosen.rows),
+                              published.path)
+        return PublishResult(release_id, str(published.path), manifest, record, test)
     record = records.update(run.config.name, release_id, status="published",
                             published_path=str(published.path))
     get_run_logger().info("published %srelease %s (n=%d) to %s", "TEST " if test else "",

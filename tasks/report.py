@@ -44,11 +44,15 @@ def steward_summary_markdown(manifest: dict, record: dict, candidates: pd.DataFr
     for note in (record.get("lifetime_cap_note"), record.get("declared_rows_check")):
         if note:
             lines.append(f"- {note}")
-    lines += ["", _selection_text(record.get("selection") or {}, candidates), ""]
+    synthetic = bool((manifest.get("mechanism_details") or {}).get("synthetic"))
+    lines += ["", _selection_text(record.get("selection") or {}, candidates, synthetic), ""]
     return "\n".join(lines)
 
 
-def _selection_text(selection: dict, candidates: pd.DataFrame) -> str:
+def _selection_text(selection: dict, candidates: pd.DataFrame, synthetic: bool = False) -> str:
+    if synthetic:
+        return ("aim fitted a model to its noisy marginal measurements and sampled the rows "
+                "from it: its rounds are in the 'aim-rounds' artifact, the accuracy above.")
     if not selection.get("candidates"):
         return "No lattice search: this mechanism releases from the rows directly."
     if selection.get("chosen_probability", 0) >= 1.0:

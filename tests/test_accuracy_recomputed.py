@@ -83,7 +83,8 @@ def test_reported_workload_error_is_that_of_the_published_rows(
     config_path = _config_copy(tmp_path, DATASETS[table])
     parameters = FAST_AIM if mechanism == "aim" else {}
     result = release_flow(ReleaseRequest(dataset=str(config_path), mechanism=mechanism,
-                                         seed=11, parameters=parameters))
+                                         seed=11, parameters=parameters,
+                                         void_lifetime_guarantee=True))
     evaluation = json.loads((Path(result["evaluation"]).parent / "evaluation.json").read_text())
     workload = evaluation["accuracy"]["workload"]
     two, three = _recomputed(config_path, Path(result["path"]))

@@ -290,6 +290,20 @@ def test_aim_releases_through_the_flow_with_its_rounds_public_and_nothing_input_
     assert all(0 <= m["tvd_bound"] <= 1 for m in bars["marginals"])
     report = (folder / "report.md").read_text()
     assert "## Error bars (95 % confidence)" in report and "| age × sex | 0, 0 |" in report
+    # aim in its own terms (issue 39): rounds, marginals measured, synthetic rows, error bars;
+    # no lattice, rung or class-size wording anywhere in the report or the steward's summary
+    from tasks.report import steward_summary_markdown
+
+    rounds = max(m["round"] for m in details["measurements"])
+    assert f"- rounds: {rounds} after the 1-way marginals" in report
+    assert f"- marginals measured with noise: {len(details['measurements'])}" in report
+    assert f"synthetic rows sampled from the model fitted to those measurements: " \
+           f"{manifest['released_rows']:,}" in report
+    assert "workload marginals have a bound below 1" in report
+    summary = steward_summary_markdown(manifest, result["record"], pd.DataFrame())
+    for words in ("lattice node", "ladder", "smallest class", "prosecutor risk:",
+                  "rows unique", "No lattice search"):
+        assert words not in report and words not in summary, words
 
 
 @pytest.mark.usefixtures("prefect_harness")

@@ -59,7 +59,8 @@ def test_on_demand_run_with_custom_parameters(served) -> None:
         assert list(properties)[-1] == "run_settings" and "batch_size" not in properties
         parameters = {"request": {"dataset": "nps-sample", "seed": 7,
                                   "run_settings": {"batch_size": 64},
-                                  "mechanism": label("ipa-paper"), "epsilon": 0.5}}
+                                  "mechanism": label("ipa-paper"), "epsilon": 0.5,
+                                  "void_lifetime_guarantee": True}}
         run = client.create_flow_run_from_deployment(deployment.id, parameters=parameters)
         deadline = time.monotonic() + WAIT_S
         while not (run := client.read_flow_run(run.id)).state.is_final():

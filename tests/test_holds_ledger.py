@@ -106,7 +106,8 @@ def test_restore_rebuilds_content_claims_inputs_policy_and_owner(home: Path, tmp
     loose = _dataset(tmp_path / "loose", name="loose", source="paper-example",
                      policy=KANON_ALLOWED)
     with pytest.raises(PolicyError, match=r"policy of source 'paper-example'.*first released"):
-        _release(loose, mechanism={"mechanism": "kanon", "k": 2})
+        _release(loose, mechanism={"mechanism": "kanon", "k": 2},
+                 void_lifetime_guarantee=True)
     assert _spent_and_published(home) == before
 
 
@@ -118,7 +119,8 @@ def test_a_kanon_release_says_itself_that_the_lifetime_is_void(home: Path,
     """Before: the kanon release's own manifest said "void": false and "(0, 0)-DP together";
     only later manifests said VOID."""
     config = _dataset(tmp_path / "ds", policy=KANON_ALLOWED)
-    result = _release(config, mechanism={"mechanism": "kanon", "k": 2})
+    result = _release(config, mechanism={"mechanism": "kanon", "k": 2},
+                 void_lifetime_guarantee=True)
     lifetime = result["manifest"]["lifetime"]
     assert lifetime["void"] is True and "kanon" in lifetime["void_reason"]
     assert lifetime["statement"].startswith("Lifetime guarantee VOID")
@@ -133,7 +135,8 @@ def test_a_dropped_sources_table_is_detected_and_the_void_survives_restore(
     """Before: DROP TABLE sources after a kanon release was silently rebuilt, and the next
     manifest said "(1, 2e-06)-DP", no longer VOID."""
     config = _dataset(tmp_path / "ds", policy=KANON_ALLOWED)
-    _release(config, mechanism={"mechanism": "kanon", "k": 2})
+    _release(config, mechanism={"mechanism": "kanon", "k": 2},
+                 void_lifetime_guarantee=True)
     _sql(home, "DROP TABLE sources")
     before = _spent_and_published(home)
     with pytest.raises(LedgerIntegrityError,

@@ -93,7 +93,8 @@ CASES = [
     Case("ipa-paper at eps 1e-4: counterfeit rows beyond max_noise_rows", "PolicyError",
          r"ipa-paper at epsilon 0\.0001.*expected to add [\d,]+ noise rows.*counterfeit rows.*"
          r"max_noise_rows.*Nothing was spent", _rows(300), config=PAPER_ALLOWED,
-         request={"mechanism": {"mechanism": "ipa-paper", "epsilon": 1e-4}}),
+         request={"mechanism": {"mechanism": "ipa-paper", "epsilon": 1e-4},
+                  "void_lifetime_guarantee": True}),
     # 12. A mechanism's delta (or epsilon) outside the product's bounds on a lifetime cap.
     Case("ipa with delta 0.5", "ParameterError",
          r"ipa: delta 0\.5 is above 0\.01.*use a smaller delta\. Nothing was read or spent",

@@ -266,7 +266,8 @@ def test_a_refused_run_logs_one_warning_and_no_traceback(home: Path, tmp_path: P
     state = release_flow(ReleaseRequest(dataset=config, evaluate=False,
                                         mechanism={"mechanism": "kanon", "k": 10}),
                          return_state=True)
-    assert state.name == "Refused" and state.message.startswith(PolicyError.__name__)
+    assert state.name == "Refused" and state.message.startswith("Nothing spent: ")
+    assert isinstance(state.result(raise_on_failure=False), PolicyError)
     records = [r for r in caplog.records if r.name.startswith("prefect")]
     assert any("release refused, nothing spent" in r.getMessage() for r in records)
     loud = [r.getMessage()[:80] for r in records if r.levelno >= logging.ERROR or r.exc_info]

@@ -82,6 +82,8 @@ def test_init_drafts_every_kind_of_column(tmp_path: Path, home: Path) -> None:
     assert spec["privacy"]["unit"] == "patient_id" and spec["privacy"]["unit_noun"] == "patient"
     assert spec["privacy"]["row_noun"] == "row"
     assert spec["missing"] == "drop_rows"  # 1 % blank informative values: a readable rule
+    # review before publishing: offered, commented out (a first release does not stop)
+    assert "review" not in spec and "\n# review: required\n" in (folder / "dataset.yaml").read_text()
     age = yaml.safe_load((folder / "age.yaml").read_text())
     assert age["domain"]["min"] < frame["age"].min() and age["domain"]["max"] > frame["age"].max()
     assert [level["width"] for level in age["levels"]] == [5, 10, 20]

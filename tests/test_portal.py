@@ -429,3 +429,33 @@ def test_without_a_secret_only_loopback_names_are_answered(portal) -> None:
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+
+
+def test_a_release_awaiting_review_is_shown_only_in_the_steward_area(portal) -> None:
+    """``review: required`` stages a release under ``<steward>/.staging/<dataset>/<id>``: the
+    portal shows it there (what it would publish), never in the public catalogue, and a path
+    out of the staging folder is 404."""
+    import shutil
+
+    staged_id = "20991231T000000Z-histogram-staged01"
+    staged = portal.home / "steward" / ".staging" / "paper-example" / staged_id
+    shutil.copytree(portal.release, staged)
+    manifest = json.loads((staged / "manifest.json").read_text())
+    (staged / "manifest.json").write_text(json.dumps({**manifest, "release_id": staged_id}))
+    try:
+        status, _, body = get(portal, f"/steward/.staging/paper-example/{staged_id}")
+        assert status == 200 and b"NOT PUBLISHED" in body and staged_id.encode() in body
+        status, _, data = get(portal, f"/steward/.staging/paper-example/{staged_id}/data.csv")
+        assert status == 200 and data == (staged / "data.csv").read_bytes()
+        assert get(portal, f"/steward/.staging/paper-example/{staged_id}", auth=None)[0] == 401
+        for path in (f"/releases/paper-example/{staged_id}", "/releases/paper-example",
+                     "/", "/releases"):
+            assert staged_id.encode() not in get(portal, path)[2] or path.endswith(staged_id)
+        assert get(portal, f"/releases/paper-example/{staged_id}")[0] == 404
+        for path in (f"/steward/.staging/%2e%2e/{portal.outside.name}/release",
+                     f"/steward/.staging/paper-example/{staged_id}/..%2f..%2frecord.json",
+                     f"/steward/.staging/paper-example/{staged_id}/secret.csv"):
+            status, _, body = get(portal, path)
+            assert status == 404 and MARKER.encode() not in body, path
+    finally:
+        shutil.rmtree(staged.parent.parent)

@@ -195,7 +195,8 @@ def test_the_cap_cannot_be_raised_by_editing_the_yaml(home: Path, tmp_path) -> N
 def test_a_kanon_release_voids_the_lifetime_guarantee_of_later_releases(home: Path) -> None:
     before = release_flow(ReleaseRequest(evaluate=False, mechanism="ipa"))  # (ipa: fast)
     assert not before["manifest"]["lifetime"]["void"]
-    release_flow(ReleaseRequest(evaluate=False, mechanism={"mechanism": "kanon", "k": 10}))
+    release_flow(ReleaseRequest(evaluate=False, mechanism={"mechanism": "kanon", "k": 10},
+                                void_lifetime_guarantee=True))
     after = release_flow(ReleaseRequest(evaluate=False, mechanism="ipa"))
     lifetime = after["manifest"]["lifetime"]
     assert lifetime["void"] and "kanon" in lifetime["void_reason"]

@@ -68,7 +68,7 @@ def test_full_run_publishes_release_and_ledger(home: Path) -> None:
 
 
 def test_one_task_per_node_and_paper_mechanism(home: Path) -> None:
-    request = ReleaseRequest(seed=2, batch_size=1,
+    request = ReleaseRequest(seed=2, batch_size=1, void_lifetime_guarantee=True,
                              mechanism={"mechanism": "ipa-paper", "epsilon": 0.5})
     result = release_flow(request)
     manifest = result["manifest"]
@@ -179,7 +179,7 @@ def test_failure_after_charge_keeps_reservation_and_publishes_nothing(
     ({"mechanism": "histogram", "epsilon": 0.5}, "epsilon-DP"),
 ])
 def test_baseline_mechanisms_through_the_flow(home: Path, options: dict, label: str) -> None:
-    result = release_flow(ReleaseRequest(seed=8, mechanism=options))
+    result = release_flow(ReleaseRequest(seed=8, mechanism=options, void_lifetime_guarantee=True))
     manifest = result["manifest"]
     assert label in manifest["guarantee"]["label"]
     assert manifest["checks"]["passed"]
@@ -191,7 +191,8 @@ def test_pseudonymization_key_never_reaches_any_output(home: Path, monkeypatch, 
     key = "k3y-" + "7f1e" * 8
     monkeypatch.setenv("MEDRELEASE_PSEUDONYM_KEY", key)
     caplog.set_level("DEBUG")
-    result = release_flow(ReleaseRequest(seed=9, mechanism={"mechanism": "pseudonymize"}))
+    result = release_flow(ReleaseRequest(seed=9, mechanism={"mechanism": "pseudonymize"},
+                                     void_lifetime_guarantee=True))
     assert "no formal privacy guarantee" in result["manifest"]["guarantee"]["label"]
     outputs = [p for p in home.rglob("*") if p.is_file()]
     assert any(p.name == "TEST-data.csv" for p in outputs)
@@ -219,7 +220,8 @@ def test_pseudonymization_key_never_reaches_any_output(home: Path, monkeypatch, 
 def test_pseudonymization_without_key_is_refused_and_counted(home: Path, monkeypatch) -> None:
     monkeypatch.delenv("MEDRELEASE_PSEUDONYM_KEY", raising=False)
     with pytest.raises(Exception, match="needs a key"):
-        release_flow(ReleaseRequest(seed=9, mechanism={"mechanism": "pseudonymize"}))
+        release_flow(ReleaseRequest(seed=9, mechanism={"mechanism": "pseudonymize"},
+                                     void_lifetime_guarantee=True))
     assert _release_dirs(home) == []
 
 

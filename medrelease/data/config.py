@@ -218,6 +218,15 @@ class DatasetConfig(_Strict):
     mechanism: MechanismSpec = Field(default_factory=MechanismSpec)
     policy: ReleasePolicy = Field(default_factory=ReleasePolicy)
     schedule: str | None = None
+    review: Literal["off", "required"] = Field(
+        default="off", description="required: every release of this dataset (form, CLI, "
+                                   "schedule, arrival) is built into a staging area with its "
+                                   "evidence and waits for a steward's approve / reject before "
+                                   "anything is published; the spend counts either way")
+    review_timeout_hours: float = Field(
+        default=168.0, gt=0, le=8760, allow_inf_nan=False,
+        description="a review left open this long ends the run as 'Not published' (nothing "
+                    "published, the spend counted)")
     workload: list[WorkloadSet] | None = Field(
         default=None, max_length=500,
         description="the marginals researchers need (aim); default: every 2- and 3-way")

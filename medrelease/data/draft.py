@@ -799,6 +799,13 @@ def _yaml_text(draft: DatasetDraft) -> str:
               "which)."]
     if draft.lattice_nodes > LATTICE_LIMIT:
         lines += ["policy:", f"  max_lattice_nodes: {draft.lattice_nodes}"]
+    lines += ["# Review before publishing: uncomment to have every release built into a staging "
+              "area with its",
+              "# evidence and wait for a steward's approve / reject (in the Prefect UI, or "
+              "'medrelease release'",
+              "# asks); nothing is published before it, and the spend counts either way.",
+              "# review: required",
+              "# review_timeout_hours: 168   # left open this long: the run ends 'Not published'"]
     return "\n".join(lines) + "\n"
 
 

@@ -948,6 +948,27 @@ def _record_policy(conn: LedgerConnection, request: SpendRequest) -> None:
                      (request.policy, request.config_path, request.source))
 
 
+def sqlite_epsilon_left_glance(path: str | Path, source: str) -> tuple[float, bool] | None:
+    """(epsilon left under the cap, lifetime guarantee void) of a known source, read without
+    opening the ledger for writing (the form's help reads it when its schema is built); None
+    for a source with no spends or a ledger that cannot be read. A glance, not a check: the
+    charge holds every release to the cap."""
+    try:
+        conn = sqlite3.connect(f"file:{Path(path)}?mode=ro", uri=True, timeout=1)
+    except sqlite3.Error:
+        return None
+    try:
+        row = conn.execute("SELECT lifetime_epsilon, void_reason FROM sources WHERE source = ?",
+                           (source,)).fetchone()
+        if row is None:
+            return None
+        return max(0.0, float(row[0]) - _spent(conn, source)[0]), row[1] is not None
+    except sqlite3.Error:
+        return None
+    finally:
+        conn.close()
+
+
 def _spent(conn: LedgerConnection, source: str) -> tuple[float, float]:
     eps, delta = conn.execute("SELECT COALESCE(SUM(epsilon), 0), COALESCE(SUM(delta), 0) FROM "
                               "spends WHERE source = ?", (source,)).fetchone()
@@ -1318,7 +1339,8 @@ def _events_from_record(record: dict) -> list[dict]:
     request = SpendRequest(**{**asdict(request), "lifetime_epsilon": float(charge["cap_epsilon"]),
                               "lifetime_delta": float(charge["cap_delta"])})
     at = record.get("requested_at") or _now()
-    status = {"published": "released", "failed": "failed"}.get(record.get("status"), "reserved")
+    status = {"published": "released", "failed": "failed",  # not published: rejected at review
+              "not published": "failed"}.get(record.get("status"), "reserved")
     note = ("restored from the published manifest" if from_manifest
             else "restored from the steward record")
     return [{"event": "reserve", "at": at, "spend_id": record["ledger_spend_id"],

@@ -14,6 +14,7 @@ from medrelease.privacy.ledger import (
     Ledger,
     Restored,
     reconcile_sqlite,
+    sqlite_epsilon_left_glance,
 )
 from medrelease.privacy.ledger_pg import PostgresLedger
 from medrelease.privacy.ledger_url import is_database_url
@@ -56,3 +57,16 @@ def restore_from_records(location: str | Path, records: list[dict],
                          manifests: list[dict] = ()) -> Restored:
     """Rebuild a lost or emptied ledger (``BudgetLedger.restore``) at a path or URL."""
     return open_ledger(location).restore(records, list(manifests))
+
+
+def epsilon_left_glance(location: str | Path, source: str) -> tuple[float, bool] | None:
+    """(epsilon left under the cap, lifetime guarantee void) of a known source at either
+    back-end, for the form's help; None when the source has no spends or the ledger cannot be
+    read. A glance, not a check: the charge holds every release to the cap."""
+    if not is_database_url(location):
+        return sqlite_epsilon_left_glance(location, source)
+    try:
+        state = open_ledger(location).state(source)
+    except Exception:  # a help text never fails a form: no figure instead
+        return None
+    return state.epsilon_left, state.void_reason is not None

@@ -229,6 +229,11 @@ def render_public_report(manifest: dict[str, Any]) -> str:
                   ""]
     if not guarantee["proven"]:
         lines += [f"> **{guarantee['label'].upper()}.** {guarantee['notes']}", ""]
+    if manifest["lifetime"].get("voided_by_this_release"):
+        lines += [f"> **THIS RELEASE VOIDED THE LIFETIME GUARANTEE of source "
+                  f"`{manifest['lifetime']['source']}`**: it makes no proven DP claim, and the "
+                  "steward confirmed that from it on no total of the source's releases is a DP "
+                  "guarantee.", ""]
     details = manifest.get("mechanism_details") or {}
     if details.get("degenerate"):
         lines += [f"> **{details['degenerate']}**", ""]
@@ -244,7 +249,8 @@ def render_public_report(manifest: dict[str, Any]) -> str:
         "## Guarantee", guarantee["statement"], "",
         "## Lifetime of the source", manifest["lifetime"]["statement"], "",
         "## What was released", what,
-        f"- rows released: {manifest['released_rows']:,}",
+        *(_synthetic_lines(manifest) if synthetic else
+          [f"- rows released: {manifest['released_rows']:,}"]),
         f"- files: {', '.join(f'`{f}`' for f in manifest['files'])}",
         f"- seed policy: {manifest['seed_policy']}",
         f"- random source: {manifest.get('randomness', 'not recorded')}",
@@ -265,6 +271,34 @@ def render_public_report(manifest: dict[str, Any]) -> str:
     lines += [f"- {_markdown_text(check)}" for check in manifest["checks"]["checks"]]
     lines.append("")
     return "\n".join(lines)
+
+
+def _synthetic_lines(manifest: dict[str, Any]) -> list[str]:
+    """aim in its own terms: its rounds, the marginals it measured, the rows it sampled from
+    the fitted model and how many marginals its error bars vouch for (no lattice, no class)."""
+    details = manifest.get("mechanism_details") or {}
+    measured = details.get("measurements") or []
+    rounds = max((m.get("round", 0) for m in measured), default=0)
+    named = [f"{' × '.join(m['columns'])} (levels {', '.join(str(x) for x in m['levels'])})"
+             for m in measured]
+    rho, used = details.get("rho"), details.get("rho_used")
+    merged = details.get("merged_rare_values") or {}
+    marginals = (manifest.get("error_bars") or {}).get("marginals") or []
+    vouched = [m for m in marginals if m.get("basis") != "none" and m.get("tvd_bound", 1) < 1]
+    lines = [f"- rounds: {rounds} after the 1-way marginals of every column"
+             + (f"; rho used {used / rho:.0%} of {rho:.4g}" if rho and used is not None else ""),
+             f"- marginals measured with noise: {len(named)}"
+             + (f" — {_markdown_text('; '.join(named))}" if named else ""),
+             f"- synthetic rows sampled from the model fitted to those measurements: "
+             f"{manifest['released_rows']:,}"]
+    if merged:
+        lines.append("- rare values merged before sampling (from the noisy 1-way counts): "
+                     + _markdown_text(", ".join(f"{c} {n:,}" for c, n in merged.items())))
+    if marginals:
+        lines.append(f"- error bars: {len(vouched)} of {len(marginals)} workload marginals "
+                     "have a bound below 1 (the table under 'Error bars'); the others the "
+                     "measurements cannot vouch for at this size and budget")
+    return lines
 
 
 def _markdown_text(text: str) -> str:

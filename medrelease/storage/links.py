@@ -17,6 +17,7 @@ from urllib.parse import quote
 DEFAULT_PORTAL_HOST = "127.0.0.1"
 DEFAULT_PORTAL_PORT = 4280
 PORTAL_URL_VARIABLE = "MEDRELEASE_PORTAL_URL"
+STAGING = ".staging"  # the steward root's folder of releases awaiting review (settings)
 
 
 def portal_url() -> str:
@@ -46,6 +47,13 @@ def release_link(dataset: str, release_id: str) -> str:
 def steward_link(dataset: str, release_id: str) -> str:
     """A release's page in the steward area: its steward record and evidence report."""
     return (f"{portal_url()}/steward/{_part(dataset, 'dataset name')}/"
+            f"{_part(release_id, 'release id')}")
+
+
+def staged_link(dataset: str, release_id: str) -> str:
+    """A release awaiting review (``review: required``), in the steward area: the files as
+    they would be published, with links to its record and evidence."""
+    return (f"{portal_url()}/steward/{STAGING}/{_part(dataset, 'dataset name')}/"
             f"{_part(release_id, 'release id')}")
 
 

@@ -259,6 +259,16 @@ def _still_being_written(partial: Path) -> bool:
     return time.time() - touched < STALE_PARTIAL_S
 
 
+def new_release_id(mechanism: str, requested_at: datetime | None = None,
+                   test: bool = False) -> str:
+    """Stamped with the time the request was made (before any data was read), not the
+    publish time: that would tell how long the run took, which grows with the rows. Drawn
+    when the request is resolved, so the run's first log lines can name its release."""
+    stamp = (requested_at or datetime.now(UTC)).strftime("%Y%m%dT%H%M%SZ")
+    prefix = TEST_PREFIX if test else ""
+    return f"{prefix}{stamp}-{mechanism}-{uuid.uuid4().hex[:8]}"
+
+
 class ReleaseStore:
     """A local folder of releases: the publishable store, or (``test=True``) the test store.
 
@@ -271,11 +281,7 @@ class ReleaseStore:
         self.test = test
 
     def new_release_id(self, mechanism: str, requested_at: datetime | None = None) -> str:
-        """Stamped with the time the request was made (before any data was read), not the
-        publish time: that would tell how long the run took, which grows with the rows."""
-        stamp = (requested_at or datetime.now(UTC)).strftime("%Y%m%dT%H%M%SZ")
-        prefix = TEST_PREFIX if self.test else ""
-        return f"{prefix}{stamp}-{mechanism}-{uuid.uuid4().hex[:8]}"
+        return new_release_id(mechanism, requested_at, self.test)
 
     @property
     def data_files(self) -> tuple[str, str]:
@@ -391,6 +397,43 @@ class ReleaseStore:
         except BaseException:
             shutil.rmtree(partial, ignore_errors=True)
             raise
+        return PublishedRelease(release_id, final)
+
+    def publish_folder(self, dataset: str, release_id: str, staged: Path,
+                       destination: str | None = None,
+                       released_on: datetime | None = None) -> PublishedRelease:
+        """Publish a complete release folder built elsewhere (a reviewed release's staging
+        folder): copied into a partial folder of the store, then renamed into place, as
+        ``publish`` does; the staged folder is removed only after the rename."""
+        day = release_day(released_on)
+        final = self.release_dir(dataset, release_id, destination)
+        parent = final.parent
+        if not (Path(staged) / "manifest.json").is_file():
+            raise StoreError(f"the staged release {staged} is incomplete (no manifest.json); "
+                             "nothing was published")
+        if final.exists():
+            raise StoreError(f"release {final} already exists; release ids are never reused")
+        partial = parent / f"{PARTIAL_PREFIX}{release_id}-{uuid.uuid4().hex[:6]}"
+        try:
+            parent.mkdir(parents=True, exist_ok=True)
+            partial.mkdir()
+            names = sorted(p.name for p in Path(staged).iterdir() if p.is_file())
+            for name in [n for n in names if n != "manifest.json"] + ["manifest.json"]:
+                shutil.copyfile(Path(staged) / name, partial / name)  # manifest last
+            _fsync_dir(partial)
+            _stamp_day(partial, day)
+            os.rename(partial, final)
+            for folder in (final, parent):
+                os.utime(folder, (day, day))
+            _fsync_dir(parent)
+        except OSError as exc:
+            shutil.rmtree(partial, ignore_errors=True)
+            raise StoreError(f"could not publish the staged release {release_id} to {parent}: "
+                             f"{exc.strerror or exc}; nothing was published") from exc
+        except BaseException:
+            shutil.rmtree(partial, ignore_errors=True)
+            raise
+        shutil.rmtree(staged, ignore_errors=True)
         return PublishedRelease(release_id, final)
 
     def sweep_partial(self, parent: Path) -> None:

@@ -1,0 +1,199 @@
+"""Review before publishing (a dataset's ``review: required``): the release and its evidence are
+built into the staging area, then the run pauses with a form (Prefect's ``pause_flow_run`` with
+``wait_for_input``) until a steward approves or rejects it, with a reason.
+
+The form says, before the choice, that the spend stays counted: the noise was drawn when the
+release was built, so rejecting it gives no budget back. A review left open past the dataset's
+``review_timeout_hours`` ends the run as *Not published*.
+
+``medrelease release`` answers the same pause from the terminal (or its ``--approve`` /
+``--reject`` flags): it registers a *local reviewer* for the run it starts in-process, which
+resumes the paused run with its decision through Prefect's API, exactly as the UI's form does.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from prefect import get_run_logger
+from prefect.context import FlowRunContext
+from prefect.exceptions import FlowPauseTimeout
+from prefect.flow_runs import pause_flow_run, resume_flow_run
+from prefect.input import RunInput
+from pydantic import Field
+
+from medrelease.storage.links import staged_link
+
+POLL_S = 2  # how often the paused run looks for the decision (Prefect's default is 10 s)
+PREFECT_MARGIN_S = 3600  # Prefect's pause deadline after ours (it fails a run left past it)
+
+
+class ReviewDecision(RunInput):
+    """The review form: approve or reject, and why (both go to the steward record and the
+    ledger)."""
+
+    decision: Literal["approve", "reject"] = Field(
+        title="Decision",
+        description="approve: publish this release now, exactly as staged. reject: publish "
+                    "nothing. Either way the privacy budget it spent stays counted: its noise "
+                    "was drawn when it was built.")
+    reason: str = Field(
+        default="", max_length=1000, title="Reason",
+        description="Why (kept in the steward record and the ledger; never published)")
+
+
+@dataclass(frozen=True)
+class ReviewSummary:
+    """What the reviewer sees before choosing: public facts of the staged release and the
+    steward's evidence (accuracy verdict and warnings, where the report is)."""
+
+    dataset: str
+    release_id: str
+    mechanism: str
+    guarantee: str
+    epsilon_spent: float
+    released_rows: int
+    lifetime: str
+    staged_path: str
+    staged_url: str
+    evidence_report: str | None
+    verdict: str | None
+    warnings: tuple[str, ...]
+    timeout_hours: float
+    test_release: bool = False
+
+    def markdown(self) -> str:
+        """The text above the form in Prefect's UI (Markdown)."""
+        evidence = (f"- evidence (steward only): `{self.evidence_report}`"
+                    if self.evidence_report else "- evidence: not written (evaluate was off)")
+        warnings = [f"  - {w}" for w in self.warnings]
+        return "\n".join([
+            f"### Review release `{self.release_id}` of `{self.dataset}` before it is published",
+            "",
+            f"**The budget is already spent and stays counted whichever you choose** "
+            f"(epsilon {self.epsilon_spent:g} on this source): its noise was drawn when the "
+            "release was built. *Approve* publishes it exactly as staged; *Reject* publishes "
+            "nothing.",
+            "",
+            f"- mechanism: `{self.mechanism}` — {self.guarantee}",
+            f"- rows released: {self.released_rows:,}",
+            f"- accuracy: {self.verdict or 'not evaluated'}",
+            *warnings,
+            f"- staged release (data, manifest, report): [open it in the portal]"
+            f"({self.staged_url})",
+            f"- staged folder: `{self.staged_path}`",
+            evidence,
+            f"- lifetime of the source: {self.lifetime}",
+            "",
+            f"Left open for {self.timeout_hours:g} h, the run ends *Not published*.",
+        ])
+
+
+def summary_of(staged: Any, evaluated: dict[str, Any] | None, timeout_hours: float
+               ) -> ReviewSummary:
+    """``staged``: the ``PublishResult`` of ``stage_release``; ``evaluated``: the evidence."""
+    manifest, evaluated = staged.manifest, evaluated or {}
+    return ReviewSummary(
+        dataset=manifest["dataset"], release_id=staged.release_id,
+        mechanism=manifest["mechanism"], guarantee=manifest["guarantee"]["statement"],
+        epsilon_spent=float(manifest["epsilon_spent"]),
+        released_rows=int(manifest["released_rows"]),
+        lifetime=manifest["lifetime"]["statement"], staged_path=staged.path,
+        staged_url=staged_link(manifest["dataset"], staged.release_id),
+        evidence_report=evaluated.get("report"), verdict=evaluated.get("verdict"),
+        warnings=tuple(evaluated.get("warnings") or ()), timeout_hours=timeout_hours,
+        test_release=bool(manifest["test_release"]))
+
+
+# medrelease release registers one for the run it starts in this process: given the summary,
+# it returns the decision (or None: leave the run waiting for the UI's form).
+LocalReviewer = Callable[[ReviewSummary], "ReviewDecision | dict | None"]
+_local_reviewer: LocalReviewer | None = None
+
+
+def set_local_reviewer(reviewer: LocalReviewer | None) -> None:
+    global _local_reviewer
+    _local_reviewer = reviewer
+
+
+def await_review(summary: ReviewSummary) -> dict[str, Any]:
+    """Pause the run until the steward decides; the decision as the steward record and the
+    ledger keep it: {"decision": approve | reject | timeout, "reason", "decided_at"}."""
+    logger = get_run_logger()
+    logger.warning("waiting for review: release %s of %s is staged at %s; approve or reject "
+                   "it in this run's form (Resume), within %g h. The spend stays counted either "
+                   "way.", summary.release_id, summary.dataset, summary.staged_url,
+                   summary.timeout_hours)
+    context = FlowRunContext.get()
+    run_id = context.flow_run.id if context and context.flow_run else None
+    if _local_reviewer is not None and run_id is not None:
+        threading.Thread(target=_answer_locally, args=(_local_reviewer, summary, run_id),
+                         name="medrelease-local-review", daemon=True).start()
+    timeout = max(1, round(summary.timeout_hours * 3600))
+    timed_out = f"(timeout {uuid.uuid4().hex})"  # the watchdog's reason: no form sends it
+    watchdog = threading.Timer(timeout, _end_at_timeout, args=(run_id, timed_out))
+    watchdog.daemon = True
+    if run_id is not None:
+        watchdog.start()
+    left_open = {"decision": "timeout", "decided_at": _now(),
+                 "reason": f"the review was left open past {summary.timeout_hours:g} h"}
+    try:
+        # Prefect's own deadline is later than ours: a run whose pause expired can only end
+        # Failed, while ours ends it 'Not published' (the watchdog resumes it, as a form would).
+        decision = pause_flow_run(
+            wait_for_input=ReviewDecision.with_initial_data(description=summary.markdown()),
+            timeout=timeout + PREFECT_MARGIN_S, poll_interval=min(POLL_S, timeout),
+            key="review")
+    except FlowPauseTimeout:
+        return left_open
+    finally:
+        watchdog.cancel()
+    if decision.reason == timed_out:
+        return {**left_open, "decided_at": _now()}
+    reason = decision.reason.strip() or "(no reason given)"
+    logger.info("review: %s (%s)", decision.decision, reason)
+    return {"decision": decision.decision, "reason": reason, "decided_at": _now()}
+
+
+def _answer_locally(reviewer: LocalReviewer, summary: ReviewSummary, run_id: Any) -> None:
+    """The terminal's (or a flag's) decision, sent once the run is paused, as the form sends
+    it. Nothing is sent when the reviewer leaves it to the UI (returns None)."""
+    from prefect.client.orchestration import get_client
+
+    answer = reviewer(summary)
+    if answer is None:
+        return
+    run_input = answer.model_dump(include={"decision", "reason"}) \
+        if isinstance(answer, ReviewDecision) else dict(answer)
+    deadline = time.monotonic() + 600
+    with get_client(sync_client=True) as client:
+        while time.monotonic() < deadline:
+            state = client.read_flow_run(run_id).state
+            keyset = state.state_details.run_input_keyset if state is not None else None
+            if state is not None and state.is_paused() and keyset:
+                try:  # the form's schema is saved just after the pause
+                    client.read_flow_run_input(run_id, keyset["schema"])
+                    break
+                except Exception:
+                    pass
+            time.sleep(0.3)
+    resume_flow_run(run_id, run_input=run_input)
+
+
+def _end_at_timeout(run_id: Any, token: str) -> None:
+    """At the review's deadline, resume the run with the watchdog's reason (a steward who
+    answered first wins: the run is then no longer paused)."""
+    try:
+        resume_flow_run(run_id, run_input={"decision": "reject", "reason": token})
+    except Exception:  # already resumed by a steward, or the API is gone: nothing to end
+        return
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")

@@ -1,0 +1,147 @@
+"""Issue 39 in the real Prefect UI (Debian's Chromium, the served deployments): a dataset with
+``review: required`` waits, Paused, with its approve / reject form; a steward opens the run,
+clicks Resume, reads that the spend stays counted, approves with a reason, and the release is
+published. The form's 'Void the lifetime guarantee' checkbox is shown with its consequence.
+Screenshots: docs/ui/review-form.png, docs/ui/void-confirmation.png (copied to
+var/test-screenshots/)."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+
+import pytest
+from prefect.client.orchestration import get_client
+from prefect.settings import PREFECT_API_URL, temporary_settings
+
+from medrelease.mechanisms import label
+from tests.test_review import reviewed_dataset
+from tests.test_ui_browser import (
+    _final_run,
+    _keep,
+    _log_in,
+    _logged_in_form,
+    _property,
+    browser,  # noqa: F401  (the module's Chromium)
+)
+
+pytestmark = [pytest.mark.server, pytest.mark.browser]
+
+
+def _paused(client, run_id, log: Path, timeout_s: float = 240):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        run = client.read_flow_run(run_id)
+        if run.state and run.state.is_paused() and run.state.state_details.run_input_keyset:
+            return run
+        assert not (run.state and run.state.is_final()), f"{run.state}: {log.read_text()[-2000:]}"
+        assert time.monotonic() < deadline, f"never paused:\n{log.read_text()[-3000:]}"
+        time.sleep(1)
+
+
+def _approve_in_the_ui(page, ui: str, run_id, auth: str, shots: Path) -> None:
+    """Open the paused run, click Resume, read the form, approve with a reason, submit."""
+    _log_in(page, f"{ui}/runs", auth)
+    page.goto(f"{ui}/runs/flow-run/{run_id}")
+    page.get_by_text("waiting for review").first.wait_for(timeout=60_000)
+    page.get_by_role("button", name=re.compile("Resume")).first.click()
+    page.get_by_text("stays counted").first.wait_for(timeout=30_000)
+    page.wait_for_timeout(1000)
+    page.screenshot(path=str(shots / "review-form.png"), full_page=True)
+    dialog = page.locator("[role=dialog], .p-modal").last
+    control = dialog.locator("button.p-select-button__control").first
+    control.focus()
+    control.press("ArrowDown")
+    page.locator(".p-select-option", has_text=re.compile("^approve$")).first.click()
+    dialog.locator("textarea, input[type=text]").last.fill("release board: fine")
+    page.screenshot(path=str(shots / "review-form-filled.png"), full_page=True)
+    dialog.get_by_role("button", name=re.compile("^(Submit|Resume)$")).last.click()
+
+
+def test_a_reviewed_release_waits_and_is_approved_in_the_ui(served, browser, tmp_path: Path,  # noqa: F811
+                                                            request) -> None:
+    folder = served.home / "datasets" / "reviewed"
+    folder.mkdir(parents=True, exist_ok=True)
+    config = reviewed_dataset(folder)
+    ui = served.api_url.removesuffix("/api")
+    with (temporary_settings(updates={PREFECT_API_URL: served.api_url}),
+          get_client(sync_client=True) as client):
+        deployment = client.read_deployment_by_name("medrelease-release/on-demand")
+        run = client.create_flow_run_from_deployment(deployment.id, parameters={"request": {
+            "dataset": str(config), "mechanism": label("histogram"), "epsilon": 0.5}})
+        run = _paused(client, run.id, served.log)
+    assert run.name == "reviewed · histogram · eps 0.5"
+    assert not (served.home / "releases" / "reviewed").exists()  # nothing public yet
+    page = browser.new_page(viewport={"width": 1440, "height": 1000})
+    try:
+        _approve_in_the_ui(page, ui, run.id, served.auth, tmp_path)
+    except Exception:
+        page.screenshot(path=str(tmp_path / "review-debug.png"), full_page=True)
+        _keep(tmp_path / "review-debug.png", request)
+        (Path(__file__).resolve().parents[1] / "var" / "test-screenshots" /
+         "review-debug.html").write_text(page.content())
+        raise
+    with (temporary_settings(updates={PREFECT_API_URL: served.api_url}),
+          get_client(sync_client=True) as client):
+        ended = _final_run(client, run.name, served.log, run.id)
+    assert ended.state.is_completed(), f"{ended.state.name}: {ended.state.message}"
+    [manifest] = list((served.home / "releases" / "reviewed").glob("*/manifest.json"))
+    release_id = json.loads(manifest.read_text())["release_id"]
+    assert ended.state.message.startswith("Published: ") and release_id in ended.state.message
+    record = json.loads((served.home / "steward" / "reviewed" / release_id / "record.json")
+                        .read_text())
+    assert record["review"]["decision"] == "approve"
+    assert record["review"]["reason"] == "release board: fine"
+    page.close()
+    # The confirmation a guarantee-voiding mechanism needs, as the form shows it.
+    form, _ = _logged_in_form(served, browser, "", (1440, 1000))
+    form.reload()  # the login's leftover toasts (README, step 3)
+    box = _property(form, "Void the lifetime guarantee")
+    box.wait_for(timeout=60_000)
+    box.scroll_into_view_if_needed()
+    assert "FOR GOOD" in box.inner_text()
+    form.screenshot(path=str(tmp_path / "void-confirmation.png"))
+    form.close()
+    for shot in ("review-form.png", "review-form-filled.png", "void-confirmation.png"):
+        _keep(tmp_path / shot, request)
+
+
+def test_aims_summary_in_the_ui_speaks_of_rounds_and_marginals(served, browser,  # noqa: F811
+                                                               tmp_path: Path, request) -> None:
+    """The release summary artifact of an aim run, as the steward reads it at 1440 px: aim's
+    own words (rounds, marginals measured, synthetic rows, error bars), no lattice or class
+    sizes, nothing cut off on the right."""
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+
+    from tests.test_ui_browser import CUT_OFF_CELLS
+
+    folder = served.home / "datasets" / "aim-small"  # 2,000 rows: aim in seconds
+    folder.mkdir(parents=True, exist_ok=True)
+    config = reviewed_dataset(folder, review="off", name="aim-small", skip=2000)
+    with (temporary_settings(updates={PREFECT_API_URL: served.api_url}),
+          get_client(sync_client=True) as client):
+        deployment = client.read_deployment_by_name("medrelease-release/on-demand")
+        run = client.create_flow_run_from_deployment(deployment.id, parameters={"request": {
+            "dataset": str(config), "mechanism": label("aim"), "epsilon": 1.0, "seed": 5,
+            "evaluate": False, "parameters": {"rounds_per_column": 1, "iters": 50,
+                                              "final_iters": 50, "max_model_size": 1.0}}})
+        ended = _final_run(client, run.name, served.log, run.id)
+        assert ended.state.is_completed(), ended.state.message
+        [summary] = [a for a in client.read_artifacts(artifact_filter=ArtifactFilter(
+            flow_run_id=ArtifactFilterFlowRunId(any_=[run.id]))) if a.key
+            and a.key.endswith("release-summary")]
+    ui = served.api_url.removesuffix("/api")
+    page = browser.new_page(viewport={"width": 1440, "height": 1000})
+    _log_in(page, f"{ui}/runs", served.auth)
+    page.goto(f"{ui}/artifacts/artifact/{summary.id}")
+    page.get_by_text("marginals measured with noise").first.wait_for(timeout=60_000)
+    page.wait_for_timeout(1000)
+    page.screenshot(path=str(tmp_path / "aim-summary.png"), full_page=True)
+    text = page.locator("body").inner_text()
+    for words in ("lattice node", "ladder", "smallest class", "rows unique"):
+        assert words not in text, words
+    assert page.evaluate(CUT_OFF_CELLS) == 0
+    page.close()
+    _keep(tmp_path / "aim-summary.png", request)
