@@ -75,7 +75,8 @@ def test_a_registered_mechanism_releases_through_the_flow(toy: str, tmp_path: Pa
         policy: {mechanisms: [toy-histogram], allow_unproven: true}
         """))
     result = release_flow(ReleaseRequest(dataset=str(config), mechanism=toy, epsilon=0.5,
-                                         seed=3, evaluate=False))
+                                         seed=3, evaluate=False,
+                                         void_lifetime_guarantee=True))  # unproven: confirmed
     manifest = result["manifest"]
     assert manifest["mechanism"] == toy and manifest["epsilon_spent"] == pytest.approx(0.5)
     assert manifest["checks"]["passed"]

@@ -19,6 +19,7 @@ import yaml
 from flows.release import ReleaseRequest, release_flow
 from flows.review import ReviewDecision, set_local_reviewer
 from medrelease.privacy.ledger import Ledger
+from medrelease.storage.links import release_link
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 ROOT = Path(__file__).resolve().parent.parent
@@ -116,7 +117,7 @@ def test_approve_in_the_form_publishes_the_staged_release(home: Path, tmp_path: 
     with get_client(sync_client=True) as client:
         ended = client.read_flow_run(run.id).state
     assert ended.message.startswith(
-        f"Published: http://127.0.0.1:8765/releases/reviewed/{staged.name}")
+        f"Published: {release_link('reviewed', staged.name)}")
     folder = Path(result["path"])
     assert folder == home / "releases" / "reviewed" / staged.name and not staged.exists()
     assert json.loads((folder / "manifest.json").read_text())["release_id"] == staged.name

@@ -13,6 +13,7 @@ import pytest
 
 from flows.release import ReleaseRequest, release_flow
 from medrelease.privacy.ledger import Ledger
+from medrelease.storage.links import release_link
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
@@ -61,7 +62,7 @@ def test_kanon_with_the_confirmation_publishes_and_its_own_manifest_says_void(
     result = state.result()
     # After Submit, the run: named by what it releases; its log's first lines (after
     # Prefect's own two) and its state message give the release's portal URL.
-    url = f"http://127.0.0.1:8765/releases/nps-sample/{result['release_id']}"
+    url = release_link("nps-sample", result["release_id"])
     flow_lines = [r.getMessage() for r in caplog.records if r.name == "prefect.flow_runs"]
     assert url in flow_lines[2], flow_lines[:4]
     assert state.message.startswith(f"Published: {url}")
