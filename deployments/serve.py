@@ -28,7 +28,8 @@ from prefect.events import DeploymentEventTrigger
 from prefect.runner import Runner
 
 from flows.arrival import arrival_release_flow
-from flows.release import DATASET_DEFAULT, release_flow
+from flows.release import release_flow
+from flows.request_form import DATASET_DEFAULT
 from flows.watch import ARRIVED, watch_inbox_flow, watch_loop
 from medrelease.data.config import load_config, project_root
 from medrelease.storage.inbox import inbox_settings

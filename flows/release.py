@@ -14,7 +14,6 @@ every task argument looking for futures, and a dataset's taxonomies (a 5-digit z
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 from dataclasses import dataclass
 from typing import Annotated, Any
@@ -29,34 +28,26 @@ from prefect.states import Completed
 from prefect.task_runners import ThreadPoolTaskRunner
 from prefect.utilities.annotations import quote
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     ValidationError,
-    field_validator,
-    model_validator,
 )
 
 from flows.evaluate import evaluate_steps
 from flows.progress import report_progress
+from flows.request_form import (
+    ReleaseRequest,
+)
 from flows.review import await_review, summary_of
 from flows.states import REFUSALS, not_published, quiet_refusals, refused, skipped
-from medrelease.data.lattice import DEFAULT_BATCH_SIZE
 from medrelease.errors import ParameterError
 from medrelease.mechanisms import (
-    DEFAULT_RULE,
-    MECHANISMS,
     capabilities,
-    check_fits,
     get_mechanism,
-    labels,
-    name_from_label,
     uses_counts,
 )
-from medrelease.mechanisms.base import ReleaseContext, parse
+from medrelease.mechanisms.base import ReleaseContext
 from medrelease.privacy.ledger_backends import open_ledger
 from medrelease.release import (
-    PUBLIC_FACTS,
     candidates_frame,
     enforce_noise_rows,
     fixed_index,
@@ -66,7 +57,7 @@ from medrelease.release import (
 from medrelease.request import ResolvedRequest
 from medrelease.settings import ledger_location
 from medrelease.storage.links import release_link
-from medrelease.storage.store import StoreError, new_release_id, safe_relative
+from medrelease.storage.store import new_release_id
 from tasks.artifacts import table_artifact
 from tasks.budget import (
     Charge,
@@ -101,312 +92,8 @@ from tasks.publish import (
 )
 from tasks.report import publish_artifacts, publish_budget_artifacts, publish_release_summary
 from tasks.request import resolve_request
-from tasks.runners import RunnerKind, connect, fan_out_runner
+from tasks.runners import connect, fan_out_runner
 from tasks.synthetic import sample_rows, score_batch, select_and_measure, start_rounds
-
-DATASET_DEFAULT = "dataset default — the mechanism and parameters in its dataset.yaml"
-
-
-def _mechanism_dropdown(schema: dict[str, Any]) -> None:
-    """The form's dropdown, built from the registry each time a schema is made; each
-    mechanism's line says what it gives and, where it cannot release a bundled dataset, why."""
-    schema.pop("anyOf", None)
-    schema.update(type="string", enum=[DATASET_DEFAULT, *labels()])
-    schema["description"] = "Release mechanism, labelled with its privacy guarantee. " \
-        f"*Dataset default*: the mechanism its dataset.yaml names; {_default_rule()}. " \
-        "What each gives a researcher:\n\n" + "\n\n".join(
-            f"- **{name}**: {capabilities(name).gives}{_not_for(name)}"
-            for name in sorted(MECHANISMS))
-
-
-def _default_rule() -> str:
-    """``DEFAULT_RULE``'s choice, and each bundled dataset's default (``resolve_mechanism``)."""
-    defaults = []
-    for config in _bundled_configs():
-        try:
-            defaults.append(f"{config.name}: {resolve_mechanism(config).name}")
-        except Exception:  # a broken config is reported when it is released, not in the form
-            continue
-    return f"{DEFAULT_RULE} ({'; '.join(defaults)})" if defaults else DEFAULT_RULE
-
-
-SHORT_REASONS = (("class", "no class column with declared values"),
-                 ("set-valued", "a set-valued column"), ("public domains", "no declared domain"))
-
-
-def _bundled_configs() -> list[Any]:
-    """The bundled datasets' configs for the form's descriptions, read once per version of
-    their files: Prefect builds the form's schema at import, and reading every config for every
-    mechanism cost 0.4 s of each CLI run (issue 27)."""
-    from medrelease.data.config import project_root
-
-    paths = sorted((project_root() / "datasets").glob("*/dataset.yaml"))
-    return list(_configs_of(tuple((str(p), p.stat().st_mtime_ns) for p in paths)))
-
-
-@functools.lru_cache(maxsize=4)
-def _configs_of(versions: tuple[tuple[str, int], ...]) -> tuple[Any, ...]:
-    from medrelease.data.config import load_config
-
-    configs = []
-    for path, _ in versions:
-        try:
-            configs.append(load_config(path))
-        except Exception:  # a broken config is reported when it is released, not in the form
-            continue
-    return tuple(configs)
-
-
-def _not_for(mechanism: str) -> str:
-    """" *(not for adult-ipa, nps-sample: no class column …)*" for the bundled datasets the
-    mechanism cannot release (``check_fits``), so the form says why beside the option."""
-    by_reason: dict[str, list[str]] = {}
-    for config in _bundled_configs():
-        try:
-            check_fits(config, mechanism)
-        except ParameterError as exc:
-            reason = next((short for key, short in SHORT_REASONS if key in str(exc)), str(exc))
-            by_reason.setdefault(reason, []).append(config.name)
-        except Exception:
-            continue
-    parts = [f"{', '.join(names)}: {reason}" for reason, names in by_reason.items()]
-    return f" *(not for {'; '.join(parts)})*" if parts else ""
-
-
-def _dataset_units(schema: dict[str, Any]) -> None:
-    """The privacy unit of each bundled dataset beside the dataset box, with a warning where a
-    config declares identifiers but no unit (the guarantee then protects one row)."""
-    units = []
-    for config in _bundled_configs():
-        privacy = config.privacy
-        if config.unit_column:
-            units.append(f"{config.name}: one {privacy.unit_words} (at most "
-                         f"{privacy.max_rows_per_unit} {privacy.row_words}s)")
-        else:
-            units.append(f"{config.name}: one row" + (" — WARNING: identifier column(s), no "
-                                                      "unit declared" if config.unit_warning
-                                                      else ""))
-    schema["description"] += ". Privacy unit: " + "; ".join(units)
-
-
-def _plain(kind: str):
-    """One plain input box (left empty = not given) instead of a choice between a type and
-    'None', which both Prefect UIs render as a toggle or hide."""
-    def apply(schema: dict[str, Any]) -> None:
-        schema.pop("anyOf", None)
-        schema.pop("default", None)  # a null default would be sent as null and fail the type
-        schema["type"] = kind
-    return apply
-
-
-def _epsilon_help(schema: dict[str, Any]) -> None:
-    """What epsilon means, then per bundled dataset its per-release cap and its source's
-    budget left when the form was built (the '<dataset>-budget' artifact is current)."""
-    _plain("number")(schema)
-    from medrelease.privacy.ledger_backends import epsilon_left_glance
-
-    per_dataset = []
-    for config in _bundled_configs():
-        left = epsilon_left_glance(ledger_location(), config.source_id)
-        budget = (f"{config.privacy.lifetime_epsilon:g} of {config.privacy.lifetime_epsilon:g}"
-                  " left" if left is None else "lifetime guarantee VOID" if left[1]
-                  else f"{left[0]:g} left")
-        per_dataset.append(f"{config.name}: at most {config.policy.max_epsilon:g} a release; "
-                           f"source {config.source_id}: {budget}")
-    schema["description"] = (
-        "How much privacy this release may cost: smaller = more private and more noise (less "
-        "accurate), larger = more accurate and less private; it is taken from the source's "
-        "lifetime budget for good. Empty = the dataset config's value, else 1. Syntactic "
-        "models and pseudonymization take none. Per-release cap and budget left (when this "
-        "form was built; each dataset's budget artifact, e.g. 'nps-sample-budget', is "
-        "current): "
-        + "; ".join(per_dataset))
-
-
-def _parameters_help(schema: dict[str, Any]) -> None:
-    hidden = {"epsilon", *PUBLIC_FACTS}
-    lines = [f"{name}: {', '.join(f for f in impl.Params.model_fields if f not in hidden) or '-'}"
-             for name, impl in sorted(MECHANISMS.items())]
-    schema["description"] = ("Optional, as JSON, e.g. {\"suppression_threshold\": 3}; a "
-                             "parameter the chosen mechanism does not take is refused by name "
-                             "(`medrelease mechanisms` describes each). " + "; ".join(lines))
-
-
-ENGINEERING_FIELDS = ("batch_size", "destination", "task_runner")
-
-
-class RunSettings(BaseModel):
-    """How the run is carried out, not what is released: for engineers (the steward's form
-    keeps them under one heading, after its own fields; their defaults are right for a steward)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    batch_size: int = Field(
-        default=DEFAULT_BATCH_SIZE, ge=1, le=4096,
-        description="Lattice nodes per scoring task (1 = one per node)"
-    )
-    destination: str | None = Field(
-        default=None, json_schema_extra=_plain("string"),
-        description="Optional sub-folder of the release store for this release",
-    )
-    task_runner: RunnerKind = Field(
-        default="thread", description="Fan-out of lattice scoring: 'thread' (default, fastest on "
-                                      "one machine) or 'dask' (a local cluster, or the scheduler "
-                                      "the deployment names in MEDRELEASE_DASK_ADDRESS)"
-    )
-
-    @field_validator("destination")
-    @classmethod
-    def _destination_inside_store(cls, value: str | None) -> str | None:
-        # Checked here, before any budget is charged, not only when publishing.
-        if value is not None:
-            try:
-                safe_relative(value, "destination")
-            except StoreError as exc:
-                raise ValueError(str(exc)) from None
-        return value
-
-
-class ReleaseRequest(BaseModel):
-    """What a steward fills in to release a dataset: the mechanism, its epsilon and, optionally,
-    advanced parameters that the chosen mechanism checks. Empty fields fall back to the
-    dataset's own config, then to the registry's default for the dataset (aim where it
-    declares an informative domain, else ipa) and the mechanism's own defaults. After Submit,
-    the run is under Runs (left menu), named by dataset, mechanism and epsilon; the first lines
-    of its log give the release's portal URL, or why it was refused."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    dataset: str = Field(
-        default="nps-sample", title="Dataset",
-        description="Dataset name (the folder under datasets/ holding its dataset.yaml) or the "
-                    "path of a dataset YAML",
-        json_schema_extra=_dataset_units,
-    )
-    mechanism: str | None = Field(
-        default=DATASET_DEFAULT, title="Mechanism", validate_default=True,
-        description="Release mechanism, labelled with its privacy guarantee",
-        json_schema_extra=_mechanism_dropdown,
-    )
-    epsilon: float | None = Field(
-        default=None, title="Epsilon", json_schema_extra=_epsilon_help,
-        description="The privacy budget this release spends",
-    )
-    parameters: dict[str, Any] = Field(
-        default_factory=dict, title="Advanced: mechanism parameters",
-        json_schema_extra=_parameters_help,
-    )
-    void_lifetime_guarantee: bool = Field(
-        default=False, title="Void the lifetime guarantee (mechanisms without a proven DP "
-                             "guarantee)",
-        description="Needed for kanon, mondrian, pseudonymize, ipa-paper and any mechanism "
-                    "labelled without a proven DP guarantee, while the source's lifetime "
-                    "guarantee still holds. Ticking it accepts that this release voids that "
-                    "guarantee FOR GOOD: every later release of the source says VOID, and no "
-                    "total of its releases is a differential-privacy guarantee any more. "
-                    "Without it such a request is refused before anything is read or spent. "
-                    "A DP mechanism ignores it.",
-    )
-    input_path: str | None = Field(
-        default=None, json_schema_extra=_plain("string"),
-        description="Release this file instead of the config's input (a new extract)"
-    )
-    seed: int | None = Field(
-        default=None, ge=0, json_schema_extra=_plain("integer"),
-        description="TEST ONLY: a fixed seed makes the release reproducible, so it becomes a "
-                    "TEST release: written to the test store (never published) with TEST in "
-                    "its file names, and marked as test in the ledger. Leave empty for a real "
-                    "release.",
-    )
-    skip_unchanged: bool = Field(
-        default=False, title="Skip if the input is unchanged",
-        description="Release only if this extract differs from the last one released from "
-                    "this dataset (scheduled runs set this); otherwise finish with 'no new "
-                    "data' and spend nothing",
-    )
-    evaluate: bool = Field(
-        default=True, description="Afterwards, write the internal utility/risk report with plots "
-                                  "(evaluations folder, never published)"
-    )
-
-    run_settings: RunSettings = Field(
-        default_factory=RunSettings, title="Run settings (for engineers: leave as they are)",
-        description="Scoring batch size, task runner and a destination sub-folder: how the run "
-                    "is carried out, not what is released")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _engineering_fields_flat(cls, data: Any) -> Any:
-        """Also accept ``batch_size``, ``task_runner``, ``destination`` at the top level (the
-        CLI, schedules, API callers and older runs send them there)."""
-        if not isinstance(data, dict) or not set(ENGINEERING_FIELDS) & set(data):
-            return data
-        data = dict(data)
-        settings = dict(data.get("run_settings") or {})
-        for name in ENGINEERING_FIELDS:
-            if name in data:
-                settings[name] = data.pop(name)
-        data["run_settings"] = settings
-        return data
-
-    @property
-    def batch_size(self) -> int:
-        return self.run_settings.batch_size
-
-    @property
-    def task_runner(self) -> str:
-        return self.run_settings.task_runner
-
-    @property
-    def destination(self) -> str | None:
-        return self.run_settings.destination
-
-    @model_validator(mode="before")
-    @classmethod
-    def _nested_mechanism(cls, data: Any) -> Any:
-        """Also accept ``mechanism: {"mechanism": name, **params}`` (API callers, older runs)."""
-        if not isinstance(data, dict) or not isinstance(data.get("mechanism"), dict):
-            return data
-        data, nested = dict(data), dict(data["mechanism"])
-        if data.get("parameters") or data.get("epsilon") is not None:
-            raise ValueError("give the mechanism's parameters either nested in 'mechanism' or "
-                             "as 'epsilon' and 'parameters', not both")
-        data["mechanism"] = nested.pop("mechanism", None)
-        data["epsilon"] = nested.pop("epsilon", None)
-        data["parameters"] = nested
-        return data
-
-    @field_validator("mechanism")
-    @classmethod
-    def _registered(cls, value: str | None) -> str | None:
-        if value is None or value == DATASET_DEFAULT or not value.strip():
-            return None
-        try:
-            return name_from_label(value)
-        except ParameterError as exc:
-            raise ValueError(str(exc)) from None
-
-    @model_validator(mode="after")
-    def _parameters_fit(self) -> ReleaseRequest:
-        """Unknown or misplaced parameters are refused here, naming them, before any run work."""
-        if self.mechanism is None:
-            return self
-        impl = get_mechanism(self.mechanism)
-        known = set(impl.Params.model_fields) - set(PUBLIC_FACTS)
-        unknown = sorted(set(self.parameters) - known)
-        if unknown:
-            raise ValueError(f"{self.mechanism} does not take {', '.join(unknown)}; it takes: "
-                             f"{', '.join(sorted(known)) or 'nothing'}")
-        if self.epsilon is not None and "epsilon" not in known:
-            raise ValueError(f"{self.mechanism} takes no epsilon ({impl.capabilities.summary}); "
-                             "leave epsilon empty")
-        given = {**self.parameters, **({} if self.epsilon is None else {"epsilon": self.epsilon})}
-        try:  # each value against the mechanism's own model (budget rules come at planning)
-            parse(impl.Params, given, self.mechanism)
-        except ParameterError as exc:
-            raise ValueError(str(exc)) from None
-        return self
-
 
 
 def run_name() -> str:

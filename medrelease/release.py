@@ -39,10 +39,6 @@ from medrelease.mechanisms.base import (
     declared_draws,
     summarize,
 )
-
-# (flows/release.py imports PUBLIC_FACTS, tasks/publish.py MaterializedRelease and ReleasePlan
-# from here; new code imports them from medrelease.plan)
-from medrelease.plan import PUBLIC_FACTS as PUBLIC_FACTS
 from medrelease.plan import (
     MaterializedRelease,
     PublicFacts,

@@ -23,6 +23,7 @@ from prefect.cache_policies import NO_CACHE
 from medrelease.data.config import DatasetConfig
 from medrelease.mechanisms import capabilities
 from medrelease.mechanisms.base import ReleaseContext
+from medrelease.plan import MaterializedRelease, ReleasePlan
 from medrelease.privacy.publication import (
     DETAILS,
     BoundaryError,
@@ -32,7 +33,6 @@ from medrelease.privacy.publication import (
     render_public_report,
     split_facts,
 )
-from medrelease.release import MaterializedRelease, ReleasePlan
 from medrelease.settings import staging_root, steward_root, store_root, test_store_root
 from medrelease.storage.store import CSV_TEXT_SAFETY, ReleaseStore, StewardRecords
 from schemas.manifest import PublicManifest, StewardRecord
