@@ -46,7 +46,6 @@ from medrelease.mechanisms import (
     uses_counts,
 )
 from medrelease.mechanisms.base import ReleaseContext
-from medrelease.privacy.ledger_backends import open_ledger
 from medrelease.release import (
     candidates_frame,
     enforce_noise_rows,
@@ -63,6 +62,7 @@ from tasks.budget import (
     Charge,
     artifact_key,
     charge_budget,
+    charged,
     check_before_charge,
     finalize_spend,
 )
@@ -262,25 +262,21 @@ def _release_resolved(request: ReleaseRequest, budget: BudgetInView, resolved: R
         fan_out.close()
         raise
     try:
-        with fan_out:  # the runner started before the charge; closed after the fan-out
-            if capabilities(resolved.mechanism).kind == "synthetic":
-                chosen, candidates = _synthesize(config, counts, release_plan, runner)
-            else:
-                chosen, candidates = _choose_and_materialize(request, config, context,
-                                                             release_plan, runner, fixed)
-        checks = check_output(quote(config), quote(context), quote(chosen),
-                              release_plan.mechanism)
-        facts = RunFacts(config, input_info, release_plan, context, chosen, charge, checks,
-                         candidates, run_id, resolved.requested_at, release_id)
-        if config.review == "required":
-            return _reviewed(request, budget, facts, ledger, counts)
-        published = publish_release(quote(facts), request.destination)
-        finalize_spend(ledger, charge.spend_id, "released", release_id=published.release_id)
-    except BaseException as exc:
-        # The reservation stays counted: noise may have been drawn before the failure.
-        # Marked directly, not as a task, so it also happens when the run is being cancelled.
-        open_ledger(ledger).mark(charge.spend_id, "failed", note=f"{type(exc).__name__}: {exc}"[:500])
-        raise
+        with charged(ledger, charge):
+            with fan_out:  # the runner started before the charge; closed after the fan-out
+                if capabilities(resolved.mechanism).kind == "synthetic":
+                    chosen, candidates = _synthesize(config, counts, release_plan, runner)
+                else:
+                    chosen, candidates = _choose_and_materialize(request, config, context,
+                                                                 release_plan, runner, fixed)
+            checks = check_output(quote(config), quote(context), quote(chosen),
+                                  release_plan.mechanism)
+            facts = RunFacts(config, input_info, release_plan, context, chosen, charge, checks,
+                             candidates, run_id, resolved.requested_at, release_id)
+            if config.review == "required":
+                return _reviewed(request, budget, facts, ledger, counts)
+            published = publish_release(quote(facts), request.destination)
+            finalize_spend(ledger, charge.spend_id, "released", release_id=published.release_id)
     finally:
         fan_out.close()  # no-op when the fan-out already closed it
     return _with_artifacts(request, published, run_id, candidates, budget, counts)
@@ -429,7 +425,7 @@ def _release_directly(request: ReleaseRequest, budget: BudgetInView, config, fra
                       run_id: str | None, requested_at=None,
                       release_id: str | None = None) -> dict[str, Any]:
     """Mechanisms without a lattice search (Mondrian, pseudonymization, DiffGen)."""
-    try:
+    with charged(ledger, charge):
         chosen = release_rows(quote(config), quote(frame), release_plan)
         checks = check_output(quote(config), None, quote(chosen), release_plan.mechanism)
         facts = RunFacts(config, input_info, release_plan, None, chosen, charge, checks,
@@ -438,9 +434,6 @@ def _release_directly(request: ReleaseRequest, budget: BudgetInView, config, fra
             return _reviewed(request, budget, facts, ledger, None)
         published = publish_release(quote(facts), request.destination)
         finalize_spend(ledger, charge.spend_id, "released", release_id=published.release_id)
-    except BaseException as exc:
-        open_ledger(ledger).mark(charge.spend_id, "failed", note=f"{type(exc).__name__}: {exc}"[:500])
-        raise
     return _with_artifacts(request, published, run_id, pd.DataFrame(), budget)
 
 

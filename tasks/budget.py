@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from prefect import get_run_logger, task
@@ -132,3 +134,16 @@ def charge_budget(
 def finalize_spend(ledger_path: str, spend_id: str, status: str, release_id: str | None = None,
                    note: str | None = None) -> None:
     open_ledger(ledger_path).mark(spend_id, status, release_id=release_id, note=note)
+
+
+@contextmanager
+def charged(ledger: str, charge: Charge) -> Iterator[None]:
+    """The work after a charge: any failure, a cancellation included, marks the spend
+    'failed' and re-raises. The reservation stays counted (noise may have been drawn before the
+    failure); marked directly, not as a task, so it also happens while the run is cancelled."""
+    try:
+        yield
+    except BaseException as exc:
+        open_ledger(ledger).mark(charge.spend_id, "failed",
+                                 note=f"{type(exc).__name__}: {exc}"[:500])
+        raise
