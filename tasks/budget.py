@@ -5,14 +5,13 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from medrelease.data.config import DatasetConfig
 from medrelease.plan import ReleasePlan
-from medrelease.privacy.ledger import BudgetState, SpendRequest, request_record
+from medrelease.privacy.ledger import Charge, SpendRequest, request_record
 from medrelease.privacy.ledger_backends import open_ledger, reconcile
 from medrelease.release import plan_for_config
 from medrelease.settings import steward_root, store_root, test_store_root
@@ -28,22 +27,6 @@ from tasks.artifacts import markdown_artifact
 def artifact_key(dataset: str, what: str) -> str:
     """Artifact keys allow lower-case letters, digits and dashes only."""
     return f"{dataset.replace('_', '-')}-{what}"
-
-
-@dataclass(frozen=True)
-class Charge:
-    """A reservation in the ledger, the source's budget as it stands once the release is
-    published, and the request as journaled (the steward record keeps it, to restore)."""
-
-    spend_id: str
-    lifetime: BudgetState
-    request: dict | None = None
-    voids_lifetime: bool = False  # this release, once published, voids its source's guarantee
-
-    def public_lifetime(self) -> dict:
-        """The lifetime as the release's own manifest states it: void from this release on
-        when this release is the one that voids it, and saying so."""
-        return {**self.lifetime.public(), "voided_by_this_release": self.voids_lifetime}
 
 
 @task(name="plan-release", cache_policy=NO_CACHE)

@@ -23,7 +23,7 @@ from medrelease.data.aggregate import (
     merge_count_tables,
 )
 from medrelease.data.config import DatasetConfig, find_config
-from medrelease.data.extract import ExtractFile, ResolvedExtract, extract_digest
+from medrelease.data.extract import ExtractFile, InputInfo, ResolvedExtract, extract_digest
 from medrelease.data.grouped_input import grouped_count_table
 from medrelease.data.units import UnitBound, bound_frame
 from medrelease.errors import InputValidationError, write_steward_log
@@ -33,16 +33,6 @@ from medrelease.storage.store import StewardRecords
 from schemas.input import missing_rows, validate_input
 from tasks.artifacts import table_artifact
 from tasks.budget import artifact_key
-
-
-@dataclass(frozen=True)
-class InputInfo:
-    path: str
-    sha256: str
-    rows: int
-    dropped_rows: int = 0
-    unit_bound: dict | None = None  # what the privacy unit's bound cut (steward only)
-    rows_sha256: str | None = None  # the digest of the parsed rows (steward only)
 
 
 @task(name="load-dataset-config", cache_policy=NO_CACHE)

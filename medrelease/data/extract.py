@@ -200,3 +200,16 @@ def _refuse_identical_partitions(files: list[ExtractFile]) -> None:
                     "would be counted twice while the budget is charged once. Remove the copy "
                     "from the input folder. Nothing was read or spent.")
             seen[key] = name
+
+
+@dataclass(frozen=True)
+class InputInfo:
+    """What the run read: the extract's path and hashes, its rows, and what validation and the
+    privacy unit's bound dropped (steward facts: never published)."""
+
+    path: str
+    sha256: str
+    rows: int
+    dropped_rows: int = 0
+    unit_bound: dict | None = None  # what the privacy unit's bound cut (steward only)
+    rows_sha256: str | None = None  # the digest of the parsed rows (steward only)

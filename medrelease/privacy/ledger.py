@@ -314,6 +314,22 @@ class BudgetState:
                 "statement": self.statement()}
 
 
+@dataclass(frozen=True)
+class Charge:
+    """A reservation in the ledger, the source's budget as it stands once the release is
+    published, and the request as journaled (the steward record keeps it, to restore)."""
+
+    spend_id: str
+    lifetime: BudgetState
+    request: dict | None = None
+    voids_lifetime: bool = False  # this release, once published, voids its source's guarantee
+
+    def public_lifetime(self) -> dict:
+        """The lifetime as the release's own manifest states it: void from this release on
+        when this release is the one that voids it, and saying so."""
+        return {**self.lifetime.public(), "voided_by_this_release": self.voids_lifetime}
+
+
 # Within one journaled change every timestamp is the change's own (its journal line's ``at``),
 # so that replaying the journal rebuilds the ledger byte for byte.
 _CLOCK: ContextVar[str | None] = ContextVar("medrelease_ledger_clock", default=None)

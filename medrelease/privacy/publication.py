@@ -20,16 +20,27 @@ A fact on neither list is an error: a new field must be placed on one side delib
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from enum import StrEnum
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from medrelease.data.config import DatasetConfig
+from medrelease.data.extract import InputInfo
 from medrelease.errors import MedreleaseError
 from medrelease.evidence.risk import risk_of_cells
+from medrelease.mechanisms import capabilities
+from medrelease.mechanisms.base import ReleaseContext
+from medrelease.plan import MaterializedRelease, ReleasePlan
+from medrelease.privacy.ledger import Charge
 from medrelease.storage.released_rows import ROWS, ReleasedRows
+from medrelease.storage.store import CSV_TEXT_SAFETY
+from schemas.output import CheckReport
 
 
 class Basis(StrEnum):
@@ -350,3 +361,167 @@ def render_error_bars(bars: dict[str, Any]) -> list[str]:
             lines.append(f"| {' × '.join(m['columns'])} | {levels} | {m['basis']} | {bound} |")
         lines.append("")
     return lines
+
+
+# -- the run's facts, as the publication splits them ------------------------------------
+
+# Mechanism summaries that may be published, each with its basis (privacy/publication.py).
+PUBLIC_DETAILS = tuple(DETAILS)
+# The record attribute (log ``extra``) with the published folder: the CLI says "published"
+# from it without parsing the message, before the evidence report is written.
+PUBLISHED_KEY = "medrelease_published"
+
+
+def package_version() -> str:
+    try:
+        return version("medrelease")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+@dataclass(frozen=True)
+class PublishResult:
+    release_id: str
+    path: str
+    manifest: dict
+    record: dict
+    test_release: bool
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What one release run produced, before it is split at the publication boundary."""
+
+    config: DatasetConfig
+    input_info: InputInfo
+    release_plan: ReleasePlan
+    context: ReleaseContext | None
+    chosen: MaterializedRelease
+    charge: Charge
+    checks: CheckReport
+    candidates: pd.DataFrame
+    flow_run_id: str | None
+    requested_at: datetime | None = None  # when the request was resolved, before any read
+    release_id: str | None = None  # drawn at resolution (the run's first log lines name it)
+
+
+def _selection(candidates: pd.DataFrame, chosen_index: int) -> dict[str, Any]:
+    """How the node was chosen (computed from the input: steward only)."""
+    if candidates.empty or "selection_probability" not in candidates:
+        return {"candidates": 0}
+    probs = candidates.set_index("index")["selection_probability"]
+    best = candidates.sort_values(["il", "index"]).iloc[0]
+    scored = {}
+    if "score" in candidates and candidates["score"].notna().any():  # ipa: the score U
+        top = candidates.loc[candidates["score"].idxmax()]
+        scored = {"top_score_node_index": int(top["index"]),
+                  "top_score_probability": float(top["selection_probability"])}
+    return {**scored, "candidates": len(candidates), "chosen_index": chosen_index,
+            "chosen_probability": float(probs.get(chosen_index, float("nan"))),
+            "best_il_node_index": int(best["index"]),
+            "best_il_node_probability": float(probs[int(best["index"])]),
+            "uniform_probability": 1.0 / len(candidates),
+            "il_min": float(candidates["il"].min()), "il_max": float(candidates["il"].max())}
+
+
+def _declared_rows_check(config: DatasetConfig, rows: int) -> str | None:
+    bound = config.privacy.max_rows
+    if bound is None:
+        return None
+    where = "within" if rows <= bound else "ABOVE"
+    return f"the input has {rows:,} rows, {where} the declared bound privacy.max_rows={bound:,}"
+
+
+def public_facts(run: RunFacts, release_id: str) -> dict[str, Any]:
+    """What the published manifest carries: public parameters, identities, the mechanism's
+    outputs and figures of the released rows (``PUBLISHED`` says each field's basis)."""
+    plan, chosen, config = run.release_plan, run.chosen, run.config
+    guarantee = plan.guarantee
+    steps = [s.as_dict() for s in plan.budget_steps]
+    columns = chosen.rows.columns
+    dims = [c for c in config.dimensions + config.set_valued if c in columns]
+    node = (dict(zip(run.context.counts.dimensions, map(int, chosen.node), strict=True))
+            if run.context is not None else {})
+    return {
+        "release_id": release_id,
+        # the day only: a time of day would tell how long the run took (it grows with n)
+        "created_at": (run.requested_at or datetime.now(UTC)).date().isoformat(),
+        "test_release": plan.random.test_release,
+        "dataset": config.name, "source": config.source_id,
+        "package_version": package_version(),
+        "mechanism": plan.mechanism, "parameters": plan.params.model_dump(mode="json"),
+        "guarantee": {**guarantee.as_dict(), "statement": guarantee.statement()},
+        "budget_steps": steps,
+        "epsilon_spent": sum(s["epsilon"] for s in steps),
+        "delta_spent": sum(s["delta"] for s in steps),
+        "lifetime": run.charge.public_lifetime(),
+        "seed_policy": plan.random.seed_policy,
+        "randomness": plan.random.randomness,
+        "columns": public_columns(config, columns),
+        "checks": {"passed": run.checks.success, "checks": run.checks.public},
+        "files": published_file_names(plan.random.test_release, tuple(chosen.tables)),
+        "text_safety": {"csv": CSV_TEXT_SAFETY, "parquet": "raw values"},
+        "chosen_node": node, "chosen_node_height": int(sum(chosen.node)),
+        "mechanism_details": {k: v for k, v in chosen.details.items() if k in PUBLIC_DETAILS},
+        "error_bars": chosen.error_bars or no_error_bars(plan.mechanism),
+        **released_figures(chosen.rows, dims),
+    }
+
+
+def declared_tables(chosen: MaterializedRelease, mechanism: str) -> dict[str, pd.DataFrame]:
+    """The tables the mechanism declares it publishes, exactly those (a missing or an extra
+    one stops the release before anything is written)."""
+    declared = set(capabilities(mechanism).published_tables)
+    if set(chosen.tables) != declared:
+        raise BoundaryError(f"{mechanism} declares published tables {sorted(declared)} but its "
+                            f"release made {sorted(chosen.tables)}")
+    return dict(chosen.tables)
+
+
+def no_error_bars(mechanism: str) -> dict[str, Any]:
+    """What a release without intervals says instead (a mechanism that adds no noise, or one
+    whose intervals are not derived here)."""
+    caps = capabilities(mechanism)
+    statement = ("no noise is added: released counts are the input's for the rows released; "
+                 "rows suppressed or withheld are missing from them (see the checks)"
+                 if not caps.draws_declared_steps and caps.kind != "synthetic" else
+                 "no error bars are derived for this mechanism")
+    return {"level": None, "statement": statement}
+
+
+def steward_facts(run: RunFacts) -> dict[str, Any]:
+    """What only the steward record carries: everything computed from the raw input, and the
+    run's internal identities."""
+    plan, chosen, config = run.release_plan, run.chosen, run.config
+    guarantee, il = plan.guarantee, chosen.il
+    return {
+        "flow_run_id": run.flow_run_id, "ledger_spend_id": run.charge.spend_id,
+        "requested_at": (run.requested_at or datetime.now(UTC)).isoformat(timespec="seconds"),
+        "published_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "ledger_charge": {"source": config.source_id, "mechanism": plan.mechanism,
+                          "epsilon": float(guarantee.epsilon or 0.0),
+                          "delta": float(guarantee.delta or 0.0), "dp": guarantee.proven,
+                          "cap_epsilon": run.charge.lifetime.lifetime_epsilon,
+                          "cap_delta": run.charge.lifetime.lifetime_delta,
+                          "privacy_unit": guarantee.neighbouring,
+                          # the journaled request: claims, input, policy, owner (to restore)
+                          "request": run.charge.request},
+        "input_file": run.input_info.path, "input_sha256": run.input_info.sha256,
+        "input_rows_sha256": run.input_info.rows_sha256,
+        "input_rows": run.input_info.rows, "dropped_rows": run.input_info.dropped_rows,
+        "unit_bound": run.input_info.unit_bound,
+        "dataset_config": config.model_dump(mode="json"),
+        "information_loss": ({"ncp": il.ncp, "emd": il.emd, "rate": il.rate, "il": il.il}
+                             if il is not None else {}),
+        "selection": _selection(run.candidates, chosen.index),
+        "output_checks": {"success": run.checks.success, "results": run.checks.results},
+        "lifetime_cap_note": run.charge.lifetime.cap_note,
+        "declared_rows_check": _declared_rows_check(config, run.input_info.rows),
+    }
+
+
+def _steward_files(run: RunFacts) -> dict[str, str]:
+    return {"candidates.csv": run.candidates.to_csv(index=False),
+            "checks.json": json.dumps({"success": run.checks.success,
+                                       "results": run.checks.results,
+                                       "suite": run.checks.suite}, indent=2, default=str)}
