@@ -23,10 +23,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 SPENT: dict[str, float] = defaultdict(float)
+CPU: dict[str, float] = defaultdict(float)  # process CPU time (all threads) in the same spans
 CALLS: dict[str, int] = defaultdict(int)
+COMPILES: list[float] = []
 
 
-def timed(owner: object, name: str, label: str) -> None:
+def timed(owner: object, name: str, label: str, block: bool = False) -> None:
     """Wrap ``owner.name`` so its wall time adds to ``SPENT[label]`` (outermost call only)."""
     inner = getattr(owner, name)
     active = [0]
@@ -35,12 +37,18 @@ def timed(owner: object, name: str, label: str) -> None:
         if active[0]:
             return inner(*args, **kwargs)
         active[0] += 1
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         try:
-            return inner(*args, **kwargs)
+            result = inner(*args, **kwargs)
+            if block:  # jax dispatches asynchronously: wait for the numbers
+                import jax
+
+                jax.block_until_ready(result)
+            return result
         finally:
             active[0] -= 1
             SPENT[label] += time.perf_counter() - started
+            CPU[label] += time.process_time() - cpu
             CALLS[label] += 1
 
     setattr(owner, name, wrapper)
@@ -53,6 +61,7 @@ def listen_to_jax() -> None:
         if event == "/jax/core/compile/backend_compile_duration":
             SPENT["jax: backend compile (XLA)"] += seconds
             CALLS["jax: backend compile (XLA)"] += 1
+            COMPILES.append(seconds)
         elif event == "/jax/core/compile/jaxpr_trace_duration":
             SPENT["jax: tracing"] += seconds
         elif event == "/jax/core/compile/jaxpr_to_mlir_module_duration":
@@ -72,6 +81,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1000)
     parser.add_argument("--params", default="{}", help="extra aim parameters (JSON)")
     parser.add_argument("--no-error", dest="error", action="store_false")
+    parser.add_argument("--mbi-sampler", action="store_true",
+                        help="measure without one change: mbi's own sampler")
     args = parser.parse_args()
     process_start = time.perf_counter()
 
@@ -94,28 +105,44 @@ def main() -> None:
 
     pgm.mbi()
     listen_to_jax()
-    timed(pgm, "estimate", "mirror descent (pgm.estimate, compilation included)")
+    if args.mbi_sampler:
+        import numpy as np
+
+        def sample(model, rows, seed):
+            np.random.seed(seed % 2**32)
+            data = model.synthetic_data(rows=rows)
+            return {n: np.asarray(data.data[n], dtype=np.int64) for n in model.domain.attributes}
+
+        pgm.sample = sample
+    timed(pgm, "estimate", "mirror descent (pgm.estimate, compilation included)", block=True)
     timed(pgm, "sample", "sampling (pgm.sample)")
     timed(aim_rounds.AIMRounds, "score", "scoring (AIMRounds.score)")
+    timed(aim_rounds.AIMRounds, "synthesize", "final fit + sampling (AIMRounds.synthesize)")
     timed(aim_rounds.AIMRounds, "_model_answer", "model answers for annealing")
     timed(synthetic, "researcher_error_bars", "error bars")
 
     from medrelease.release import PublicFacts, plan_release
 
     params = {"epsilon": args.eps, **json.loads(args.params)}
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     plan = plan_release("aim", params, 0, args.seed, PublicFacts.of(config))
     run = synthetic.aim_rounds(counts, config, plan)
     run.run()
     result = synthetic.synthetic_release(run, counts, plan)
-    wall = time.perf_counter() - started
+    wall, cpu = time.perf_counter() - started, time.process_time() - cpu
 
     print(f"table {args.table} ({counts.n_rows:,} rows, {len(counts.counts):,} cells), eps "
-          f"{args.eps:g}, seed {args.seed}, params {params}")
-    print(f"release (rounds + sampling + error bars): {wall:6.1f} s; process until release "
+          f"{args.eps:g}, seed {args.seed}, params {params}, mbi sampler {args.mbi_sampler}, compile cache "
+          f"{pgm.compile_cache_folder()}")
+    print(f"release (rounds + sampling + error bars): {wall:6.1f} s wall, {cpu:6.1f} s CPU "
+          f"(all threads; less sensitive to a loaded machine); process until release "
           f"done {time.perf_counter() - process_start:6.1f} s; rounds {len(run.state.records)}")
     for label, seconds in sorted(SPENT.items(), key=lambda kv: -kv[1]):
-        print(f"  {label:55s} {seconds:7.1f} s  ({CALLS.get(label, 0)} calls)")
+        cpu_part = f"{CPU[label]:7.1f} s CPU" if label in CPU else " " * 13
+        print(f"  {label:55s} {seconds:7.1f} s wall {cpu_part} ({CALLS.get(label, 0)} calls)")
+    if COMPILES:
+        print("  largest compilations (s wall): "
+              + ", ".join(f"{c:.1f}" for c in sorted(COMPILES, reverse=True)[:8]))
     if args.error:
         from medrelease.evidence.workload import workload_error
 

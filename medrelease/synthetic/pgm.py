@@ -10,7 +10,6 @@ compile-cache key) and with its operator norm, so mbi needs no power iteration.
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass
 from functools import cache
@@ -139,49 +138,14 @@ def estimate(model_domain: Any, measurements: list, iters: int, total: float,
     noisy total of the leaf-level 1-way measurements; stops early once the loss improves by
     less than ``tol`` (relative) over two blocks of 50 steps (mbi's own rule).
 
-    mbi's ``MirrorDescent.estimate`` with its start and its end each as ONE compiled program
-    per model structure (``_compiled_steps``): mbi runs them op by op, and a fresh process
-    compiles every op of the message passing anew for each new shape (415 programs on Adult,
-    191 s of a 516 s run, most of them these). The steps in between are mbi's own jitted
-    ``_multi_step``; the numbers are the same programs' numbers."""
+    mbi compiles one program per model structure for the steps and runs the start and end op
+    by op; jitting those two as one program each (12 programs instead of 119 on the NPS-like
+    sample) cost 1.3-1.5 s MORE compile CPU a run (docs/results/aim.md, dropped). Across
+    processes the compiled programs come from jax's persistent cache (``mbi()``)."""
     module = mbi()
-    start, finish = _compiled_steps()
-    estimator = module.estimation.MirrorDescent()
-    loss_fn = module.marginal_loss.from_linear_measurements(measurements, model_domain)
-    potentials = warm_start.potentials if warm_start is not None else None
-    state = start(model_domain, loss_fn, float(total), potentials)
-    previous, stalls = np.inf, 0
-    for _ in range(math.ceil(iters / module.estimation.CALLBACK_EVERY)):
-        state = estimator._multi_step(state, loss_fn, float(total))
-        if tol is None:
-            continue
-        loss = float(state.loss)
-        stalls = stalls + 1 if previous - loss <= tol * max(abs(loss), 1.0) else 0
-        previous = loss
-        if stalls >= 2:
-            break
-    return finish(state, float(total))
-
-
-@cache
-def _compiled_steps() -> tuple[Any, Any]:
-    """mbi's mirror-descent start (``_init``) and end (``_finalize``) jitted, the domain
-    static: jax keeps one program per model structure and reuses it across rounds, runs and,
-    with the persistent cache, processes."""
-    import jax
-    import jax.numpy as jnp
-
-    estimator = mbi().estimation.MirrorDescent()
-
-    def start(model_domain: Any, loss_fn: Any, total: float, potentials: Any) -> Any:
-        state = estimator._init(model_domain, loss_fn, total, warm_start=potentials)
-        # fresh buffers: ``_multi_step`` donates its state, the warm start stays usable
-        return jax.tree.map(jnp.copy, state)
-
-    def finish(state: Any, total: float) -> Any:
-        return estimator._finalize(state, total)
-
-    return jax.jit(start, static_argnums=0), jax.jit(finish)
+    return module.estimation.MirrorDescent().estimate(
+        model_domain, measurements, known_total=total, iters=iters, warm_start=warm_start,
+        tol=tol)
 
 
 def model_marginal(model: Any, clique: tuple[str, ...]) -> np.ndarray:
