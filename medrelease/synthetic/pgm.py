@@ -52,8 +52,11 @@ def compile_cache_folder() -> Path | None:
     """Where jax keeps compiled programs across processes: ``MEDRELEASE_COMPILE_CACHE`` if set
     ("off" disables), else ``<data home>/cache/jax``; None (no cache) when the folder cannot be
     made or written. Safe to delete at any time. What it holds: XLA programs keyed by jax on
-    the program text, jax/jaxlib version and machine; their constants are public (taxonomy
-    code maps, group weights of merged values); measurements are arguments, never baked in."""
+    the program text, jax/jaxlib version, flags and machine. Nothing here sees the data: a
+    program's constants can only be public (taxonomy code maps) or DP outputs (the group
+    weights of merged values); noisy measurements and the noisy total are its arguments. Two
+    processes writing one entry at once: a reader of a half-written entry gets an error that
+    jax turns into a warning and a compilation."""
     from medrelease.settings import data_home
 
     setting = os.environ.get(COMPILE_CACHE_ENV, "")
@@ -252,7 +255,8 @@ def sample(model: Any, rows: int, seed: int) -> dict[str, np.ndarray]:
     conditional given the attributes already drawn that share a junction-tree clique with it,
     by randomized rounding (within each group of rows with the same parents, the rows' ranks in
     a random order, jittered, read through the conditional CDF). mbi's version is a Python loop
-    over every parent group plus jax message passing op by op (46 s of a 259 s Adult run); this
+    over every parent group plus jax message passing op by op (90 s of a 516 s Adult run, 120 s
+    of 224 s at 1,361,000 rows, on a loaded machine; docs/results/aim.md); this
     one is vectorized, takes the marginals from the model's potentials in numpy
     (``ModelPotentials``) and draws from its own generator (``seed``). Its law is tested
     against mbi's on every clique marginal (tests/test_aim_sampler.py). Sampling is
