@@ -50,19 +50,24 @@ COMPILE_CACHE_ENV = "MEDRELEASE_COMPILE_CACHE"
 
 def compile_cache_folder() -> Path | None:
     """Where jax keeps compiled programs across processes: ``MEDRELEASE_COMPILE_CACHE`` if set
-    ("off" disables), else ``<data home>/cache/jax``; None (no cache) when the folder cannot be
-    made or written. Safe to delete at any time. What it holds: XLA programs keyed by jax on
-    the program text, jax/jaxlib version, flags and machine. Nothing here sees the data: a
-    program's constants can only be public (taxonomy code maps) or DP outputs (the group
-    weights of merged values); noisy measurements and the noisy total are its arguments. Two
-    processes writing one entry at once: a reader of a half-written entry gets an error that
-    jax turns into a warning and a compilation."""
-    from medrelease.settings import data_home
+    ("off" disables), else ``$MEDRELEASE_HOME/cache/jax`` (``var/cache/jax``); None (no
+    cache) when the folder cannot be made or written. Safe to delete at any time.
+
+    What it holds: XLA programs keyed by jax on the program text, jax/jaxlib version, flags
+    and machine. Nothing here sees the data: a program's constants can only be public
+    (taxonomy code maps) or DP outputs (the group weights of merged values); noisy
+    measurements and the noisy total are its arguments. Two processes writing one entry at
+    once: a reader of a half-written entry gets an error that jax turns into a warning and a
+    compilation."""
+    from medrelease.settings import project_root
 
     setting = os.environ.get(COMPILE_CACHE_ENV, "")
     if setting.lower() in {"off", "0", "false", "none"}:
         return None
-    folder = Path(setting) if setting else data_home() / "cache" / "jax"
+    # the process's data home, never a context's isolated one (the publication audit's
+    # neighbouring worlds are temporary; the cache is chosen once per process and outlives them)
+    home = Path(os.environ.get("MEDRELEASE_HOME", project_root() / "var"))
+    folder = Path(setting) if setting else home.resolve() / "cache" / "jax"
     try:
         folder.mkdir(parents=True, exist_ok=True)
         probe = folder / f".writable-{os.getpid()}"
