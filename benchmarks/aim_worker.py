@@ -47,7 +47,10 @@ def main() -> None:
     if any((v < 0).any() for v in out.values()):
         raise SystemExit("aim released a value outside the public domain")
     np.savez(job["out"], **out)
-    print(json.dumps({"seconds": seconds}))
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KB -> GB (Linux)
+    print(json.dumps({"seconds": seconds, "peak_gb": peak}))
 
 
 if __name__ == "__main__":

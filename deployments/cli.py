@@ -96,7 +96,7 @@ class _ProgressHandler(logging.Handler):
         """``step``: a ``flows.progress.StepProgress``."""
         self.step_holds_the_bar = step.total is not None and not step.finished
         self.progress.update(self.task_id, description=step.step, completed=step.completed,
-                             total=step.total, detail=step.detail)
+                             total=step.total, detail=step.detail_with_estimate)
         line = (step.step, step.finished)
         if self.lines and line != self.last_line:
             self.last_line = line

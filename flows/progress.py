@@ -11,6 +11,8 @@ budget spent; never a score or a value of the data.
 from __future__ import annotations
 
 import logging
+import re
+import time
 from dataclasses import dataclass
 
 PROGRESS_LOGGER = "medrelease.progress"
@@ -32,14 +34,59 @@ class StepProgress:
     completed: float
     total: float | None
     detail: str = ""
+    elapsed: float = 0.0              # seconds since the step's family first reported
+    remaining: float | None = None    # an estimate of the seconds left, once there is one
 
     @property
     def finished(self) -> bool:
         return self.total is not None and self.completed >= self.total
 
+    @property
+    def detail_with_estimate(self) -> str:
+        """``detail`` and, once known, "about 40 s left" (the progress bar shows it)."""
+        if self.remaining is None or self.finished:
+            return self.detail
+        left = (f"about {self.remaining:.0f} s left" if self.remaining < 120
+                else f"about {self.remaining / 60:.0f} min left")
+        return f"{self.detail}, {left}" if self.detail else left
+
+
+FAMILY = re.compile(r"\d+")
+MIN_SHARE_FOR_ESTIMATE = 0.1  # below this share done, an extrapolation says nothing
+MIN_REPORTS_FOR_ESTIMATE = 3  # aim: round 0 and two more rounds
+
+
+@dataclass
+class _Clock:
+    started: float
+    reports: int = 0
+    last: float = 0.0
+
+
+_clocks: dict[str, _Clock] = {}
+
+
+def _estimate(step: str, completed: float, total: float | None) -> tuple[float, float | None]:
+    """Seconds since this step's family ("aim round 3 of about 12" and "aim round 4 of about
+    12" are one family: the step with its numbers blanked) first reported, and the time left
+    by extrapolating its share done so far, once it is at least 10 % and 3 reports along."""
+    family = FAMILY.sub("#", step)
+    now = time.perf_counter()
+    clock = _clocks.get(family)
+    if clock is None or completed <= 0 or completed < clock.last:  # a new run of the step
+        clock = _clocks[family] = _Clock(now)
+    clock.reports += 1
+    clock.last = completed
+    elapsed = now - clock.started
+    if (total is None or total <= 0 or clock.reports < MIN_REPORTS_FOR_ESTIMATE
+            or completed / total < MIN_SHARE_FOR_ESTIMATE or completed >= total):
+        return elapsed, None
+    return elapsed, elapsed * (total - completed) / completed
+
 
 def report_progress(step: str, completed: float, total: float | None, detail: str = "") -> None:
     """Tell whoever listens (the CLI) how far ``step`` is."""
-    progress = StepProgress(step, completed, total, detail)
+    elapsed, remaining = _estimate(step, completed, total)
+    progress = StepProgress(step, completed, total, detail, elapsed, remaining)
     _logger.info("%s: %s", step, detail or f"{completed:g} of {total}",
                  extra={PROGRESS_KEY: progress})

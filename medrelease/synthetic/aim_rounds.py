@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -178,12 +179,27 @@ class AIMRounds:
         rounds = settings.rounds
         self.state = AIMState(sigma=math.sqrt(rounds / (2 * MEASURE_SHARE * settings.rho)),
                               epsilon=math.sqrt(8 * (1 - MEASURE_SHARE) * settings.rho / rounds))
+        self.started: float | None = None  # perf_counter at round 0 (elapsed, estimates)
+
+    def elapsed(self) -> float:
+        """Seconds since round 0 started (0 before it)."""
+        return 0.0 if self.started is None else time.perf_counter() - self.started
+
+    def remaining_estimate(self) -> float | None:
+        """Seconds the rounds still need, roughly: the time so far scaled by the share of the
+        rounds' rho still to spend (rounds spend rho, and later ones are dearer and slower, so
+        it errs short); None before two rounds after round 0 have run (too little to go on)."""
+        share = self.state.rho_used / self.settings.rho
+        if len(self.state.records) < 2 or share <= 0 or self.state.done:
+            return None
+        return self.elapsed() * (1 - min(share, 1.0)) / share
 
     # -- round 0 ------------------------------------------------------------------------------
     def start(self) -> None:
         """Every attribute's leaf-level 1-way marginal (these also give the noisy total), then
         each attribute's rare values merged (``merge_rare``) and the candidates rebuilt."""
         state = self.state
+        self.started = time.perf_counter()
         oneway = []
         for c in range(len(self.space.attributes)):
             fine = self.space.fine_marginal((c,))
@@ -204,9 +220,12 @@ class AIMRounds:
         state.model = pgm.estimate(self.domain, state.measurements, self.settings.iters,
                                    state.total, tol=self.settings.tolerance)
         merged = sum(m.merged for m in self.merges)
-        self.log(f"round 0: {len(self.space.attributes)} one-way marginals, sigma "
-                 f"{state.sigma:.1f}; {merged} rare values merged into their taxonomy parents; "
-                 f"rho used {state.rho_used:.4g} of {self.settings.rho:.4g}")
+        self.log(f"Round 0 of about {self.settings.rounds}: measured the "
+                 f"{len(self.space.attributes)} columns' one-way marginals with noise sigma "
+                 f"{state.sigma:.1f} and merged {merged} rare values into their taxonomy "
+                 f"parents; {state.rho_used / self.settings.rho:.0%} of the rounds' rho used "
+                 f"({state.rho_used:.4g} of {self.settings.rho:.4g}) after "
+                 f"{self.elapsed():.1f} s.")
 
     def merged_like_this_run(self, space: MarginalSpace) -> MarginalSpace:
         """``space`` (another table's, e.g. a neighbour's) with this run's merges applied: the
@@ -334,11 +353,23 @@ class AIMRounds:
                              candidates=len(indices), sensitivity=float(sensitivity),
                              weight=cand.weight, planned_sigma=float(plan.sigma), fit_gap=fit_gap)
         state.records.append(record)
-        self.log(f"round {record.round}: measured {'x'.join(record.columns)} at levels "
-                 f"{list(record.levels)} ({record.cells:,} cells), sigma {record.sigma:.1f}; "
-                 f"rho used {state.rho_used:.4g} of {self.settings.rho:.4g}"
-                 + (" (annealed)" if annealed else ""))
+        self.log(self.round_sentence(record))
         return record
+
+    def round_sentence(self, record: RoundRecord) -> str:
+        """The round as a steward reads it in the run's log (public facts only)."""
+        state, rho = self.state, self.settings.rho
+        levels = ", ".join(str(x) for x in record.levels)
+        left = self.remaining_estimate()
+        ending = (" This was the last round; sampling the rows next." if state.done
+                  else f" About {left:.0f} s of rounds left." if left is not None else "")
+        annealed = (" The model moved less than the noise, so the next rounds measure with "
+                    "half the noise." if record.annealed else "")
+        return (f"Round {record.round} of about {self.settings.rounds}: measured "
+                f"{' x '.join(record.columns)} (taxonomy levels {levels}; {record.cells:,} "
+                f"cells) with noise sigma {record.sigma:.1f}; {state.rho_used / rho:.0%} of the "
+                f"rounds' rho used ({state.rho_used:.4g} of {rho:.4g}) after "
+                f"{self.elapsed():.1f} s.{annealed}{ending}")
 
     def _model_answer(self, cand: Candidate) -> np.ndarray:
         clique = tuple(self.space.names[c] for c in cand.columns)
