@@ -344,7 +344,9 @@ def score_nodes(
     out = []
     for table in lattice.iter_tables(nodes):  # (each candidate through the plan's steps)
         index = lattice.index(table.node)
-        out.append(impl.score_node(context, table, index, plan.node_seeds[index], plan.params,
+        # a plan made for scores only (no node seeds: the audits) suits a score without draws
+        seed = plan.node_seeds[index] if index < len(plan.node_seeds) else None
+        out.append(impl.score_node(context, table, index, seed, plan.params,
                                    plan.budget_steps))
     return out
 

@@ -167,11 +167,14 @@ class MechanismBase:
         return None
 
     def score_node(self, context: ReleaseContext, table: NodeTable, index: int,
-                   seed: np.random.SeedSequence, params: MechanismParams,
+                   seed: np.random.SeedSequence | None, params: MechanismParams,
                    steps: list[BudgetStep]) -> NodeSummary:
         """One candidate's summary. Default: perturb it as a release would (its own seed; the
         plan's declared ``steps``, one set per candidate, where the mechanism draws through
         them) and summarize; a mechanism whose score needs no draw overrides this."""
+        if seed is None:
+            raise ValueError(f"{self.name} perturbs candidates to score them: the plan has no "
+                             f"seed for candidate {index} (plan it with the lattice's size)")
         if self.capabilities.draws_declared_steps:
             draws = declared_draws(self, steps)
             cells = self.perturb_node(context, table, seed, params, draws)

@@ -70,7 +70,7 @@ class LatticeMechanism(Mechanism, Protocol):
                         ) -> list[Node] | None: ...
 
     def score_node(self, context: ReleaseContext, table: NodeTable, index: int,
-                   seed: np.random.SeedSequence, params: MechanismParams,
+                   seed: np.random.SeedSequence | None, params: MechanismParams,
                    steps: list[BudgetStep]) -> NodeSummary: ...
 
     def perturb_node(self, context: ReleaseContext, table: NodeTable,

@@ -28,6 +28,7 @@ import numpy as np
 
 from medrelease.privacy.randomness import exponential_mechanism
 from medrelease.privacy.zcdp import (
+    RhoFilter,
     discrete_gaussian,
     exponential_rho,
     gaussian_rho,
@@ -143,11 +144,12 @@ class RoundPlan:
 
 @dataclass
 class AIMState:
-    """The rounds so far: measurements (noisy, public), the model, the budget used."""
+    """The rounds so far: measurements (noisy, public), the model, the budget used (``budget``,
+    a zCDP filter every selection and measurement is charged to before its draw)."""
 
     sigma: float
     epsilon: float
-    rho_used: float = 0.0
+    budget: RhoFilter
     measurements: list = field(default_factory=list)
     cliques: list[tuple[str, ...]] = field(default_factory=list)
     records: list[RoundRecord] = field(default_factory=list)
@@ -160,6 +162,11 @@ class AIMState:
     noisy: list[np.ndarray] = field(default_factory=list)  # per record: its noisy vector, int64
     previous_model: object = None  # the model before the latest round's measurement, p_{T-1}
     last_eligible: tuple[int, ...] = ()  # candidate indices the latest selection chose among
+
+    @property
+    def rho_used(self) -> float:
+        """The rho charged so far: the filter's total (what the manifest states)."""
+        return self.budget.used
 
 
 class AIMRounds:
@@ -178,7 +185,8 @@ class AIMRounds:
         self.domain = pgm.domain(space.names, tuple(a.size for a in space.attributes))
         rounds = settings.rounds
         self.state = AIMState(sigma=math.sqrt(rounds / (2 * MEASURE_SHARE * settings.rho)),
-                              epsilon=math.sqrt(8 * (1 - MEASURE_SHARE) * settings.rho / rounds))
+                              epsilon=math.sqrt(8 * (1 - MEASURE_SHARE) * settings.rho / rounds),
+                              budget=RhoFilter(settings.rho))
         self.started: float | None = None  # perf_counter at round 0 (elapsed, estimates)
 
     def elapsed(self) -> float:
@@ -203,9 +211,10 @@ class AIMRounds:
         oneway = []
         for c in range(len(self.space.attributes)):
             fine = self.space.fine_marginal((c,))
+            state.budget.charge(gaussian_rho(float(grid_sigma_sq(state.sigma))),
+                                f"round 0: 1-way marginal of {self.space.names[c]}")
             oneway.append(fine.reshape(-1) + discrete_gaussian(
                 self.rng, grid_sigma_sq(state.sigma), fine.size))
-            state.rho_used += gaussian_rho(float(grid_sigma_sq(state.sigma)))
         state.one_way_noisy = [np.rint(y).astype(np.int64) for y in oneway]
         sigma = math.sqrt(float(grid_sigma_sq(state.sigma)))
         state.total, state.total_sigma = noisy_total(oneway, sigma)
@@ -256,6 +265,8 @@ class AIMRounds:
                  sigma: float) -> float:
         """Add N_Z(0, sigma^2) to the integer counts; returns the rho charged (grid sigma)."""
         sigma_sq = grid_sigma_sq(sigma)
+        rho = self.state.budget.charge(gaussian_rho(float(sigma_sq)),
+                                       f"measurement of {columns} at levels {levels}")
         counts = np.rint(answer).astype(np.int64).reshape(-1)
         noisy = counts + discrete_gaussian(self.rng, sigma_sq, counts.size)
         self.state.noisy.append(np.asarray(noisy, dtype=np.int64))
@@ -271,8 +282,6 @@ class AIMRounds:
         self.state.measurements.append(pgm.measurement(noisy, clique, used_sigma, query))
         if clique not in self.state.cliques:
             self.state.cliques.append(clique)
-        rho = gaussian_rho(float(sigma_sq))
-        self.state.rho_used += rho
         return rho
 
     # -- later rounds -------------------------------------------------------------------------
@@ -329,8 +338,8 @@ class AIMRounds:
         """Select by the exponential mechanism, measure, re-estimate, anneal."""
         state = self.state
         sensitivity = max(self.candidates[i].weight for i in indices)
+        state.budget.charge(exponential_rho(plan.epsilon), f"selection of round {len(state.records) + 1}")
         chosen = indices[exponential_mechanism(self.rng, scores, plan.epsilon, sensitivity)]
-        state.rho_used += exponential_rho(plan.epsilon)
         cand = self.candidates[chosen]
         before = self._model_answer(cand)
         rho = exponential_rho(plan.epsilon) + self._measure(cand.columns, cand.levels,
