@@ -150,17 +150,17 @@ class AIMState:
     sigma: float
     epsilon: float
     budget: RhoFilter
-    measurements: list = field(default_factory=list)
+    measurements: list[pgm.Measurement] = field(default_factory=list)
     cliques: list[tuple[str, ...]] = field(default_factory=list)
     records: list[RoundRecord] = field(default_factory=list)
-    model: object = None
+    model: pgm.Model | None = None
     done: bool = False
     total: float = 1.0        # noisy total of the leaf-level 1-way measurements
     total_sigma: float = 0.0  # its standard deviation
     total_clipped: bool = False  # the noisy total was above the ceiling (a DP output)
     one_way_noisy: list[np.ndarray] = field(default_factory=list)  # round 0, leaves, int64
     noisy: list[np.ndarray] = field(default_factory=list)  # per record: its noisy vector, int64
-    previous_model: object = None  # the model before the latest round's measurement, p_{T-1}
+    previous_model: pgm.Model | None = None  # the model before the latest round's measurement, p_{T-1}
     last_eligible: tuple[int, ...] = ()  # candidate indices the latest selection chose among
 
     @property
@@ -335,35 +335,54 @@ class AIMRounds:
         return out
 
     def finish_round(self, plan: RoundPlan, indices: list[int], scores: np.ndarray) -> RoundRecord:
-        """Select by the exponential mechanism, measure, re-estimate, anneal."""
-        state = self.state
-        sensitivity = max(self.candidates[i].weight for i in indices)
-        state.budget.charge(exponential_rho(plan.epsilon), f"selection of round {len(state.records) + 1}")
-        chosen = indices[exponential_mechanism(self.rng, scores, plan.epsilon, sensitivity)]
+        """Select by the exponential mechanism, measure, re-estimate, anneal, record."""
+        chosen, sensitivity = self._select(plan, indices, scores)
         cand = self.candidates[chosen]
         before = self._model_answer(cand)
         rho = exponential_rho(plan.epsilon) + self._measure(cand.columns, cand.levels,
                                                            self.answers[chosen], plan.sigma)
-        fit_gap = float(np.abs(state.noisy[-1] - before.reshape(-1)).sum())
+        fit_gap = float(np.abs(self.state.noisy[-1] - before.reshape(-1)).sum())
+        self._refit(indices)
+        annealed = self._anneal(plan, cand, before)
+        record = RoundRecord(len(self.state.records) + 1,
+                             tuple(self.space.names[c] for c in cand.columns), cand.levels,
+                             int(before.size), math.sqrt(float(grid_sigma_sq(plan.sigma))),
+                             plan.epsilon, rho, self.state.rho_used, annealed,
+                             candidates=len(indices), sensitivity=float(sensitivity),
+                             weight=cand.weight, planned_sigma=float(plan.sigma), fit_gap=fit_gap)
+        self.state.records.append(record)
+        self.log(self.round_sentence(record))
+        return record
+
+    def _select(self, plan: RoundPlan, indices: list[int], scores: np.ndarray
+                ) -> tuple[int, float]:
+        """The round's private selection (charged before it is drawn): the chosen candidate's
+        index and the mechanism's sensitivity (the largest weight among the eligible)."""
+        sensitivity = max(self.candidates[i].weight for i in indices)
+        self.state.budget.charge(exponential_rho(plan.epsilon),
+                                 f"selection of round {len(self.state.records) + 1}")
+        pick = exponential_mechanism(self.rng, scores, plan.epsilon, sensitivity)
+        return indices[pick], sensitivity
+
+    def _refit(self, indices: list[int]) -> None:
+        """Re-estimate the model from every measurement so far, warm-started from the last."""
+        state = self.state
         state.previous_model, state.last_eligible = state.model, tuple(indices)
         state.model = pgm.estimate(self.domain, state.measurements, self.settings.iters,
                                    state.total, warm_start=state.model,
                                    tol=self.settings.tolerance)
+
+    def _anneal(self, plan: RoundPlan, cand: Candidate, before: np.ndarray) -> bool:
+        """Halve sigma and double eps when the estimate of the measured marginal moved less
+        than the noise expected in it (AIM's annealing); the last round ends the rounds."""
+        state = self.state
         moved = float(np.abs(self._model_answer(cand) - before).sum())
         annealed = (not plan.last) and moved <= EXPECTED_ABS * plan.sigma * before.size
         state.sigma, state.epsilon = plan.sigma, plan.epsilon
         if annealed:
             state.sigma, state.epsilon = plan.sigma / 2, plan.epsilon * 2
         state.done = plan.last
-        record = RoundRecord(len(state.records) + 1,
-                             tuple(self.space.names[c] for c in cand.columns), cand.levels,
-                             int(before.size), math.sqrt(float(grid_sigma_sq(plan.sigma))),
-                             plan.epsilon, rho, state.rho_used, annealed,
-                             candidates=len(indices), sensitivity=float(sensitivity),
-                             weight=cand.weight, planned_sigma=float(plan.sigma), fit_gap=fit_gap)
-        state.records.append(record)
-        self.log(self.round_sentence(record))
-        return record
+        return annealed
 
     def round_sentence(self, record: RoundRecord) -> str:
         """The round as a steward reads it in the run's log (public facts only)."""

@@ -14,9 +14,13 @@ import os
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:  # mbi is imported on first use (jax's start-up); its types, for the reader
+    from mbi import LinearMeasurement as Measurement
+    from mbi import MarkovRandomField as Model
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
@@ -130,7 +134,7 @@ def domain(names: tuple[str, ...], sizes: tuple[int, ...]) -> Any:
 
 
 def measurement(noisy: np.ndarray, clique: tuple[str, ...], sigma: float,
-                query: LevelQuery | ScaledQuery | None) -> Any:
+                query: LevelQuery | ScaledQuery | None) -> Measurement:
     """A noisy marginal as mbi's linear measurement (identity query at leaf level)."""
     module = mbi()
     if query is None:
@@ -140,8 +144,8 @@ def measurement(noisy: np.ndarray, clique: tuple[str, ...], sigma: float,
                                     stddev=float(sigma), query=query)
 
 
-def estimate(model_domain: Any, measurements: list, iters: int, total: float,
-             warm_start: Any = None, tol: float | None = None) -> Any:
+def estimate(model_domain: Any, measurements: list[Measurement], iters: int, total: float,
+             warm_start: Model | None = None, tol: float | None = None) -> Model:
     """Private-PGM's mirror descent on every measurement so far (warm-started), with the
     noisy total of the leaf-level 1-way measurements; stops early once the loss improves by
     less than ``tol`` (relative) over two blocks of 50 steps (mbi's own rule).
