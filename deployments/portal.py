@@ -306,16 +306,31 @@ class Portal:
         manifest = _read_json(folder / "manifest.json")
         if manifest is None:
             raise HTTPException(404, "no such release")
-        report = folder / "report.md"
-        text = report.read_text(encoding="utf-8") if _inside(
-            folder, "report.md") is not None else "(this release has no report.md)"
-        files = [{"name": name, "size": (folder / stored).stat().st_size,
-                  "note": FILE_NOTES[name]}
-                 for name in PUBLIC_FILES
-                 if (stored := self._stored_name(name, release_id)) and _inside(
-                     folder, stored) is not None]
         return self.page("release.html", dataset=dataset, row=_catalogue_row(manifest),
-                         manifest=manifest, files=files, report=self.render_markdown(text))
+                         manifest=manifest, files=self._public_files(folder, release_id),
+                         report=self._report(folder))
+
+    def _report(self, folder: Path) -> Markup:
+        """A release folder's report.md, rendered (or a note that it has none)."""
+        text = (folder / "report.md").read_text(encoding="utf-8") if _inside(
+            folder, "report.md") is not None else "(this release has no report.md)"
+        return self.render_markdown(text)
+
+    def _public_files(self, folder: Path, release_id: str) -> list[dict[str, Any]]:
+        """The release's files a researcher may download, with what each is and its size."""
+        return [{"name": name, "size": (folder / stored).stat().st_size,
+                 "note": FILE_NOTES[name]}
+                for name in PUBLIC_FILES
+                if (stored := self._stored_name(name, release_id)) and _inside(
+                    folder, stored) is not None]
+
+    @staticmethod
+    def _file(folder: Path, stored: str, download_as: str, missing: str) -> Response:
+        """One file of a checked folder, as a download (404 if it is not there)."""
+        path = _inside(folder, stored)
+        if path is None or not path.is_file():
+            raise HTTPException(404, missing)
+        return FileResponse(path, filename=download_as, media_type=_media_type(stored))
 
     async def staged_release(self, request: Request) -> Response:
         """A release awaiting review, as it would be published, in the steward area."""
@@ -324,39 +339,28 @@ class Portal:
         manifest = _read_json(folder / "manifest.json")
         if manifest is None:
             raise HTTPException(404, "no release of this id awaits review")
-        report = folder / "report.md"
-        text = report.read_text(encoding="utf-8") if _inside(
-            folder, "report.md") is not None else "(no report.md staged)"
-        files = [{"name": name, "size": (folder / name).stat().st_size,
-                  "note": FILE_NOTES[name]}
-                 for name in PUBLIC_FILES if _inside(folder, name) is not None]
         evidence = _inside(self.places.steward, dataset, release_id, "evaluation",
                            "report.html") is not None
         return self.page("staged_release.html", dataset=dataset, row=_catalogue_row(manifest),
-                         files=files, report=self.render_markdown(text), evidence=evidence)
+                         files=self._public_files(folder, release_id),
+                         report=self._report(folder), evidence=evidence)
 
     async def staged_file(self, request: Request) -> Response:
         dataset, release_id = request.path_params["dataset"], request.path_params["release_id"]
         name = request.path_params["name"]
         if name not in PUBLIC_FILES:
             raise HTTPException(404, "not a file of a release")
-        path = _inside(self.staged_folder(dataset, release_id), name)
-        if path is None or not path.is_file():
-            raise HTTPException(404, "this staged release has no such file")
-        return FileResponse(path, filename=f"{release_id}-staged-{name}",
-                            media_type=_media_type(name))
+        return self._file(self.staged_folder(dataset, release_id), name,
+                          f"{release_id}-staged-{name}", "this staged release has no such file")
 
     async def release_file(self, request: Request) -> Response:
         dataset, release_id = request.path_params["dataset"], request.path_params["release_id"]
         name = request.path_params["name"]
         if name not in PUBLIC_FILES:
             raise HTTPException(404, "not a file of a release")
-        folder = self.release_folder(dataset, release_id)
-        path = _inside(folder, self._stored_name(name, release_id))
-        if path is None or not path.is_file():
-            raise HTTPException(404, "this release has no such file")
-        return FileResponse(path, filename=f"{release_id}-{name}",
-                            media_type=_media_type(name))
+        return self._file(self.release_folder(dataset, release_id),
+                          self._stored_name(name, release_id), f"{release_id}-{name}",
+                          "this release has no such file")
 
     @staticmethod
     def _stored_name(name: str, release_id: str) -> str:
@@ -400,11 +404,8 @@ class Portal:
         name = request.path_params["name"]
         if name not in STEWARD_FILES:
             raise HTTPException(404, "not a file of a steward record")
-        path = _inside(self.record_folder(dataset, release_id), name)
-        if path is None or not path.is_file():
-            raise HTTPException(404, "this record has no such file")
-        return FileResponse(path, filename=f"{release_id}-steward-{name}",
-                            media_type=_media_type(name))
+        return self._file(self.record_folder(dataset, release_id), name,
+                          f"{release_id}-steward-{name}", "this record has no such file")
 
     async def evidence(self, request: Request) -> Response:
         """The evidence report and its plots, shown in the browser (not downloaded)."""
