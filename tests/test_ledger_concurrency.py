@@ -39,19 +39,26 @@ def _charge_several(location: str, start, results) -> None:
         results.put(("published", spend))
 
 
-def test_charges_racing_for_the_last_budget_admit_exactly_what_the_cap_admits(
-        ledger_at: str) -> None:
-    open_ledger(ledger_at)
+def _race(target, what, timeout: float) -> list:
+    """PROCESSES processes (spawned: nothing shared) run ``target(what, start, results)`` from
+    one start signal; every outcome they report."""
     context = mp.get_context("spawn")
     start, results = context.Event(), context.Queue()
-    procs = [context.Process(target=_charge_several, args=(ledger_at, start, results))
+    procs = [context.Process(target=target, args=(what, start, results))
              for _ in range(PROCESSES)]
     for proc in procs:
         proc.start()
     start.set()
-    outcomes = [results.get(timeout=120) for _ in range(PROCESSES * RELEASES_EACH)]
+    outcomes = [results.get(timeout=timeout) for _ in range(PROCESSES * RELEASES_EACH)]
     for proc in procs:
         proc.join(timeout=60)
+    return outcomes
+
+
+def test_charges_racing_for_the_last_budget_admit_exactly_what_the_cap_admits(
+        ledger_at: str) -> None:
+    open_ledger(ledger_at)
+    outcomes = _race(_charge_several, ledger_at, timeout=120)
     published = [o for o in outcomes if o[0] == "published"]
     refused = [o for o in outcomes if o[0] == "refused"]
     assert len(published) == 5 and len(refused) == 7, outcomes
@@ -97,16 +104,7 @@ def test_releases_racing_for_the_last_budget_publish_exactly_what_the_cap_admits
     location = ledger_location()
     assert location == ledger_at
 
-    context = mp.get_context("spawn")
-    start, results = context.Event(), context.Queue()
-    procs = [context.Process(target=_release_several, args=(config, start, results))
-             for _ in range(PROCESSES)]
-    for proc in procs:
-        proc.start()
-    start.set()
-    outcomes = [results.get(timeout=600) for _ in range(PROCESSES * RELEASES_EACH)]
-    for proc in procs:
-        proc.join(timeout=60)
+    outcomes = _race(_release_several, config, timeout=600)
 
     assert not [o for o in outcomes if o[0] == "error"], outcomes
     published = [o for o in outcomes if o[0] == "published"]
