@@ -17,13 +17,15 @@ from prefect.client.orchestration import get_client
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
 from medrelease.mechanisms import label
-from tests.test_review import reviewed_dataset
+from medrelease.privacy.ledger import Ledger
+from tests.test_review import ROWS, reviewed_dataset
 from tests.test_ui_browser import (
     _final_run,
     _keep,
     _log_in,
     _logged_in_form,
     _property,
+    _submit_and_finish,
     browser,  # noqa: F401  (the module's Chromium)
 )
 
@@ -41,8 +43,9 @@ def _paused(client, run_id, log: Path, timeout_s: float = 240):
         time.sleep(1)
 
 
-def _approve_in_the_ui(page, ui: str, run_id, auth: str, shots: Path) -> None:
-    """Open the paused run, click Resume, read the form, approve with a reason, submit."""
+def _approve_in_the_ui(page, ui: str, run_id, auth: str, shots: Path,
+                       decision: str = "approve", reason: str = "release board: fine") -> None:
+    """Open the paused run, click Resume, read the form, decide with a reason, submit."""
     _log_in(page, f"{ui}/runs", auth)
     page.goto(f"{ui}/runs/flow-run/{run_id}")
     page.get_by_text("waiting for review").first.wait_for(timeout=60_000)
@@ -54,9 +57,9 @@ def _approve_in_the_ui(page, ui: str, run_id, auth: str, shots: Path) -> None:
     control = dialog.locator("button.p-select-button__control").first
     control.focus()
     control.press("ArrowDown")
-    page.locator(".p-select-option", has_text=re.compile("^approve$")).first.click()
-    dialog.locator("textarea, input[type=text]").last.fill("release board: fine")
-    page.screenshot(path=str(shots / "review-form-filled.png"), full_page=True)
+    page.locator(".p-select-option", has_text=re.compile(f"^{decision}$")).first.click()
+    dialog.locator("textarea, input[type=text]").last.fill(reason)
+    page.screenshot(path=str(shots / f"review-form-{decision}.png"), full_page=True)
     dialog.get_by_role("button", name=re.compile("^(Submit|Resume)$")).last.click()
 
 
@@ -104,7 +107,7 @@ def test_a_reviewed_release_waits_and_is_approved_in_the_ui(served, browser, tmp
     assert "FOR GOOD" in box.inner_text()
     form.screenshot(path=str(tmp_path / "void-confirmation.png"))
     form.close()
-    for shot in ("review-form.png", "review-form-filled.png", "void-confirmation.png"):
+    for shot in ("review-form.png", "review-form-approve.png", "void-confirmation.png"):
         _keep(tmp_path / shot, request)
 
 
@@ -145,3 +148,84 @@ def test_aims_summary_in_the_ui_speaks_of_rounds_and_marginals(served, browser, 
     assert page.evaluate(CUT_OFF_CELLS) == 0
     page.close()
     _keep(tmp_path / "aim-summary.png", request)
+
+
+def _release_of(served, folder: Path) -> list[Path]:
+    return list((served.home / "releases" / folder.name).glob("*/manifest.json"))
+
+
+def test_a_reviewed_release_rejected_in_the_ui_publishes_nothing_and_counts_the_spend(
+        served, browser, tmp_path: Path, request) -> None:  # noqa: F811
+    folder = served.home / "datasets" / "rejected"
+    folder.mkdir(parents=True, exist_ok=True)
+    config = reviewed_dataset(folder, name="rejected", skip=2 * ROWS)
+    ui = served.api_url.removesuffix("/api")
+    with (temporary_settings(updates={PREFECT_API_URL: served.api_url}),
+          get_client(sync_client=True) as client):
+        deployment = client.read_deployment_by_name("medrelease-release/on-demand")
+        run = client.create_flow_run_from_deployment(deployment.id, parameters={"request": {
+            "dataset": str(config), "mechanism": label("histogram"), "epsilon": 0.5}})
+        run = _paused(client, run.id, served.log)
+    page = browser.new_page(viewport={"width": 1440, "height": 1000})
+    try:
+        _approve_in_the_ui(page, ui, run.id, served.auth, tmp_path, decision="reject",
+                           reason="too coarse for the study")
+    except Exception:
+        page.screenshot(path=str(tmp_path / "reject-debug.png"), full_page=True)
+        _keep(tmp_path / "reject-debug.png", request)
+        raise
+    finally:
+        page.close()
+    with (temporary_settings(updates={PREFECT_API_URL: served.api_url}),
+          get_client(sync_client=True) as client):
+        ended = _final_run(client, run.name, served.log, run.id)
+    assert ended.state.name == "Not published", f"{ended.state.name}: {ended.state.message}"
+    assert "too coarse for the study" in ended.state.message
+    assert _release_of(served, folder) == []
+    [spend] = Ledger(served.home / "ledger.sqlite").spends("rejected")
+    assert spend.status == "failed" and spend.epsilon == pytest.approx(0.5)
+    assert "too coarse for the study" in spend.note
+
+
+def test_kanon_from_the_form_needs_the_void_confirmation(served, browser, tmp_path: Path,  # noqa: F811
+                                                         request) -> None:
+    """Without the box: Refused in one sentence, nothing spent, nothing published. With it:
+    published, and its own manifest says it voided the source's lifetime guarantee."""
+    folder = served.home / "datasets" / "voidable"
+    folder.mkdir(parents=True, exist_ok=True)
+    config = reviewed_dataset(folder, review="off", name="voidable", skip=3 * ROWS)
+    ends = {}
+    for confirmed in (False, True):
+        form, _ = _logged_in_form(served, browser, "", (1300, 1900))
+        try:
+            form.locator(".schema-form-property__label").first.wait_for(timeout=60_000)
+            _property(form, "Dataset").locator("textarea, input").first.fill(str(config))
+            select = _property(form, "Mechanism").locator("button.p-select-button__control")
+            select.focus()
+            select.press("ArrowDown")
+            form.locator(".p-select-option").filter(has_text=label("kanon")).first.click()
+            _property(form, "Advanced: mechanism parameters").locator("textarea").fill(
+                '{"k": 12}')
+            if confirmed:
+                _property(form, "Void the lifetime guarantee").locator("[role=switch]").click()
+            _property(form, "Evaluate").locator("[role=switch]").click()
+            with temporary_settings(updates={PREFECT_API_URL: served.api_url}):
+                ends[confirmed] = _submit_and_finish(form, served)
+        except Exception:
+            form.screenshot(path=str(tmp_path / f"void-{confirmed}-debug.png"), full_page=True)
+            _keep(tmp_path / f"void-{confirmed}-debug.png", request)
+            raise
+        finally:
+            form.close()
+        if not confirmed:
+            refused = ends[False].state
+            assert refused.name == "Refused", f"{refused.name}: {refused.message}"
+            assert refused.message.startswith("Nothing spent: ")
+            assert "void_lifetime_guarantee" in refused.message
+            assert Ledger(served.home / "ledger.sqlite").spends("voidable") == []
+            assert _release_of(served, folder) == []
+    published = ends[True].state
+    assert published.is_completed(), f"{published.name}: {published.message}"
+    [manifest] = [json.loads(p.read_text()) for p in _release_of(served, folder)]
+    assert manifest["mechanism"] == "kanon"
+    assert manifest["lifetime"]["void"] and manifest["lifetime"]["voided_by_this_release"]
