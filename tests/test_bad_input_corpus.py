@@ -393,7 +393,9 @@ CASES = [
     Case("pseudonymize without a key is refused before the charge", "ParameterError",
          "needs a key.*Nothing was spent", _rows(50),
          config={"policy": {"mechanisms": ["pseudonymize"], "allow_unproven": True}},
-         request={"mechanism": {"mechanism": "pseudonymize"}, "seed": None}),
+         # the void confirmation given (its own refusal comes first: test_void_confirmation)
+         request={"mechanism": {"mechanism": "pseudonymize"}, "seed": None,
+                  "void_lifetime_guarantee": True}),
     Case("two byte-identical partitions of one extract", "InputValidationError",
          r"visits-1 \(copy\)\.csv and visits-1\.csv have identical content|"
          r"visits-1\.csv and visits-1 \(copy\)\.csv have identical content",
