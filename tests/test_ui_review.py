@@ -63,18 +63,24 @@ def _approve_in_the_ui(page, ui: str, run_id, auth: str, shots: Path,
     dialog.get_by_role("button", name=re.compile("^(Submit|Resume)$")).last.click()
 
 
-def test_a_reviewed_release_waits_and_is_approved_in_the_ui(served, browser, tmp_path: Path,  # noqa: F811
-                                                            request) -> None:
-    folder = served.home / "datasets" / "reviewed"
+def _paused_release(served, name: str, skip: int = 0):
+    """A dataset with ``review: required`` (its own source), a histogram release of it
+    submitted to the on-demand deployment, and that run once it waits, Paused, for review."""
+    folder = served.home / "datasets" / name
     folder.mkdir(parents=True, exist_ok=True)
-    config = reviewed_dataset(folder)
-    ui = served.api_url.removesuffix("/api")
+    config = reviewed_dataset(folder, name=name, skip=skip)
     with (temporary_settings(updates={PREFECT_API_URL: served.api_url}),
           get_client(sync_client=True) as client):
         deployment = client.read_deployment_by_name("medrelease-release/on-demand")
         run = client.create_flow_run_from_deployment(deployment.id, parameters={"request": {
             "dataset": str(config), "mechanism": label("histogram"), "epsilon": 0.5}})
-        run = _paused(client, run.id, served.log)
+        return folder, _paused(client, run.id, served.log)
+
+
+def test_a_reviewed_release_waits_and_is_approved_in_the_ui(served, browser, tmp_path: Path,  # noqa: F811
+                                                            request) -> None:
+    _, run = _paused_release(served, "reviewed")
+    ui = served.api_url.removesuffix("/api")
     assert run.name == "reviewed · histogram · eps 0.5"
     assert not (served.home / "releases" / "reviewed").exists()  # nothing public yet
     page = browser.new_page(viewport={"width": 1440, "height": 1000})
@@ -156,16 +162,8 @@ def _release_of(served, folder: Path) -> list[Path]:
 
 def test_a_reviewed_release_rejected_in_the_ui_publishes_nothing_and_counts_the_spend(
         served, browser, tmp_path: Path, request) -> None:  # noqa: F811
-    folder = served.home / "datasets" / "rejected"
-    folder.mkdir(parents=True, exist_ok=True)
-    config = reviewed_dataset(folder, name="rejected", skip=2 * ROWS)
+    folder, run = _paused_release(served, "rejected", skip=2 * ROWS)
     ui = served.api_url.removesuffix("/api")
-    with (temporary_settings(updates={PREFECT_API_URL: served.api_url}),
-          get_client(sync_client=True) as client):
-        deployment = client.read_deployment_by_name("medrelease-release/on-demand")
-        run = client.create_flow_run_from_deployment(deployment.id, parameters={"request": {
-            "dataset": str(config), "mechanism": label("histogram"), "epsilon": 0.5}})
-        run = _paused(client, run.id, served.log)
     page = browser.new_page(viewport={"width": 1440, "height": 1000})
     try:
         _approve_in_the_ui(page, ui, run.id, served.auth, tmp_path, decision="reject",
