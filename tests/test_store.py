@@ -106,3 +106,28 @@ def test_csv_groups_join_the_same_bytes_with_32_and_64_bit_offsets() -> None:
         taken = pa.array(lines, type=kind).take(picks).slice(100)  # a slice: offset 100
         assert bytes(_joined(taken)) == b"".join(lines[i] for i in picks[100:])
     assert bytes(_joined(pa.array(lines, type=pa.binary()).take(picks))) == expected
+
+
+def test_a_publish_never_sweeps_a_reviewed_release_being_copied(tmp_path: Path,
+                                                                monkeypatch) -> None:
+    """A reviewed (staged) release is copied into a partial folder too: a publish running
+    meanwhile must leave it (it once used the old name, which a sweep reads as a leftover)."""
+    import shutil
+
+    store = ReleaseStore(tmp_path / "store")
+    staged = tmp_path / "staged"
+    staged.mkdir()
+    (staged / "data.csv").write_text("a\n1\n")
+    (staged / "manifest.json").write_text("{}")
+    copy = shutil.copyfile
+
+    def copy_then_publish_another(source, target):  # another run publishes mid-copy
+        copy(source, target)
+        if Path(source).name == "data.csv":
+            store.publish("ds", "r-other", _table(), {})
+        return target
+
+    monkeypatch.setattr(shutil, "copyfile", copy_then_publish_another)
+    published = store.publish_folder("ds", "r-reviewed", staged)
+    assert (published.path / "data.csv").read_text() == "a\n1\n"
+    assert (published.path / "manifest.json").is_file()

@@ -237,6 +237,13 @@ def _this_host() -> str:
     return re.sub(r"[^A-Za-z0-9.-]", "_", socket.gethostname()) or "host"
 
 
+def partial_folder(parent: Path, release_id: str) -> Path:
+    """Where a publish writes before its rename: named by host and process, so that another
+    publish's sweep (``sweep_partial``) knows it is still being written and leaves it."""
+    return parent / (f"{PARTIAL_PREFIX}{release_id}@{_this_host()}@{os.getpid()}@"
+                     f"{uuid.uuid4().hex[:6]}")
+
+
 def _still_being_written(partial: Path) -> bool:
     """Whether a partial release folder belongs to a publish still in progress."""
     parts = partial.name.rsplit("@", 3)
@@ -367,8 +374,7 @@ class ReleaseStore:
         self.sweep_partial(parent)
         if final.exists():
             raise StoreError(f"release {final} already exists; release ids are never reused")
-        partial = parent / (f"{PARTIAL_PREFIX}{release_id}@{_this_host()}@{os.getpid()}@"
-                            f"{uuid.uuid4().hex[:6]}")
+        partial = partial_folder(parent, release_id)
         try:
             partial.mkdir()
             parquet, csv = self.data_files
@@ -413,7 +419,7 @@ class ReleaseStore:
                              "nothing was published")
         if final.exists():
             raise StoreError(f"release {final} already exists; release ids are never reused")
-        partial = parent / f"{PARTIAL_PREFIX}{release_id}-{uuid.uuid4().hex[:6]}"
+        partial = partial_folder(parent, release_id)  # never swept while this one copies
         try:
             parent.mkdir(parents=True, exist_ok=True)
             partial.mkdir()
