@@ -323,8 +323,9 @@ def _synthesize(config, counts, release_plan, runner) -> tuple[Any, pd.DataFrame
     report_progress("aim: sampling rows", 0, None, "from the fitted model")
     chosen = sample_rows(quote(run), quote(counts), release_plan)
     _rounds_artifact(config.name, run)
-    logger.info("aim: %d rounds, %s synthetic rows sampled from the model", len(run.state.records),
-                f"{len(chosen.rows):,}")
+    sampled = len(chosen.rows)  # a DP output: the noisy total (capped), never the input's count
+    logger.info("aim: %d rounds, %s synthetic rows sampled from the model",
+                len(run.state.records), f"{sampled:,}")
     return chosen, pd.DataFrame()
 
 
