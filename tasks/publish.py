@@ -20,12 +20,12 @@ from medrelease.privacy.publication import (  # the run's facts
     PUBLISHED_KEY,
     PublishResult,
     RunFacts,
-    _steward_files,
     declared_tables,
     public_facts,
     render_public_report,
     split_facts,
     steward_facts,
+    steward_files,
 )
 from medrelease.settings import staging_root, steward_root, store_root, test_store_root
 from medrelease.storage.store import ReleaseStore, StewardRecords
@@ -97,7 +97,7 @@ def _write_release(run: RunFacts, store: ReleaseStore, destination: str | None,
     record = StewardRecord(release_id=release_id, dataset=run.config.name, test_release=test,
                            status="publishing", **private).model_dump(mode="json")
     records = StewardRecords(steward_root())
-    records.write(run.config.name, release_id, record, _steward_files(run))
+    records.write(run.config.name, release_id, record, steward_files(run))
     try:
         published = store.publish(
             dataset=run.config.name, release_id=release_id, table=run.chosen.rows,

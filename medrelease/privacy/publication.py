@@ -520,7 +520,9 @@ def steward_facts(run: RunFacts) -> dict[str, Any]:
     }
 
 
-def _steward_files(run: RunFacts) -> dict[str, str]:
+def steward_files(run: RunFacts) -> dict[str, str]:
+    """The steward record's files beside record.json: every candidate's score and the output
+    checks (computed from the raw input: never in the published folder)."""
     return {"candidates.csv": run.candidates.to_csv(index=False),
             "checks.json": json.dumps({"success": run.checks.success,
                                        "results": run.checks.results,
