@@ -1,10 +1,10 @@
 """Where a fresh-process ``aim`` release spends its time (``docs/results/aim.md``).
 
 Runs one release of ``aim`` with its defaults in THIS process (run it fresh: nothing compiled
-yet, as a served run) and prints the wall time split into: mirror descent (``pgm.estimate``,
-its jax compilation included), jax compilation alone (jax's own monitoring events, how many
-programs), scoring (``AIMRounds.score``), sampling (``pgm.sample``), the rest; the rounds run and
-the error (workload TVD) so that a speed change can be checked not to move it.
+yet, as a served run) and prints the wall time split into: mirror descent (``pgm.estimate``),
+scoring (``AIMRounds.score``), sampling (``pgm.sample``), the rest; the rounds run and the error
+(workload TVD) so that a speed change can be checked not to move it. (Before ``aim`` ran its own
+numpy estimator it also split out jax's compilation: docs/results/aim.md.)
 
     python benchmarks/aim_profile.py --table adult --eps 1 --seed 1000
     python benchmarks/aim_profile.py --table nps --rows 1361000 --eps 1
@@ -25,10 +25,9 @@ sys.path.insert(0, str(ROOT))
 SPENT: dict[str, float] = defaultdict(float)
 CPU: dict[str, float] = defaultdict(float)  # process CPU time (all threads) in the same spans
 CALLS: dict[str, int] = defaultdict(int)
-COMPILES: list[float] = []
 
 
-def timed(owner: object, name: str, label: str, block: bool = False) -> None:
+def timed(owner: object, name: str, label: str) -> None:
     """Wrap ``owner.name`` so its wall time adds to ``SPENT[label]`` (outermost call only)."""
     inner = getattr(owner, name)
     active = [0]
@@ -39,12 +38,7 @@ def timed(owner: object, name: str, label: str, block: bool = False) -> None:
         active[0] += 1
         started, cpu = time.perf_counter(), time.process_time()
         try:
-            result = inner(*args, **kwargs)
-            if block:  # jax dispatches asynchronously: wait for the numbers
-                import jax
-
-                jax.block_until_ready(result)
-            return result
+            return inner(*args, **kwargs)
         finally:
             active[0] -= 1
             SPENT[label] += time.perf_counter() - started
@@ -52,25 +46,6 @@ def timed(owner: object, name: str, label: str, block: bool = False) -> None:
             CALLS[label] += 1
 
     setattr(owner, name, wrapper)
-
-
-def listen_to_jax() -> None:
-    import jax
-
-    def on_duration(event: str, seconds: float, **_kwargs) -> None:
-        if event == "/jax/core/compile/backend_compile_duration":
-            SPENT["jax: backend compile (XLA)"] += seconds
-            CALLS["jax: backend compile (XLA)"] += 1
-            COMPILES.append(seconds)
-        elif event == "/jax/core/compile/jaxpr_trace_duration":
-            SPENT["jax: tracing"] += seconds
-        elif event == "/jax/core/compile/jaxpr_to_mlir_module_duration":
-            SPENT["jax: lowering"] += seconds
-        elif event == "/jax/compilation_cache/cache_retrieval_time_sec":
-            SPENT["jax: persistent cache reads"] += seconds
-            CALLS["jax: persistent cache reads"] += 1
-
-    jax.monitoring.register_event_duration_secs_listener(on_duration)
 
 
 def main() -> None:
@@ -81,8 +56,6 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1000)
     parser.add_argument("--params", default="{}", help="extra aim parameters (JSON)")
     parser.add_argument("--no-error", dest="error", action="store_false")
-    parser.add_argument("--mbi-sampler", action="store_true",
-                        help="measure without one change: mbi's own sampler")
     args = parser.parse_args()
     process_start = time.perf_counter()
 
@@ -103,18 +76,7 @@ def main() -> None:
     from medrelease.synthetic import aim_rounds, pgm
     from medrelease.synthetic import release as synthetic
 
-    pgm.mbi()
-    listen_to_jax()
-    if args.mbi_sampler:
-        import numpy as np
-
-        def sample(model, rows, seed):
-            np.random.seed(seed % 2**32)
-            data = model.synthetic_data(rows=rows)
-            return {n: np.asarray(data.data[n], dtype=np.int64) for n in model.domain.attributes}
-
-        pgm.sample = sample
-    timed(pgm, "estimate", "mirror descent (pgm.estimate, compilation included)", block=True)
+    timed(pgm, "estimate", "mirror descent (pgm.estimate)")
     timed(pgm, "sample", "sampling (pgm.sample)")
     timed(aim_rounds.AIMRounds, "score", "scoring (AIMRounds.score)")
     timed(aim_rounds.AIMRounds, "synthesize", "final fit + sampling (AIMRounds.synthesize)")
@@ -132,17 +94,13 @@ def main() -> None:
     wall, cpu = time.perf_counter() - started, time.process_time() - cpu
 
     print(f"table {args.table} ({counts.n_rows:,} rows, {len(counts.counts):,} cells), eps "
-          f"{args.eps:g}, seed {args.seed}, params {params}, mbi sampler {args.mbi_sampler}, compile cache "
-          f"{pgm.compile_cache_folder()}")
+          f"{args.eps:g}, seed {args.seed}, params {params}")
     print(f"release (rounds + sampling + error bars): {wall:6.1f} s wall, {cpu:6.1f} s CPU "
           f"(all threads; less sensitive to a loaded machine); process until release "
           f"done {time.perf_counter() - process_start:6.1f} s; rounds {len(run.state.records)}")
     for label, seconds in sorted(SPENT.items(), key=lambda kv: -kv[1]):
         cpu_part = f"{CPU[label]:7.1f} s CPU" if label in CPU else " " * 13
         print(f"  {label:55s} {seconds:7.1f} s wall {cpu_part} ({CALLS.get(label, 0)} calls)")
-    if COMPILES:
-        print("  largest compilations (s wall): "
-              + ", ".join(f"{c:.1f}" for c in sorted(COMPILES, reverse=True)[:8]))
     if args.error:
         from medrelease.evidence.workload import workload_error
 

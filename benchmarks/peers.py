@@ -13,9 +13,8 @@ releases a table of the input's size and is measured the same way (EVALUATION.md
 
 Tools: ``ipa`` (the sound default, defaults of medrelease/mechanisms/ipa.py), ``ipa-every-value``
 (the same with ``pool_every_value``: the '*' pool as a noisy count of every domain value),
-``aim`` (ours: medrelease's ``aim`` with its defaults; its compiled programs persist across
-processes in one cache per benchmark run, as across a deployment's runs: a table's first run is
-cold), ``aim-cold`` (the same with that cache off), ``aim-ref`` and ``mst-ref`` (the authors'
+``aim`` (ours: medrelease's ``aim`` with its defaults, numpy throughout: nothing to compile),
+``aim-ref`` and ``mst-ref`` (the authors'
 reference AIM and MST ported to mbi 2.x, ``benchmarks/reference_mbi.py``, ``aim-ref`` engineered
 as a user would: one numpy copy of the model per round scores every candidate, compiled
 programs kept; same workload, eps and delta), ``aim-ref-literal`` (the reference AIM as first
@@ -62,10 +61,9 @@ VENV = ROOT / "var" / "bench" / "peers-venv"
 WORKER = Path(__file__).resolve().parent / "peers_worker.py"
 TOOLS = ["ipa", "ipa-every-value", "aim", "aim-ref", "mst-ref", "shuffled", "all-star"]
 DPMM = {"aim-dpmm": "aim", "mst-dpmm": "mst"}
-# aim-cold: aim with its persistent compilation cache off (every program compiled in the run);
 # aim-ref-literal: the reference AIM as first ported (per-candidate model.project, slow)
-EXTRA = ["aim-cold", "aim-ref-literal"]
-OWN_PROCESS = {"aim", "aim-cold", "aim-ref", "aim-ref-literal", "mst-ref", *DPMM}
+EXTRA = ["aim-ref-literal"]
+OWN_PROCESS = {"aim", "aim-ref", "aim-ref-literal", "mst-ref", *DPMM}
 DEFAULT_TOOLS = TOOLS
 TOOLS = [*TOOLS, *EXTRA, *DPMM]
 SYNTHETIC = {"shuffled", *OWN_PROCESS}
@@ -201,15 +199,10 @@ def release_own_process(tool: str, table: Table, epsilon: float, delta: float, s
     """``aim`` (ours) or a reference on mbi in a fresh process: (released rows, seconds)."""
     out = work / f"{tool}-{seed}.npz"
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-    if tool in ("aim", "aim-cold"):
+    if tool == "aim":
         job = {"dataset": table.dataset, "rows": table.rows, "epsilon": epsilon, "delta": delta,
                "seed": seed, "out": str(out)}
         command = [sys.executable, "-m", "benchmarks.aim_worker", json.dumps(job)]
-        # aim's compiled programs persist across processes (as across a deployment's runs):
-        # one cache per benchmark run, so the first run of a table is cold and later runs
-        # (other seeds and eps) find what earlier ones compiled; aim-cold never has it
-        env["MEDRELEASE_COMPILE_CACHE"] = ("off" if tool == "aim-cold"
-                                           else str(work.parent / "compile-cache"))
     else:
         job_file = _reference_job(tool, table, epsilon, delta, seed, work, out)
         command = [sys.executable, str(REFERENCE), str(job_file)]

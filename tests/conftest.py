@@ -20,9 +20,6 @@ apply_prefect_defaults()
 os.environ["PREFECT_LOGGING_TO_API_ENABLED"] = "false"
 
 ROOT = Path(__file__).resolve().parent.parent
-# aim's compiled programs, shared by every test (each test has its own MEDRELEASE_HOME, where
-# the cache would otherwise go and be lost): tests of one model structure compile it once.
-os.environ.setdefault("MEDRELEASE_COMPILE_CACHE", str(ROOT / "var" / "cache" / "jax-tests"))
 SHARED = ROOT.parent / "shared"
 
 PAPER_TABLE_5 = pd.DataFrame(

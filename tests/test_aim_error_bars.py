@@ -103,7 +103,7 @@ def test_the_measurements_frame_holds_every_measured_cell_with_its_labels(runs):
             assert np.array_equal(block["noisy_count"].to_numpy(), state.one_way_noisy[c])
             # the leaf vector is what round 0 measured: the model's measurement is its
             # re-expression on merged values (a group's sum scaled by 1/sqrt(its size))
-            stored = np.asarray(state.measurements[c].noisy_measurement)
+            stored = np.asarray(state.measurements[c].noisy)
             merge = next((m for m in run.merges if m.column == c), None)
             if merge is None:
                 assert np.array_equal(stored, state.one_way_noisy[c])
@@ -119,7 +119,7 @@ def test_the_measurements_frame_holds_every_measured_cell_with_its_labels(runs):
             assert set(block["levels"]) == {",".join(map(str, record.levels))}
             counts = block["noisy_count"].to_numpy()
             assert np.array_equal(counts, state.noisy[k])
-            assert np.array_equal(counts, state.measurements[d + k].noisy_measurement)
+            assert np.array_equal(counts, state.measurements[d + k].noisy)
             assert block["sigma"].iloc[0] == pytest.approx(record.sigma)
             cells = block[list(record.columns)].astype(str).drop_duplicates()
             assert len(cells) == record.cells  # every cell once, labelled at its levels

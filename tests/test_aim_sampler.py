@@ -13,15 +13,33 @@ import pytest
 from scipy.stats import chi2_contingency
 
 from medrelease.synthetic import pgm
+from medrelease.synthetic.junction_tree import make_junction_tree
 
 ROWS = 20_000
 SIZES = {"a": 3, "b": 4, "c": 5, "d": 2, "e": 3}
 MEASURED = [("a", "b"), ("b", "c"), ("a", "c"), ("c", "d"), ("d", "e")]
 
 
+def to_mbi(model: pgm.Model):
+    """Our fitted model as mbi's ``MarkovRandomField`` (same potentials, marginals, total)."""
+    import jax
+    import mbi
+
+    jax.config.update("jax_enable_x64", True)
+    dom = mbi.Domain(model.domain.attributes, model.domain.shape)
+
+    def vector(tables):
+        return mbi.CliqueVector(dom, list(model.cliques), {
+            cl: mbi.Factor(dom.project(cl), np.asarray(t)) for cl, t in tables.items()})
+
+    return mbi.MarkovRandomField(potentials=vector(model.potentials),
+                                 marginals=vector(model.marginals), total=model.total)
+
+
 @pytest.fixture(scope="module")
 def model():
-    mbi = pgm.mbi()
+    import mbi
+
     rng = np.random.default_rng(5)
     domain = pgm.domain(tuple(SIZES), tuple(SIZES.values()))
     # a joint with dependence along every measured pair: rows drawn from a chain of conditionals
@@ -30,7 +48,7 @@ def model():
     codes["c"] = (codes["a"] + codes["b"] + rng.integers(0, 2, ROWS)) % 5
     codes["d"] = (codes["c"] > 2).astype(np.int64) ^ (rng.random(ROWS) < 0.1)
     codes["e"] = (codes["d"] * 2 + (rng.random(ROWS) < 0.3)) % 3
-    data = mbi.Dataset(codes, domain)
+    data = mbi.Dataset(codes, mbi.Domain(domain.attributes, domain.shape))
     measurements = [pgm.measurement(data.project(cl).datavector() + rng.normal(0, 5, np.prod(
         [SIZES[a] for a in cl])), cl, 5.0, None) for cl in MEASURED]
     return pgm.estimate(domain, measurements, 300, float(ROWS))
@@ -40,15 +58,15 @@ def _mbi_rows(model, seed: int) -> dict[str, np.ndarray]:
     state = np.random.get_state()
     np.random.seed(seed)
     try:
-        data = model.synthetic_data(rows=ROWS)
+        data = to_mbi(model).synthetic_data(rows=ROWS)
     finally:
         np.random.set_state(state)
     return {a: np.asarray(data.data[a]) for a in SIZES}
 
 
 def _cliques(model) -> list[tuple[str, ...]]:
-    jtree, _ = pgm.mbi().junction_tree.make_junction_tree(model.domain, list(model.cliques))
-    nodes = {tuple(sorted(n)) for n in jtree.nodes}
+    tree = make_junction_tree(model.domain.attributes, model.domain.shape, tuple(model.cliques))
+    nodes = {tuple(sorted(n)) for n in tree.nodes}
     return sorted(nodes | {tuple(sorted(c)) for c in MEASURED})
 
 
@@ -96,11 +114,10 @@ def test_the_sampler_is_a_function_of_its_seed(model):
 @pytest.mark.parametrize("seed", [0, 1])
 def test_the_first_attribute_is_the_models_counts_rounded(model, seed):
     """Randomized rounding: the first attribute drawn has the model's counts, each within one."""
-    _, elimination = pgm.mbi().junction_tree.make_junction_tree(model.domain,
-                                                                list(model.cliques))
+    elimination = make_junction_tree(model.domain.attributes, model.domain.shape,
+                                     tuple(model.cliques)).elimination
     first = list(elimination)[-1]
     rows = pgm.sample(model, ROWS, seed=seed)
-    potentials = pgm.ModelPotentials.of(model)
-    expected = potentials.marginal((first,)) * ROWS / potentials.total
+    expected = model.marginal((first,)) * ROWS / model.total
     got = np.bincount(rows[first], minlength=SIZES[first])
     assert np.abs(got - expected).max() < 1 + 1e-9

@@ -203,7 +203,6 @@ def run_aim(table: Table, epsilon: float, seed: int) -> Tally:
 
     plan = plan_release("aim", {"epsilon": epsilon}, 1, seed, PublicFacts.of(table.config))
     chosen = release_synthetic(table.counts, table.config, plan)
-    _drop_compiled_programs()
     rows = chosen.rows.to_frame().astype(str)
     truth = table.frame[list(rows.columns)].astype(str)
     tally = Tally()
@@ -218,19 +217,6 @@ def run_aim(table: Table, epsilon: float, seed: int) -> Tally:
         if bound["tvd_bound"] < 1:  # the bounds that say something
             tally.add(f"{kind}, bound < 1", held, np.array([bound["tvd_bound"]]))
     return tally
-
-
-def _drop_compiled_programs() -> None:
-    """jax keeps every program it compiled: after a few dozen aim releases in one process
-    LLVM ran out of memory mappings ("Cannot allocate memory", then a segmentation fault;
-    measured on the NPS-like sample's 38th release). A served release runs in a fresh process;
-    here the caches are dropped after each release instead."""
-    import gc
-
-    import jax
-
-    jax.clear_caches()
-    gc.collect()
 
 
 def _tvd_at_levels(truth: pd.DataFrame, rows: pd.DataFrame, config: DatasetConfig,

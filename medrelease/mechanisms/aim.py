@@ -50,13 +50,13 @@ class AIMParams(MechanismParams):
                     "gave the same error in about 3x the time on Adult)")
     max_cells: int = Field(default=1_000_000, ge=1, le=50_000_000,
                            description="largest marginal a round may measure (cells)")
-    iters: int = Field(default=500, ge=10, le=10_000,
+    iters: int = Field(default=100, ge=10, le=10_000,
                        description="at most this many mirror-descent steps per round "
-                                   "(warm-started)")
+                                   "(warm-started, with the step size the last fit reached)")
     tolerance: float = Field(default=1e-4, ge=0, le=0.1, allow_inf_nan=False,
                              description="a round's fit stops once its loss improves by less "
                                          "than this (relative) over 100 steps; 0 = never")
-    final_iters: int = Field(default=1000, ge=10, le=20_000,
+    final_iters: int = Field(default=300, ge=10, le=20_000,
                              description="mirror-descent steps of the final estimate")
     workload_degree: int = Field(default=3, ge=1, le=4,
                                  description="without a declared workload: every marginal of "

@@ -1,85 +1,61 @@
-"""Private-PGM (``mbi``) as ``aim`` uses it: estimation from noisy marginals, model marginals
-for scoring, and sampling. Nothing here sees the data: only noisy measurements (DP outputs),
-public domains and the taxonomies' code maps.
+"""Private-PGM (McKenna et al. 2019) as ``aim`` uses it, in numpy: estimation from noisy
+marginals by mirror descent, model marginals for scoring, and sampling. Nothing here sees the
+data: only noisy measurements (DP outputs), public domains and the taxonomies' code maps.
 
-``jax`` is imported on first use (64-bit floats, CPU), so the rest of the product does not pay
-for it. A coarse-level measurement is an ``mbi.LinearMeasurement`` whose query sums the fine
-clique marginal through the taxonomy's level maps (``LevelQuery``): hashable (part of jax's
-compile-cache key) and with its operator norm, so mbi needs no power iteration.
+Why not ``mbi`` itself (which the benchmarks' reference AIM runs, and whose results the tests
+compare with): mbi runs on jax, which compiles one XLA program per model structure, and in
+AIM every round is a new structure. In a fresh process (a served run) that compilation was two
+thirds of a release's time (Adult: 191 s of 516 s; docs/results/aim.md). The same algorithm in
+numpy compiles nothing. It is mbi's ``MirrorDescent`` (Armijo step search, step size 2 / (L x
+total), a callback block of 50 steps for the early stop) with mbi's L2 loss and Lipschitz bound,
+calibrated on mbi's junction tree (``junction_tree.py``) by two-pass message passing; one
+calibration per step instead of mbi's two (the marginals of an accepted step are the next step's).
+
+A coarse-level measurement is a linear query of the fine clique marginal: ``LevelQuery`` sums
+it through the taxonomy's level maps, ``ScaledQuery`` scales a 1-way over merged values; each
+has its adjoint (the gradient) and operator norm (the Lipschitz bound).
 """
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass
-from functools import cache
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from functools import cache, cached_property
+from math import prod
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
-if TYPE_CHECKING:  # mbi is imported on first use (jax's start-up); its types, for the reader
-    from mbi import LinearMeasurement as Measurement
-    from mbi import MarkovRandomField as Model
+from medrelease.synthetic.junction_tree import Clique, make_junction_tree
+from medrelease.synthetic.junction_tree import model_size_mb as _tree_size_mb
 
-os.environ.setdefault("JAX_PLATFORMS", "cpu")
-
-
-@cache
-def mbi() -> Any:
-    """The ``mbi`` module, with jax in 64-bit mode (mbi's estimates stall in float32) and
-    jax's persistent compilation cache under the data home (``compile_cache_folder``)."""
-    import jax
-
-    jax.config.update("jax_enable_x64", True)
-    folder = compile_cache_folder()
-    if folder is None:
-        jax.config.update("jax_enable_compilation_cache", False)
-    else:
-        jax.config.update("jax_compilation_cache_dir", str(folder))
-        # every program: a fresh process otherwise compiles the small ones again each time
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-        jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-    import warnings
-
-    with warnings.catch_warnings():  # mbi warns about the cache it was not designed around
-        warnings.simplefilter("ignore", UserWarning)
-        import mbi as module
-
-    return module
+CHECK_EVERY = 50  # steps between the early-stop checks (mbi's callback block)
+# Two departures from mbi's mirror descent, each measured (docs/results/aim.md, "Fits that
+# converge"): the step size grows by 5 % after an accepted step (mbi: 1 %), and a warm start
+# starts from the step size the last fit ended with (mbi: from 2 / (L x total) every fit).
+# mbi's step needs ~1,000 steps to grow 20,000-fold, which a 1,361,000-row table needs: its
+# fits stopped far from their optimum (loss 3.2e5 after the final 1,000 steps; 6.1e4 after
+# 500 with these two), the model moved less than the noise, AIM annealed every round and
+# measured 3 marginals instead of 8.
+STEP_GROWTH = 1.05
+CARRY_STEP = True
 
 
-COMPILE_CACHE_ENV = "MEDRELEASE_COMPILE_CACHE"
+@dataclass(frozen=True)
+class Domain:
+    """Attribute names and their sizes, in the model's order."""
 
+    attributes: tuple[str, ...]
+    shape: tuple[int, ...]
 
-def compile_cache_folder() -> Path | None:
-    """Where jax keeps compiled programs across processes: ``MEDRELEASE_COMPILE_CACHE`` if set
-    ("off" disables), else ``$MEDRELEASE_HOME/cache/jax`` (``var/cache/jax``); None (no
-    cache) when the folder cannot be made or written. Safe to delete at any time.
+    @cached_property
+    def sizes(self) -> dict[str, int]:
+        return dict(zip(self.attributes, self.shape, strict=True))
 
-    What it holds: XLA programs keyed by jax on the program text, jax/jaxlib version, flags
-    and machine. Nothing here sees the data: a program's constants can only be public
-    (taxonomy code maps) or DP outputs (the group weights of merged values); noisy
-    measurements and the noisy total are its arguments. Two processes writing one entry at
-    once: a reader of a half-written entry gets an error that jax turns into a warning and a
-    compilation."""
-    from medrelease.settings import project_root
+    def shape_of(self, clique: Clique) -> tuple[int, ...]:
+        return tuple(self.sizes[a] for a in clique)
 
-    setting = os.environ.get(COMPILE_CACHE_ENV, "")
-    if setting.lower() in {"off", "0", "false", "none"}:
-        return None
-    # the process's data home, never a context's isolated one (the publication audit's
-    # neighbouring worlds are temporary; the cache is chosen once per process and outlives them)
-    home = Path(os.environ.get("MEDRELEASE_HOME", project_root() / "var"))
-    folder = Path(setting) if setting else home.resolve() / "cache" / "jax"
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        probe = folder / f".writable-{os.getpid()}"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError:
-        return None
-    return folder
+    def cells(self, clique: Clique) -> int:
+        return prod(self.shape_of(clique))
 
 
 @dataclass(frozen=True)
@@ -90,18 +66,33 @@ class LevelQuery:
     maps: tuple[tuple[int, ...] | None, ...]
     sizes: tuple[int, ...]
 
-    def __call__(self, factor: Any) -> Any:
-        import jax.numpy as jnp
-
-        values = factor.values
-        for axis, (groups, size) in enumerate(zip(self.maps, self.sizes, strict=True)):
+    @cached_property
+    def _onehots(self) -> tuple[np.ndarray | None, ...]:
+        out = []
+        for groups, size in zip(self.maps, self.sizes, strict=True):
             if groups is None:
+                out.append(None)
                 continue
             onehot = np.zeros((len(groups), size))
             onehot[np.arange(len(groups)), np.asarray(groups)] = 1.0
-            values = jnp.moveaxis(jnp.tensordot(values, jnp.asarray(onehot), axes=([axis], [0])),
-                                  -1, axis)
+            out.append(onehot)
+        return tuple(out)
+
+    def forward(self, table: np.ndarray) -> np.ndarray:
+        values = table
+        for axis, onehot in enumerate(self._onehots):
+            if onehot is not None:
+                values = np.moveaxis(np.tensordot(values, onehot, axes=([axis], [0])), -1, axis)
         return values.reshape(-1)
+
+    def adjoint(self, vector: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+        """The transpose: each coarse cell's value copied to every fine cell summed into it."""
+        values = vector.reshape(tuple(s if g is not None else f for g, s, f
+                                      in zip(self.maps, self.sizes, shape, strict=True)))
+        for axis, groups in enumerate(self.maps):
+            if groups is not None:
+                values = np.take(values, np.asarray(groups), axis=axis)
+        return values
 
     def op_norm_sq(self) -> float:
         """||Q||^2 = the largest number of fine cells summed into one coarse cell."""
@@ -120,112 +111,108 @@ class ScaledQuery:
 
     weights: tuple[float, ...]
 
-    def __call__(self, factor: Any) -> Any:
-        import jax.numpy as jnp
+    @cached_property
+    def _weights(self) -> np.ndarray:
+        return np.asarray(self.weights, dtype=np.float64)
 
-        return factor.datavector() * jnp.asarray(self.weights)
+    def forward(self, table: np.ndarray) -> np.ndarray:
+        return table.reshape(-1) * self._weights
+
+    def adjoint(self, vector: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+        return (vector * self._weights).reshape(shape)
 
     def op_norm_sq(self) -> float:
         return float(max(w * w for w in self.weights))
 
 
-def domain(names: tuple[str, ...], sizes: tuple[int, ...]) -> Any:
-    return mbi().Domain(names, sizes)
+@dataclass(frozen=True)
+class Measurement:
+    """A noisy marginal (flat, the query's output order) of ``clique`` with its noise scale."""
+
+    noisy: np.ndarray
+    clique: Clique
+    stddev: float
+    query: LevelQuery | ScaledQuery | None = None
+
+    def forward(self, table: np.ndarray) -> np.ndarray:
+        return table.reshape(-1) if self.query is None else self.query.forward(table)
+
+    def adjoint(self, vector: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+        return vector.reshape(shape) if self.query is None else self.query.adjoint(vector, shape)
+
+    def op_norm_sq(self) -> float:
+        return 1.0 if self.query is None else self.query.op_norm_sq()
+
+
+def domain(names: tuple[str, ...], sizes: tuple[int, ...]) -> Domain:
+    return Domain(tuple(names), tuple(int(s) for s in sizes))
 
 
 def measurement(noisy: np.ndarray, clique: tuple[str, ...], sigma: float,
                 query: LevelQuery | ScaledQuery | None) -> Measurement:
-    """A noisy marginal as mbi's linear measurement (identity query at leaf level)."""
-    module = mbi()
-    if query is None:
-        return module.LinearMeasurement(np.asarray(noisy, dtype=np.float64).reshape(-1), clique,
-                                        stddev=float(sigma))
-    return module.LinearMeasurement(np.asarray(noisy, dtype=np.float64).reshape(-1), clique,
-                                    stddev=float(sigma), query=query)
-
-
-def estimate(model_domain: Any, measurements: list[Measurement], iters: int, total: float,
-             warm_start: Model | None = None, tol: float | None = None) -> Model:
-    """Private-PGM's mirror descent on every measurement so far (warm-started), with the
-    noisy total of the leaf-level 1-way measurements; stops early once the loss improves by
-    less than ``tol`` (relative) over two blocks of 50 steps (mbi's own rule).
-
-    mbi compiles one program per model structure for the steps and runs the start and end op
-    by op; jitting those two as one program each (12 programs instead of 119 on the NPS-like
-    sample) cost 1.3-1.5 s MORE compile CPU a run (docs/results/aim.md, dropped). Across
-    processes the compiled programs come from jax's persistent cache (``mbi()``)."""
-    module = mbi()
-    return module.estimation.MirrorDescent().estimate(
-        model_domain, measurements, known_total=total, iters=iters, warm_start=warm_start,
-        tol=tol)
-
-
-def model_marginal(model: Any, clique: tuple[str, ...]) -> np.ndarray:
-    """The model's marginal on ``clique`` (axes in clique order), in counts.
-
-    A clique inside one of the model's cliques is a sum of its fitted marginal; any other is
-    computed from the model's potentials by variable elimination in numpy (``ModelPotentials``):
-    mbi's own ``variable_elimination`` is jit-compiled per clique and per model structure, i.e.
-    anew every round, and op by op it is slower still (measured: over 100 s a round on Adult).
-    """
-    return ModelPotentials.of(model).marginal(clique)
+    """A noisy marginal as a linear measurement (identity query at leaf level)."""
+    return Measurement(np.asarray(noisy, dtype=np.float64).reshape(-1), tuple(clique),
+                       float(sigma), query)
 
 
 @dataclass
-class ModelPotentials:
-    """A fitted model's log-potentials as numpy tables (one conversion per model)."""
+class Model:
+    """A fitted model: log-potentials and fitted marginals (counts) on its cliques (axes in
+    clique order), and the total it is scaled to."""
 
-    tables: list[tuple[tuple[str, ...], np.ndarray]]
-    marginals: list[tuple[tuple[str, ...], np.ndarray]]
-    sizes: dict[str, int]
+    domain: Domain
+    cliques: tuple[Clique, ...]
+    potentials: dict[Clique, np.ndarray]
+    marginals: dict[Clique, np.ndarray]
     total: float
+    gain: float = 1.0  # the last step size, in units of mirror descent's first (2 / (L total))
+    _cache: dict[Clique, np.ndarray] = field(default_factory=dict, repr=False)
 
-    @classmethod
-    def of(cls, model: Any) -> ModelPotentials:
-        cached = _POTENTIALS.get(id(model))
-        if cached is not None and cached[0] is model:
-            return cached[1]
-        tables = [(tuple(f.domain.attributes), np.asarray(f.values, dtype=np.float64))
-                  for f in model.potentials.tables.values()]
-        marginals = [(tuple(f.domain.attributes), np.asarray(f.values, dtype=np.float64))
-                     for f in model.marginals.tables.values()]
-        dom = model.domain
-        out = cls(tables, marginals, dict(zip(dom.attributes, dom.shape, strict=True)), float(model.total))
-        _POTENTIALS.clear()
-        _POTENTIALS[id(model)] = (model, out)
-        return out
-
-    def marginal(self, clique: tuple[str, ...]) -> np.ndarray:
-        """A sum of a fitted clique marginal that holds ``clique``; else sum-product over every
-        attribute outside ``clique``, smallest intermediate first."""
-        for attrs, table in self.marginals:
+    def marginal(self, clique: Clique) -> np.ndarray:
+        """The model's marginal on ``clique`` (axes in clique order), in counts: a sum of a
+        fitted clique marginal that holds it, else sum-product over every attribute outside
+        it, smallest intermediate first (variable elimination)."""
+        clique = tuple(clique)
+        if clique in self._cache:
+            return self._cache[clique]
+        for attrs, table in self.marginals.items():
             if set(clique) <= set(attrs):
                 drop = tuple(i for i, a in enumerate(attrs) if a not in clique)
                 kept = [a for a in attrs if a in clique]
                 summed = table.sum(axis=drop) if drop else table
                 return np.transpose(summed, [kept.index(a) for a in clique])
-        factors = [(attrs, table) for attrs, table in self.tables if attrs]
+        factors = [(attrs, table) for attrs, table in self.potentials.items() if attrs]
         keep = set(clique)
         eliminate = {a for attrs, _ in factors for a in attrs} - keep
+        sizes = self.domain.sizes
         while eliminate:
-            z = min(eliminate, key=lambda a: self._joined_size(factors, a))
+            z = min(eliminate, key=lambda a: _joined_size(factors, a, sizes))
             eliminate.discard(z)
             involved = [f for f in factors if z in f[0]]
             factors = [f for f in factors if z not in f[0]]
             attrs, table = _log_product(involved)
             axis = attrs.index(z)
             factors.append((attrs[:axis] + attrs[axis + 1:], _logsumexp(table, axis)))
-        _, table = _log_product([*factors, (clique, np.zeros(tuple(self.sizes[a]
-                                                                  for a in clique)))], clique)
+        _, table = _log_product([*factors, (clique, np.zeros(self.domain.shape_of(clique)))],
+                                clique)
         table = np.exp(table - table.max())
-        return table * (self.total / table.sum())
-
-    def _joined_size(self, factors: list, attribute: str) -> int:
-        joined = {a for attrs, _ in factors if attribute in attrs for a in attrs}
-        return int(np.prod([self.sizes[a] for a in joined]))
+        out = table * (self.total / table.sum())
+        self._cache[clique] = out
+        return out
 
 
-_POTENTIALS: dict[int, tuple[Any, ModelPotentials]] = {}
+def model_marginal(model: Model, clique: tuple[str, ...]) -> np.ndarray:
+    """The model's marginal on ``clique`` (axes in clique order), in counts."""
+    return model.marginal(clique)
+
+
+def model_size_mb(model_domain: Domain, cliques: list[tuple[str, ...]]) -> float:
+    return _tree_size_mb(model_domain.attributes, model_domain.shape, cliques)
+
+
+def _joined_size(factors: list, attribute: str, sizes: dict[str, int]) -> int:
+    joined = {a for attrs, _ in factors if attribute in attrs for a in attrs}
+    return int(np.prod([sizes[a] for a in joined]))
 
 
 def _log_product(factors: list, order: tuple[str, ...] | None = None
@@ -252,11 +239,341 @@ def _logsumexp(table: np.ndarray, axis: int) -> np.ndarray:
     return np.log(np.exp(table - top).sum(axis=axis)) + np.squeeze(top, axis=axis)
 
 
-def model_size_mb(model_domain: Any, cliques: list[tuple[str, ...]]) -> float:
-    return float(mbi().junction_tree.hypothetical_model_size(model_domain, cliques))
 
 
-def sample(model: Any, rows: int, seed: int) -> dict[str, np.ndarray]:
+def _align(source: Clique, target: Clique, shape: tuple[int, ...]) -> tuple[list[int], tuple[int, ...]]:
+    """How a table on ``source`` (axes in its order, ``shape``) broadcasts into ``target``'s
+    axes: the transposition into target order, then the shape with 1 on the missing axes."""
+    perm = sorted(range(len(source)), key=lambda i: target.index(source[i]))
+    out = [1] * len(target)
+    for i in perm:
+        out[target.index(source[i])] = shape[i]
+    return perm, tuple(out)
+
+
+def _reduce(source: Clique, target: Clique) -> tuple[tuple[int, ...], list[int]]:
+    """How a table on ``source`` sums to ``target`` (a subset): the axes summed out, then the
+    transposition of what is left (source order) into target order."""
+    axes = tuple(i for i, a in enumerate(source) if a not in target)
+    kept = [a for a in source if a in target]
+    return axes, [kept.index(a) for a in target]
+
+
+def _maximal(cliques: list[Clique], model_domain: Domain) -> tuple[Clique, ...]:
+    """The cliques not contained in another, larger first, each with its attributes in domain
+    order (the junction tree's nodes are too: a potential then broadcasts into its node
+    without a transposition, which made the calibration several times slower)."""
+    out: list[Clique] = []
+    for clique in sorted(dict.fromkeys(cliques), key=len, reverse=True):
+        if not any(set(clique) <= set(other) for other in out):
+            out.append(tuple(a for a in model_domain.attributes if a in clique))
+    return tuple(out)
+
+
+def _home(clique: Clique, candidates: tuple[Clique, ...], model_domain: Domain) -> Clique:
+    """The smallest (in cells) of ``candidates`` that holds ``clique`` (mbi's routing)."""
+    return min((c for c in candidates if set(clique) <= set(c)), key=model_domain.cells)
+
+
+class Marginalizer:
+    """Every marginal of one table that is asked for (attribute subsets, each in domain order),
+    through shared intermediate sums: sum out first the attribute that the most targets lack
+    (weighted by its size), compute those targets from the smaller table, repeat for the rest.
+    On Adult's largest model a node of 101,920 cells gives its six targets for two passes over
+    it instead of six. Built once per model structure."""
+
+    def __init__(self, source: Clique, targets: list[Clique], sizes: dict[str, int]) -> None:
+        self.steps: list[tuple[int, tuple[int, ...]]] = []  # (input table, axes summed out)
+        self.found: dict[Clique, int] = {}                   # target -> table index
+        self._plan(0, source, list(dict.fromkeys(targets)), sizes)
+
+    def _plan(self, table: int, attrs: Clique, targets: list[Clique],
+              sizes: dict[str, int]) -> None:
+        remaining = []
+        for target in targets:
+            if target == attrs:
+                self.found[target] = table
+            else:
+                remaining.append(target)
+        while remaining:
+            def merit(a: str, group: list[Clique] = remaining) -> float:
+                return sum(1 for t in group if a not in t) * np.log(sizes[a] + 1.0)
+            drop = max((a for a in attrs if any(a not in t for t in remaining)), key=merit)
+            group = [t for t in remaining if drop not in t]
+            remaining = [t for t in remaining if drop in t]
+            # sum out every attribute no target of the group needs (at least ``drop``)
+            needed = set().union(*[set(t) for t in group])
+            keep = tuple(a for a in attrs if a in needed)
+            self.steps.append((table, tuple(i for i, a in enumerate(attrs) if a not in keep)))
+            self._plan(len(self.steps), keep, group, sizes)
+
+    def __call__(self, table: np.ndarray) -> dict[Clique, np.ndarray]:
+        tables = [table]
+        for source, axes in self.steps:
+            tables.append(tables[source].sum(axis=axes))
+        return {target: tables[index] for target, index in self.found.items()}
+
+
+class Calibration:
+    """One model structure (the potentials' cliques over a domain): its junction tree rooted,
+    and how every table moves between potentials, tree nodes and separators. Built once per
+    structure; ``marginals`` is then two passes of numpy over the tree.
+
+    The tree's nodes are in domain order, so a separator has the same axis order in a node
+    and its parent and a message moves between them by a reshape."""
+
+    def __init__(self, model_domain: Domain, cliques: tuple[Clique, ...]) -> None:
+        self.domain, self.cliques = model_domain, cliques
+        tree = make_junction_tree(model_domain.attributes, model_domain.shape, cliques)
+        nodes = tree.nodes
+        self.shapes = [model_domain.shape_of(n) for n in nodes]
+        near: dict[int, list[int]] = {i: [] for i in range(len(nodes))}
+        for i, j in tree.edges:
+            near[i].append(j)
+            near[j].append(i)
+        self.parent = [-1] * len(nodes)
+        self.preorder: list[int] = []
+        seen: set[int] = set()
+        for start in sorted(range(len(nodes)), key=lambda i: -prod(self.shapes[i])):
+            if start in seen:
+                continue
+            stack = [start]
+            seen.add(start)
+            while stack:
+                k = stack.pop()
+                self.preorder.append(k)
+                for j in near[k]:
+                    if j not in seen:
+                        seen.add(j)
+                        self.parent[j] = k
+                        stack.append(j)
+        # per non-root node: the axes summed out towards its parent, and the separator's
+        # shape as a broadcast into the parent's axes
+        self.up_axes: list[tuple[int, ...]] = []
+        self.into_parent: list[tuple[int, ...]] = []
+        self.down_axes: list[tuple[int, ...]] = []
+        for k, node in enumerate(nodes):
+            p = self.parent[k]
+            if p < 0:
+                self.up_axes.append(())
+                self.into_parent.append(())
+                self.down_axes.append(())
+                continue
+            sep = set(node) & set(nodes[p])
+            self.up_axes.append(tuple(i for i, a in enumerate(node) if a not in sep))
+            self.into_parent.append(tuple(s if a in sep else 1
+                                          for a, s in zip(nodes[p], self.shapes[p], strict=True)))
+            self.down_axes.append(tuple(i for i, a in enumerate(nodes[p]) if a not in sep))
+        self.node_of = {c: nodes.index(_home(c, nodes, model_domain)) for c in cliques}
+        self.into_node = {c: _align(c, nodes[self.node_of[c]], model_domain.shape_of(c))
+                          for c in cliques}
+        # per node: the marginals asked of it (its potentials' cliques, its children's
+        # separators), all in domain order
+        self.separators = [tuple(a for a in node if p >= 0 and a in nodes[p])
+                           for node, p in zip(nodes, self.parent, strict=True)]
+        self.assigned: list[list[Clique]] = [[] for _ in nodes]
+        for c in cliques:
+            self.assigned[self.node_of[c]].append(c)
+        asked = [list(a) for a in self.assigned]
+        for k, p in enumerate(self.parent):
+            if p >= 0:
+                asked[p].append(self.separators[k])
+        self.marginalizers = [Marginalizer(node, asked[k], model_domain.sizes)
+                              for k, node in enumerate(nodes)]
+
+    def _node_potential(self, k: int, potentials: dict[Clique, np.ndarray]) -> np.ndarray:
+        """The sum of the potentials assigned to node ``k``, broadcast to its shape (one
+        pass for the first two)."""
+        parts = [np.transpose(potentials[c], self.into_node[c][0]).reshape(self.into_node[c][1])
+                 for c in self.assigned[k]]
+        out = np.empty(self.shapes[k])
+        if not parts:
+            out.fill(0.0)
+        elif len(parts) == 1:
+            out[...] = parts[0]
+        else:
+            np.add(parts[0], parts[1], out=out)
+            for part in parts[2:]:
+                out += part
+        return out
+
+    def marginals(self, potentials: dict[Clique, np.ndarray], total: float
+                  ) -> dict[Clique, np.ndarray]:
+        """Each potential clique's marginal, scaled to ``total``. Collect: each node's
+        beliefs, exponentiated against their maximum per separator cell, summed to its
+        separator (the log of that sum is the message up). Distribute: a node's marginal is
+        its conditional given the separator (exp(beliefs - message)) times the parent's
+        marginal of the separator. Every exponent is <= 0: nothing overflows."""
+        beliefs = [self._node_potential(k, potentials) for k in range(len(self.shapes))]
+        weights: list[np.ndarray | None] = [None] * len(beliefs)
+        sums: list[np.ndarray | None] = [None] * len(beliefs)
+        for k in reversed(self.preorder):
+            p = self.parent[k]
+            if p < 0:
+                continue
+            b, axes = beliefs[k], self.up_axes[k]
+            top = b.max(axis=axes, keepdims=True)
+            np.subtract(b, top, out=b)
+            np.exp(b, out=b)
+            sums[k] = b.sum(axis=axes, keepdims=True)
+            weights[k] = b
+            beliefs[p] += (np.log(sums[k]) + top).reshape(self.into_parent[k])
+        asked: list[dict[Clique, np.ndarray] | None] = [None] * len(beliefs)
+        for k in self.preorder:
+            p = self.parent[k]
+            if p < 0:
+                b = beliefs[k]
+                np.subtract(b, b.max(), out=b)
+                np.exp(b, out=b)
+                np.multiply(b, total / b.sum(), out=b)
+                node = b
+            else:
+                separator = asked[p][self.separators[k]].reshape(sums[k].shape)
+                node = weights[k]
+                np.multiply(node, separator / sums[k], out=node)
+                weights[k] = sums[k] = None
+            asked[k] = self.marginalizers[k](node)
+        return {clique: asked[self.node_of[clique]][clique] for clique in self.cliques}
+
+
+@cache
+def _calibration(model_domain: Domain, cliques: tuple[Clique, ...]) -> Calibration:
+    return Calibration(model_domain, cliques)
+
+
+@dataclass
+class _Pooled:
+    """The measurements of one marginal through one query, pooled: for y_i with sigma_i,
+    ``sum_i ||Q mu - y_i||^2 / (2 sigma_i^2) = w ||Q mu - ybar||^2 / 2 + const`` with
+    ``w = sum_i 1 / sigma_i^2`` and ``ybar`` their precision-weighted mean: one query and
+    one adjoint per step however often AIM measured that marginal."""
+
+    home: Clique
+    clique: Clique
+    query: Measurement  # the first of them (its query and adjoint)
+    weight: float
+    mean: np.ndarray
+    constant: float
+
+
+class L2Loss:
+    """mbi's L2 loss ``sum_m ||(Q_m mu_{c_m} - y_m) / sigma_m||^2 / 2`` over the potentials'
+    cliques, with its gradient and mbi's Lipschitz bound of that gradient."""
+
+    def __init__(self, model_domain: Domain, measurements: list[Measurement],
+                 cliques: tuple[Clique, ...]) -> None:
+        self.domain = model_domain
+        homes = [_home(m.clique, cliques, model_domain) for m in measurements]
+        blocks: dict[Clique, float] = {}
+        for h, m in zip(homes, measurements, strict=True):
+            share = m.op_norm_sq() / max(m.stddev, 1e-12) ** 2
+            blocks[h] = blocks.get(h, 0.0) + share * model_domain.cells(h) / model_domain.cells(m.clique)
+        self.lipschitz = max(blocks.values()) if blocks else 1.0
+        groups: dict[tuple, list[Measurement]] = {}
+        for h, m in zip(homes, measurements, strict=True):
+            groups.setdefault((h, m.clique, m.query), []).append(m)
+        self.pooled = []
+        for (home, clique, _), group in groups.items():
+            precision = np.array([1.0 / max(m.stddev, 1e-12) ** 2 for m in group])
+            ys = [m.noisy for m in group]
+            weight = float(precision.sum())
+            mean = sum(p * y for p, y in zip(precision, ys, strict=True)) / weight
+            constant = 0.5 * (sum(float(p * (y @ y)) for p, y in zip(precision, ys, strict=True))
+                              - weight * float(mean @ mean))
+            self.pooled.append(_Pooled(home, clique, group[0], weight, mean, constant))
+        self.reduce = {(g.home, g.clique): _reduce(g.home, g.clique) for g in self.pooled}
+        self.expand = {(g.home, g.clique): _align(g.clique, g.home, model_domain.shape_of(g.clique))
+                       for g in self.pooled}
+
+    def __call__(self, marginals: dict[Clique, np.ndarray], gradient: bool = True
+                 ) -> tuple[float, dict[Clique, np.ndarray] | None]:
+        loss = 0.0
+        projected: dict[tuple[Clique, Clique], np.ndarray] = {}
+        parts: dict[tuple[Clique, Clique], np.ndarray] = {}
+        for g in self.pooled:
+            key = (g.home, g.clique)
+            if key not in projected:
+                axes, perm = self.reduce[key]
+                table = marginals[g.home]
+                projected[key] = np.transpose(table.sum(axis=axes) if axes else table, perm)
+            mu = projected[key]
+            diff = g.query.forward(mu) - g.mean
+            loss += 0.5 * g.weight * float(diff @ diff) + g.constant
+            if gradient:
+                part = g.query.adjoint(g.weight * diff, mu.shape)
+                parts[key] = parts[key] + part if key in parts else part
+        if not gradient:
+            return loss, None
+        grad = {clique: np.zeros(self.domain.shape_of(clique)) for clique in marginals}
+        for (home, clique), part in parts.items():
+            perm, shape = self.expand[(home, clique)]
+            grad[home] += np.transpose(part, perm).reshape(shape)
+        return loss, grad
+
+
+def _expanded(warm_start: Model | None, cliques: tuple[Clique, ...], model_domain: Domain
+              ) -> dict[Clique, np.ndarray]:
+    """Potentials on ``cliques``: zeros, plus each of the warm start's potentials added into
+    the smallest new clique that holds it (the same distribution, as mbi's ``expand``)."""
+    out = {c: np.zeros(model_domain.shape_of(c)) for c in cliques}
+    if warm_start is None:
+        return out
+    for clique, table in warm_start.potentials.items():
+        home = _home(clique, cliques, model_domain)
+        perm, shape = _align(clique, home, table.shape)
+        out[home] = out[home] + np.transpose(table, perm).reshape(shape)
+    return out
+
+
+def estimate(model_domain: Domain, measurements: list[Measurement], iters: int, total: float,
+             warm_start: Model | None = None, tol: float | None = None) -> Model:
+    """Private-PGM's mirror descent on every measurement so far (warm-started), scaled to the
+    noisy total of the leaf-level 1-way measurements: mbi's ``MirrorDescent`` (Armijo: a step
+    is kept when the loss falls by at least half the linear prediction, the step size then
+    grows by ``STEP_GROWTH``, else halves; with mbi's 1 % growth and no carried step it is
+    mbi's step for step, tests/test_aim_estimator.py). Runs ``iters`` steps rounded up to blocks of
+    ``CHECK_EVERY``; with ``tol`` it stops once the loss improved by at most ``tol``
+    (relative) over two blocks in a row (mbi's rule)."""
+    with threadpool_limits(limits=1, user_api="blas"):
+        return _mirror_descent(model_domain, measurements, iters, total, warm_start, tol)
+
+
+def _mirror_descent(model_domain: Domain, measurements: list[Measurement], iters: int,
+                    total: float, warm_start: Model | None, tol: float | None) -> Model:
+    """``estimate``'s loop. BLAS on one thread: its products here are a few thousand numbers,
+    and OpenBLAS waking its threads for each cost 10-70x the product on a busy machine
+    (a dot product of 16,554 numbers: 4 us alone, 0.3 ms with another process running)."""
+    cliques = _maximal([m.clique for m in measurements], model_domain)
+    calibration = _calibration(model_domain, cliques)
+    loss_fn = L2Loss(model_domain, measurements, cliques)
+    theta = _expanded(warm_start, cliques, model_domain)
+    unit = 2.0 / (loss_fn.lipschitz * total)
+    carried = warm_start.gain if warm_start is not None and CARRY_STEP else 1.0
+    alpha = unit * max(1.0, carried)
+    mu = calibration.marginals(theta, total)
+    loss, grad = loss_fn(mu)
+    previous, stalls = np.inf, 0
+    for _block in range(-(-iters // CHECK_EVERY)):
+        for _ in range(CHECK_EVERY):
+            trial = {c: theta[c] - alpha * grad[c] for c in cliques}
+            trial_mu = calibration.marginals(trial, total)
+            trial_loss, trial_grad = loss_fn(trial_mu)
+            predicted = sum(float(np.vdot(grad[c], mu[c]) - np.vdot(grad[c], trial_mu[c]))
+                            for c in cliques)
+            if loss - trial_loss >= 0.5 * alpha * predicted:
+                theta, mu, loss, grad = trial, trial_mu, trial_loss, trial_grad
+                alpha *= STEP_GROWTH
+            else:
+                alpha *= 0.5
+        if tol is not None:
+            stalls = stalls + 1 if previous - loss <= tol * max(abs(loss), 1.0) else 0
+            previous = loss
+            if stalls >= 2:
+                break
+    return Model(model_domain, cliques, theta, mu, float(total), gain=alpha / unit)
+
+
+def sample(model: Model, rows: int, seed: int) -> dict[str, np.ndarray]:
     """``rows`` synthetic records from the model, as leaf codes per attribute.
 
     mbi's own sampler's law (``MarkovRandomField.synthetic_data``, method "round") in numpy:
@@ -266,19 +583,17 @@ def sample(model: Any, rows: int, seed: int) -> dict[str, np.ndarray]:
     a random order, jittered, read through the conditional CDF). mbi's version is a Python loop
     over every parent group plus jax message passing op by op (90 s of a 516 s Adult run, 120 s
     of 224 s at 1,361,000 rows, on a loaded machine; docs/results/aim.md); this
-    one is vectorized, takes the marginals from the model's potentials in numpy
-    (``ModelPotentials``) and draws from its own generator (``seed``). Its law is tested
+    one is vectorized, takes the marginals from the model (``Model.marginal``) and draws from
+    its own generator (``seed``). Its law is tested
     against mbi's on every clique marginal (tests/test_aim_sampler.py). Sampling is
     post-processing of DP measurements: it costs no budget.
     """
     rng = np.random.default_rng(seed)
-    potentials = ModelPotentials.of(model)
     domain = model.domain
-    sizes = dict(zip(domain.attributes, domain.shape, strict=True))
-    jtree, elimination = mbi().junction_tree.make_junction_tree(
-        domain, [tuple(cl) for cl in model.cliques])
-    cliques = [set(cl) for cl in jtree.nodes]
-    order = list(elimination)[::-1]
+    sizes = domain.sizes
+    tree = make_junction_tree(domain.attributes, domain.shape, tuple(model.cliques))
+    cliques = [set(cl) for cl in tree.nodes]
+    order = list(tree.elimination)[::-1]
     total = max(1, int(rows))
     data: dict[str, np.ndarray] = {}
     used: set[str] = set()
@@ -286,7 +601,7 @@ def sample(model: Any, rows: int, seed: int) -> dict[str, np.ndarray]:
         related = set().union(*[cl for cl in cliques if column in cl]) if cliques else set()
         parents = tuple(a for a in domain.attributes if a in used and a in related)
         used.add(column)
-        joint = np.asarray(potentials.marginal((*parents, column)), dtype=np.float64)
+        joint = np.asarray(model.marginal((*parents, column)), dtype=np.float64)
         if not parents:
             data[column] = _round_column(joint.reshape(-1), total, rng)
             continue
