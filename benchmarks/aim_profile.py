@@ -59,19 +59,9 @@ def main() -> None:
     args = parser.parse_args()
     process_start = time.perf_counter()
 
-    from medrelease.data.aggregate import aggregate
-    from medrelease.data.config import find_config
-    from medrelease.storage.io import read_input
-    from schemas.input import validate_input
+    from benchmarks.aim_tables import load_counts
 
-    config = find_config("nps-sample" if args.table == "nps" else "adult-ipa")
-    if args.table == "nps" and args.rows != 20_000:
-        from medrelease.data.nps import generate_nps
-
-        raw = generate_nps(args.rows, seed=2020)
-    else:
-        raw = validate_input(read_input(config), config)
-    counts = aggregate(raw, config)
+    config, counts = load_counts(args.table, args.rows)
 
     from medrelease.synthetic import aim_rounds, pgm
     from medrelease.synthetic import release as synthetic

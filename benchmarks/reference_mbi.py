@@ -140,10 +140,17 @@ def _model_marginals(model, engineered):
     if not engineered:
         return lambda cl: np.asarray(model.project(cl).datavector())
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from medrelease.synthetic.pgm import ModelPotentials
+    from medrelease.synthetic import pgm
 
-    potentials = ModelPotentials.of(model)
-    return lambda cl: potentials.marginal(tuple(cl)).reshape(-1)
+    def tables(vector) -> dict:
+        return {tuple(f.domain.attributes): np.asarray(f.values, dtype=np.float64)
+                for f in vector.tables.values()}
+
+    dom = model.domain
+    copy = pgm.Model(pgm.domain(tuple(dom.attributes), tuple(dom.shape)),
+                     tuple(tuple(c) for c in model.cliques), tables(model.potentials),
+                     tables(model.marginals), float(model.total))
+    return lambda cl: copy.marginal(tuple(cl)).reshape(-1)
 
 
 # -- MST ------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ microseconds, and everything it computes is public (attribute names and domain s
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cache
+from functools import lru_cache
 from math import prod
 
 Clique = tuple[str, ...]
@@ -51,7 +51,7 @@ def _joined_cells(attribute: str, cliques: frozenset[frozenset[str]], sizes: dic
     return prod(sizes[a] for a in set().union(*[cl for cl in cliques if attribute in cl]))
 
 
-@cache
+@lru_cache(maxsize=1024)  # model-size checks ask for the same trees many times a round
 def make_junction_tree(names: tuple[str, ...], shape: tuple[int, ...],
                        cliques: tuple[Clique, ...]) -> JunctionTree:
     """The junction tree of ``cliques`` over the domain ``names`` x ``shape`` (every attribute

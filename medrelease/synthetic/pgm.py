@@ -19,7 +19,7 @@ has its adjoint (the gradient) and operator norm (the Lipschitz bound).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cache, cached_property
+from functools import cached_property, lru_cache
 from math import prod
 
 import numpy as np
@@ -436,7 +436,7 @@ class Calibration:
         return {clique: asked[self.node_of[clique]][clique] for clique in self.cliques}
 
 
-@cache
+@lru_cache(maxsize=64)  # a run builds one per round; a long-lived process keeps few
 def _calibration(model_domain: Domain, cliques: tuple[Clique, ...]) -> Calibration:
     return Calibration(model_domain, cliques)
 
