@@ -184,10 +184,17 @@ def nps_sample(nps_config: DatasetConfig) -> pd.DataFrame:
 @pytest.fixture(scope="session")
 def prefect_harness():
     """One temporary Prefect API for the whole session (``pytestmark = usefixtures(...)``):
-    its database is migrated once, not once per module."""
+    its database is migrated once, not once per module.
+
+    In-process runs here go without flow-run heartbeats, as the CLI's in-process runs do
+    (``without_heartbeats``): Prefect joins the heartbeat thread, which sleeps in whole
+    seconds, at the end of every run (0.5 s a run on average, over the suite's ~400 in-process
+    runs). Served runs (the ``served`` fixture, ``medrelease serve``) keep them."""
     from prefect.testing.utilities import prefect_test_harness
 
-    with prefect_test_harness(server_startup_timeout=600):
+    from deployments.prefect_defaults import without_heartbeats
+
+    with prefect_test_harness(server_startup_timeout=600), without_heartbeats():
         yield
 
 
