@@ -290,15 +290,22 @@ def test_mimic_set_valued_diffgen_through_the_flow(home: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def dask_scheduler():
+def dask_scheduler(tmp_path_factory):
     """One Dask cluster (two single-threaded worker processes, as the flow's own local cluster)
     for the tests of what Dask workers compute: they reach it as a deployment names its
     scheduler (``MEDRELEASE_DASK_ADDRESS``) instead of starting a cluster each (10-15 s each on
-    2 cores). The flow's own local cluster is started by the first test below."""
+    2 cores). The flow's own local cluster is started by the first test below. Its workers
+    keep the environment they started with, as on a real deployment: the input folders the
+    tests' extracts lie in are declared before they start (``steward_places``)."""
     from distributed import LocalCluster
 
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                      dashboard_address=None) as cluster:
+    base = str(tmp_path_factory.getbasetemp())
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MEDRELEASE_DATASETS", base)
+        patch.setenv("MEDRELEASE_INPUT_ROOTS", base)
+        cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                               dashboard_address=None)
+    with cluster:
         yield cluster.scheduler_address
 
 
