@@ -76,7 +76,8 @@ shift || true
 setup
 case "$cmd" in
   demo)  exec medrelease demo "$@" ;;
-  # Two workers (CI has 2 cores); tests on the shared served Prefect server stay on one.
+  # Two workers (CI has 2 cores); the served tests run as two blocks (API, browser), each on
+  # one worker with its own Prefect server (tests/conftest.py).
   test)  browser_setup; pg_setup; exec python -m pytest -q -n "${MEDRELEASE_TEST_WORKERS:-2}" --dist loadgroup "$@" ;;
   bench) exec python benchmarks/engine_bench.py "$@" ;;
   shell) echo "ready: source .venv/bin/activate" ;;

@@ -91,15 +91,51 @@ def _stops_cleanly_on_sigterm(proc, log: Path) -> None:
     assert "never awaited" not in text and "Traceback" not in text, text[-2000:]
 
 
-def pytest_collection_modifyitems(items) -> None:
-    """Tests on the served Prefect server run first, as one block on one worker (xdist's
-    loadgroup hands the largest group out first anyway); the server and ``medrelease serve``
-    stop right after the block's last test (``pytest_runtest_teardown``), so their polling
-    never slows the tests after them."""
-    items.sort(key=lambda item: "served" not in getattr(item, "fixturenames", ()))
+# The served tests in two blocks, each on its own worker with its own server and ``serve``
+# (one block of all of them would run longer than the rest of the suite on the other worker):
+# the browser tests, and those that call the API directly.
+SERVED_BROWSER_FILES = ("test_ui_browser.py", "test_ui_review.py")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items) -> None:
+    """Tests on the served Prefect server run first, in two blocks (``served-api``,
+    ``served-browser``), each on one worker (xdist's loadgroup hands the groups with the most tests
+    out first, one per worker); the server and ``medrelease serve`` stop right after a block's
+    last test (``pytest_runtest_teardown``), so their polling never slows the tests after them.
+    """
+    def served_block(item) -> int:
+        if "served" not in getattr(item, "fixturenames", ()):
+            return 2
+        return 1 if item.path.name in SERVED_BROWSER_FILES else 0
+
+    items.sort(key=served_block)  # without xdist: one server, the API block first
     for item in items:  # with pytest-xdist (-n 2 --dist loadgroup): one worker, one server
-        if "served" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.xdist_group("served"))
+        block = served_block(item)
+        if block < 2:
+            item.add_marker(pytest.mark.xdist_group(("served-api", "served-browser")[block]))
+    if getattr(config.option, "loadgroup", False):  # an xdist worker under --dist loadgroup
+        _name_the_groups(items)
+
+
+def _name_the_groups(items) -> None:
+    """Put each test's ``xdist_group`` names into its node id (``path::test@group``), where
+    xdist's scheduler looks for them.
+
+    pytest-xdist 3.8 does this by setting ``item._nodeid``, which pytest 9.2 no longer reads
+    (it keeps a structured ``item._id``; pytest-dev/pytest-xdist#1386): every group was
+    silently ignored, the served tests ran on both workers with a server each, and the
+    module-scoped tables of the grouped modules were built twice. Older pytest (no ``_id``):
+    xdist's own hook does it."""
+    try:
+        from _pytest.nodeid import coerce_node_id
+    except ImportError:  # pytest before 9.2
+        return
+    for item in items:
+        names = sorted({str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+                        for mark in item.iter_markers("xdist_group")})
+        if names and hasattr(item, "_id") and "@" not in item.nodeid:
+            item._id = coerce_node_id(f"{item.nodeid}@{'_'.join(names)}")
 
 
 def pytest_runtest_teardown(item, nextitem) -> None:
@@ -145,10 +181,17 @@ def nps_sample(nps_config: DatasetConfig) -> pd.DataFrame:
 @pytest.fixture(scope="session")
 def prefect_harness():
     """One temporary Prefect API for the whole session (``pytestmark = usefixtures(...)``):
-    its database is migrated once, not once per module."""
+    its database is migrated once, not once per module.
+
+    In-process runs here go without flow-run heartbeats, as the CLI's in-process runs do
+    (``without_heartbeats``): Prefect joins the heartbeat thread, which sleeps in whole
+    seconds, at the end of every run (0.5 s a run on average, over the suite's ~400 in-process
+    runs). Served runs (the ``served`` fixture, ``medrelease serve``) keep them."""
     from prefect.testing.utilities import prefect_test_harness
 
-    with prefect_test_harness(server_startup_timeout=600):
+    from deployments.prefect_defaults import without_heartbeats
+
+    with prefect_test_harness(server_startup_timeout=600), without_heartbeats():
         yield
 
 

@@ -289,6 +289,27 @@ def test_mimic_set_valued_diffgen_through_the_flow(home: Path) -> None:
     assert "hadm_id" not in header and "subject_id" not in header
 
 
+@pytest.fixture(scope="module")
+def dask_scheduler(tmp_path_factory):
+    """One Dask cluster (two single-threaded worker processes, as the flow's own local cluster)
+    for the tests of what Dask workers compute: they reach it as a deployment names its
+    scheduler (``MEDRELEASE_DASK_ADDRESS``) instead of starting a cluster each (10-15 s each on
+    2 cores). The flow's own local cluster is started by the first test below. Its workers
+    keep the environment they started with, as on a real deployment: the input folders the
+    tests' extracts lie in are declared before they start (``steward_places``)."""
+    from distributed import LocalCluster
+
+    base = str(tmp_path_factory.getbasetemp())
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MEDRELEASE_DATASETS", base)
+        patch.setenv("MEDRELEASE_INPUT_ROOTS", base)
+        cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                               dashboard_address=None)
+    with cluster:
+        yield cluster.scheduler_address
+
+
+@pytest.mark.xdist_group("dask")  # one worker: one shared cluster
 def test_dask_runner_gives_the_same_release_as_threads(home: Path, tmp_path: Path) -> None:
     """Same seed, same release, whichever runner scores the lattice (a local Dask cluster)."""
     import pandas as pd
@@ -329,11 +350,14 @@ def _partitions(folder: Path, rows: int = 3000, parts: int = 3) -> Path:
     return folder / "part-*.csv"
 
 
+@pytest.mark.xdist_group("dask")
 def test_dask_workers_aggregate_the_files_of_an_extract_to_the_same_release(
-        home: Path, tmp_path: Path) -> None:
+        home: Path, tmp_path: Path, dask_scheduler: str, monkeypatch) -> None:
     """An extract in three files, read and aggregated one file per Dask worker task, gives the
     count table, hence (same seed) the release, of the same rows in one file on threads."""
     import pandas as pd
+
+    monkeypatch.setenv("MEDRELEASE_DASK_ADDRESS", dask_scheduler)
 
     pattern = _partitions(tmp_path)
     whole = release_flow(ReleaseRequest(input_path=str(tmp_path / "whole.csv"), seed=5,
@@ -347,8 +371,10 @@ def test_dask_workers_aggregate_the_files_of_an_extract_to_the_same_release(
     assert one.equals(three)
 
 
+@pytest.mark.xdist_group("dask")
 def test_a_bad_row_in_the_last_file_is_named_with_its_file_and_line_before_any_spend(
-        home: Path, tmp_path: Path) -> None:
+        home: Path, tmp_path: Path, dask_scheduler: str, monkeypatch) -> None:
+    monkeypatch.setenv("MEDRELEASE_DASK_ADDRESS", dask_scheduler)
     pattern = _partitions(tmp_path)
     last = tmp_path / "part-3.csv"
     lines = last.read_text().splitlines()

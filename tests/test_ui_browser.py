@@ -107,14 +107,17 @@ def _log_in(page, url: str, auth: str, shots: Path | None = None) -> None:
 
 def _submit_each(browser, ui: str, deployment_id: str, shots: Path, log: Path,
                  auth: str) -> dict:
-    """Log in, submit the form once per mechanism, one release at a time (a steward's pace),
-    and return each mechanism's final flow run."""
+    """Log in, submit the form once per mechanism, and return each mechanism's final flow run.
+
+    The forms are submitted one after the other and the runs waited for together (served
+    runs start two at a time, as ``medrelease serve`` runs them): a steward submitting several
+    requests does not wait for each, and the runs finish while the next forms are filled."""
     page = browser.new_page(viewport={"width": 1300, "height": 1900})
     _log_in(page, f"{ui}/deployments/deployment/{deployment_id}/run", auth, shots)
     problems: list[str] = []
     page.on("response", lambda r: r.status >= 400 and problems.append(
         f"{r.request.method} {r.url} -> {r.status}"))
-    runs = {}
+    names = {}
     for mechanism, (dataset, epsilon, advanced) in SUBMISSIONS.items():
         page.goto(f"{ui}/deployments/deployment/{deployment_id}/run")
         page.locator(".schema-form-property__label").first.wait_for(timeout=60_000)
@@ -125,16 +128,16 @@ def _submit_each(browser, ui: str, deployment_id: str, shots: Path, log: Path,
             page.screenshot(path=str(shots / f"not-submitted-{mechanism}.png"), full_page=True)
             pytest.fail(f"{mechanism}: no flow run {name!r} after Submit; see "
                         f"{shots}/not-submitted-{mechanism}.png; browser saw: {problems[-5:]}")
-        with get_client(sync_client=True) as client:
-            runs[mechanism] = _final_run(client, name, log)
+        names[mechanism] = name
     page.close()
-    return runs
+    with get_client(sync_client=True) as client:
+        return {mechanism: _final_run(client, name, log) for mechanism, name in names.items()}
 
 
 def _submit(page, name: str, problems: list[str]) -> None:
     """Click Submit; click it again, as a steward would, if Prefect's SQLite server answered
     503 "database is locked" (its UI shows "Oops. Something went wrong"; README)."""
-    for _attempt in range(3):
+    for _attempt in range(6):  # runs submitted before are running: the server is busy
         seen = len(problems)
         page.get_by_role("button", name=re.compile("^Submit")).click()
         if not _answered_503(page, name, problems, seen):
@@ -276,13 +279,15 @@ def test_a_wrong_parameter_from_the_form_is_refused_in_one_sentence_without_trac
         first = client.create_flow_run_from_deployment(deployment.id, parameters={
             "request": {"dataset": "nps-sample", "mechanism": label("ipa"), "seed": 3,
                         "evaluate": False}})  # ipa: the node table artifact read below
-        _final_run(client, first.name, served.log, first.id)
-    page, _ = _logged_in_form(served, browser, "", (1440, 1000))
+    page, _ = _logged_in_form(served, browser, "", (1440, 1000))  # while that one runs
     page.locator(".schema-form-property__label").first.wait_for(timeout=60_000)
     _property(page, "Advanced: mechanism parameters").locator("textarea").fill(
         '{"nonsense": 1}')
     run = _submit_and_finish(page, served)
     assert run.state.name == "Refused", run.state
+    with (temporary_settings(updates={PREFECT_API_URL: served.api_url}),
+          get_client(sync_client=True) as client):
+        assert _final_run(client, first.name, served.log, first.id).state.is_completed()
     assert "does not take nonsense" in run.state.message
     ui = served.api_url.removesuffix("/api")
     page.goto(f"{ui}/")  # one UI for the walk-through: "/" lands where the deep links do
