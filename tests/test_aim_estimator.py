@@ -173,3 +173,21 @@ def test_the_comparison_fails_for_a_wrong_gradient(fitted, monkeypatch):
     wrong = pgm.estimate(pgm.domain(tuple(SIZES), tuple(SIZES.values())), measurements, 300,
                          float(ROWS))
     assert max(_gap(wrong, theirs, cl) for cl in CHECKED) > 1e-2
+
+
+@pytest.mark.parametrize("maps", [((0, 0, 1, 1, 2), None), ((1, 0, 2, 1, 0), None),
+                                  ((0, 0, 1, 2, 2), (0, 1, 1))])
+def test_a_level_query_and_its_adjoint_are_the_sums_they_stand_for(maps):
+    """Forward: each coarse cell the sum of its fine cells; adjoint: <Q x, y> = <x, Q^T y>."""
+    fine = np.random.default_rng(3).random((5, 3))
+    sizes = tuple(3 if m is None else max(m) + 1 for m in maps)
+    query = pgm.LevelQuery(maps, sizes)
+    expected = np.zeros(sizes)
+    for i in range(5):
+        for j in range(3):
+            cell = tuple(g[k] if g is not None else k for g, k in zip(maps, (i, j), strict=True))
+            expected[cell] += fine[i, j]
+    assert np.allclose(query.forward(fine), expected.ravel())
+    other = np.random.default_rng(4).random(expected.size)
+    assert np.isclose(query.forward(fine) @ other,
+                      float((fine * query.adjoint(other, fine.shape)).sum()))
