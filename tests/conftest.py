@@ -22,6 +22,21 @@ os.environ["PREFECT_LOGGING_TO_API_ENABLED"] = "false"
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared"
 
+
+def mbi_module():
+    """Private-PGM (``mbi``, dev extra), which aim's numpy estimator and sampler are compared
+    with, in 64-bit mode as it must be set before mbi loads (its float32 fits stall)."""
+    import warnings
+
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    jax.config.update("jax_enable_compilation_cache", False)
+    with warnings.catch_warnings():  # mbi warns about the compile cache it was not designed for
+        warnings.simplefilter("ignore", UserWarning)
+        import mbi
+    return mbi
+
 PAPER_TABLE_5 = pd.DataFrame(
     {
         "Age": [17, 16, 13, 24, 29, 25, 67],

@@ -14,6 +14,8 @@ import pytest
 
 from medrelease.synthetic import pgm
 
+from .conftest import mbi_module
+
 ROWS = 20_000
 SIZES = {"a": 3, "b": 4, "c": 5, "d": 2, "e": 3, "f": 7}
 LEAVES = [("a",), ("b",), ("d",), ("e",), ("f",), ("a", "b"), ("b", "c"), ("c", "a"),
@@ -63,10 +65,7 @@ def _measurements(module, level_query, scaled_query) -> list:
 
 
 def _mbi_estimate(measurements: list, iters: int, warm=None):
-    import jax
-    import mbi
-
-    jax.config.update("jax_enable_x64", True)  # as aim ran mbi (float32 stalls)
+    mbi = mbi_module()
     dom = mbi.Domain(tuple(SIZES), tuple(SIZES.values()))
     theirs = [mbi.LinearMeasurement(m.noisy, m.clique, stddev=m.stddev,
                                     query=_mbi_query(m.query)) for m in measurements]
@@ -76,8 +75,8 @@ def _mbi_estimate(measurements: list, iters: int, warm=None):
 
 def _mbi_query(query):
     import jax.numpy as jnp
-    import mbi
 
+    mbi = mbi_module()
     if query is None:
         return mbi.marginal_loss.DatavectorQuery()
     if isinstance(query, pgm.ScaledQuery):

@@ -15,6 +15,8 @@ from scipy.stats import chi2_contingency
 from medrelease.synthetic import pgm
 from medrelease.synthetic.junction_tree import make_junction_tree
 
+from .conftest import mbi_module
+
 ROWS = 20_000
 SIZES = {"a": 3, "b": 4, "c": 5, "d": 2, "e": 3}
 MEASURED = [("a", "b"), ("b", "c"), ("a", "c"), ("c", "d"), ("d", "e")]
@@ -22,10 +24,7 @@ MEASURED = [("a", "b"), ("b", "c"), ("a", "c"), ("c", "d"), ("d", "e")]
 
 def to_mbi(model: pgm.Model):
     """Our fitted model as mbi's ``MarkovRandomField`` (same potentials, marginals, total)."""
-    import jax
-    import mbi
-
-    jax.config.update("jax_enable_x64", True)
+    mbi = mbi_module()
     dom = mbi.Domain(model.domain.attributes, model.domain.shape)
 
     def vector(tables):
@@ -38,8 +37,7 @@ def to_mbi(model: pgm.Model):
 
 @pytest.fixture(scope="module")
 def model():
-    import mbi
-
+    mbi = mbi_module()
     rng = np.random.default_rng(5)
     domain = pgm.domain(tuple(SIZES), tuple(SIZES.values()))
     # a joint with dependence along every measured pair: rows drawn from a chain of conditionals
