@@ -5,6 +5,7 @@ size, and aim parameters; every setting runs the same seeds in this process, one
 other (nothing is compiled: the estimator is numpy), and prints each run and the mean.
 
     python benchmarks/aim_settings.py --table adult --eps 1 --seeds 1000 1001 1002
+    python benchmarks/aim_settings.py --table adult --exp-dtype float64 --settings 'defaults:1.05:1:{}'
     python benchmarks/aim_settings.py --table nps --rows 1361000 --settings \\
         'mbi-steps:1.01:0:{"iters":500,"final_iters":1000}' 'ours:1.05:1:{}'
 
@@ -46,6 +47,8 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[1000, 1001, 1002])
     parser.add_argument("--settings", nargs="+", default=DEFAULT_SETTINGS,
                         help="name:step growth:carry (0/1):aim params as JSON")
+    parser.add_argument("--exp-dtype", choices=["float32", "float64"], default="float32",
+                        help="the calibration's exponentials (pgm.EXP_DTYPE; float32 is aim's)")
     args = parser.parse_args()
 
     from benchmarks.aim_tables import load_counts
@@ -56,8 +59,9 @@ def main() -> None:
     from medrelease.synthetic import release as synthetic
 
     config, counts = load_counts(args.table, args.rows)
-    print(f"table {args.table} ({counts.n_rows:,} rows), eps {args.eps:g}, seeds {args.seeds}",
-          flush=True)
+    pgm.EXP_DTYPE = np.dtype(args.exp_dtype).type
+    print(f"table {args.table} ({counts.n_rows:,} rows), eps {args.eps:g}, seeds {args.seeds}, "
+          f"exponentials in {args.exp_dtype}", flush=True)
     for name, growth, carry, params in map(parse, args.settings):
         pgm.STEP_GROWTH, pgm.CARRY_STEP = growth, carry
         runs = []

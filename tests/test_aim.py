@@ -3,6 +3,7 @@ proof rests on (on random neighbouring tables), coarse measurements, and a small
 
 from __future__ import annotations
 
+import itertools
 import math
 import textwrap
 from pathlib import Path
@@ -20,7 +21,7 @@ from medrelease.release import plan_release
 from medrelease.synthetic import pgm
 from medrelease.synthetic.aim_rounds import Settings, build_candidates, true_answers
 from medrelease.synthetic.release import aim_rounds, release_synthetic, workload_of
-from medrelease.synthetic.space import MarginalSpace
+from medrelease.synthetic.space import MarginalSpace, RollUps
 
 DIAGNOSES = [f"{c}{i}" for c in "AB" for i in range(4)]
 
@@ -199,6 +200,24 @@ def test_a_coarse_measurement_is_the_level_sum_of_the_fine_clique(small):
                       float((fine * query.adjoint(other, fine.shape)).sum()))
     assert query.op_norm_sq() == 10 * 4  # ten ages in a band x four codes in a letter
     assert coarse.sum() == len(table)
+
+
+def test_roll_ups_from_coarser_tables_are_the_roll_ups_of_the_fine_table(small):
+    """Scoring takes each level combination from one already summed (RollUps): every one of a
+    3-column set's combinations equals the roll-up of the fine marginal, whatever the order
+    they are asked in."""
+    config, table = small
+    space = MarginalSpace(aggregate(table, config), config.informative_taxonomy)
+    columns = (0, 1, 2)
+    fine = space.fine_marginal(columns)
+    combos = list(itertools.product(*[range(space.attributes[c].levels) for c in columns]))
+    assert len(combos) >= 4 and any(sum(map(bool, lv)) == 2 for lv in combos)
+    rolled = RollUps(space, columns, fine)
+    for levels in reversed(combos):  # coarsest first: each builds the tables it needs
+        expected = space.roll_up(fine, columns, levels)
+        assert rolled(levels).shape == expected.shape
+        assert np.allclose(rolled(levels), expected)
+        assert rolled(levels).sum() == len(table)
 
 
 def test_rare_values_merge_under_their_parent_and_coarse_marginals_do_not_change(small):

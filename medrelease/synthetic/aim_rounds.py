@@ -35,7 +35,7 @@ from medrelease.privacy.zcdp import (
     grid_sigma_sq,
 )
 from medrelease.synthetic import pgm
-from medrelease.synthetic.space import Columns, Levels, MarginalSpace
+from medrelease.synthetic.space import Columns, Levels, MarginalSpace, RollUps
 
 EXPECTED_ABS = math.sqrt(2.0 / math.pi)  # E|N(0, 1)|
 MEASURE_SHARE = 0.9  # of a round's rho: the measurement (the rest: selection), as in AIM
@@ -125,12 +125,12 @@ def noisy_total(oneway: list[np.ndarray], sigma: float) -> tuple[float, float]:
 
 def true_answers(space: MarginalSpace, candidates: list[Candidate]) -> list[np.ndarray]:
     """Every candidate's marginal of the data, from one fine marginal per attribute set."""
-    fine: dict[Columns, np.ndarray] = {}
+    rolled: dict[Columns, RollUps] = {}
     out = []
     for cand in candidates:
-        if cand.columns not in fine:
-            fine[cand.columns] = space.fine_marginal(cand.columns)
-        out.append(space.roll_up(fine[cand.columns], cand.columns, cand.levels))
+        if cand.columns not in rolled:
+            rolled[cand.columns] = RollUps(space, cand.columns, space.fine_marginal(cand.columns))
+        out.append(rolled[cand.columns](cand.levels))
     return out
 
 
@@ -322,14 +322,15 @@ class AIMRounds:
 
     def score(self, plan: RoundPlan, indices: list[int]) -> np.ndarray:
         """AIM's quality of each candidate: weight x (L1 error of the model - expected noise)."""
-        model_fine: dict[Columns, np.ndarray] = {}
+        model: dict[Columns, RollUps] = {}
         out = np.empty(len(indices))
         for k, i in enumerate(indices):
             cand = self.candidates[i]
-            if cand.columns not in model_fine:
+            if cand.columns not in model:
                 clique = tuple(self.space.names[c] for c in cand.columns)
-                model_fine[cand.columns] = pgm.model_marginal(self.state.model, clique)
-            estimate = self.space.roll_up(model_fine[cand.columns], cand.columns, cand.levels)
+                model[cand.columns] = RollUps(self.space, cand.columns,
+                                              pgm.model_marginal(self.state.model, clique))
+            estimate = model[cand.columns](cand.levels)
             error = float(np.abs(self.answers[i] - estimate).sum())
             out[k] = cand.weight * (error - EXPECTED_ABS * plan.sigma * estimate.size)
         return out

@@ -170,6 +170,28 @@ class MarginalSpace:
         return out
 
 
+class RollUps:
+    """One attribute set's marginal at every level combination asked, each computed from the
+    nearest one already computed (the same levels with the last coarse axis back at its
+    leaves): a candidate set of three columns at up to 4 x 2 x 4 levels costs one
+    ``sum_axis`` per combination, on a table already summed on its other axes, instead of up to
+    three on the fine table."""
+
+    def __init__(self, space: MarginalSpace, columns: Columns, fine: np.ndarray) -> None:
+        self.space, self.columns = space, columns
+        self.done: dict[Levels, np.ndarray] = {(0,) * len(columns): fine}
+
+    def __call__(self, levels: Levels) -> np.ndarray:
+        levels = tuple(levels)
+        if levels not in self.done:
+            axis = max(i for i, level in enumerate(levels) if level)
+            coarser = self((*levels[:axis], 0, *levels[axis + 1:]))
+            attribute = self.space.attributes[self.columns[axis]]
+            self.done[levels] = sum_axis(coarser, axis, attribute.level_maps[levels[axis]],
+                                         attribute.cardinality(levels[axis]))
+        return self.done[levels]
+
+
 def sum_axis(array: np.ndarray, axis: int, groups: np.ndarray, n_groups: int) -> np.ndarray:
     """Sum the entries of ``axis`` that share a group code (``groups`` per index of the axis)."""
     onehot = np.zeros((groups.size, n_groups))
