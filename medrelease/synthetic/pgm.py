@@ -189,11 +189,14 @@ class Model:
                 return np.transpose(table.sum(axis=axes) if axes else table, perm)
         factors = [(attrs, table) for attrs, table in self.potentials.items() if attrs]
         keep = set(clique)
-        eliminate = {a for attrs, _ in factors for a in attrs} - keep
+        # in domain order, so that ties go the same way in every process (a set's order
+        # follows string hashing: the same seed gave another release in another process)
+        present = {a for attrs, _ in factors for a in attrs} - keep
+        eliminate = [a for a in self.domain.attributes if a in present]
         sizes = self.domain.sizes
         while eliminate:
             z = min(eliminate, key=lambda a: _joined_size(factors, a, sizes))
-            eliminate.discard(z)
+            eliminate.remove(z)
             involved = [f for f in factors if z in f[0]]
             factors = [f for f in factors if z not in f[0]]
             attrs, table = _log_product(involved)
