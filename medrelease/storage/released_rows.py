@@ -73,6 +73,8 @@ class ReleasedRows:
             return value_counts_by(self.frame, self.columns, name=ROWS, keep_missing=True)
         table = self.cells.reset_index(drop=True).copy()
         table[ROWS] = self.counts.astype(np.int64)
+        if _distinct_rows(self.cells):  # what the grouping returns, in the same order (0.4 s)
+            return table
         grouped = table.groupby(self.columns, observed=True, dropna=False, sort=False)[ROWS]
         return grouped.sum().reset_index()
 
@@ -107,6 +109,31 @@ class ReleasedRows:
             return self.frame
         groups = list(self.row_groups())
         return groups[0] if len(groups) == 1 else pd.concat(groups, ignore_index=True)
+
+
+def _distinct_rows(table: pd.DataFrame) -> bool:
+    """Whether no two rows of ``table`` are equal (a missing value equal to a missing value,
+    as a grouping with ``dropna=False`` sees them): by one integer per row, from each column's
+    codes. False when those do not fit in 64 bits, or for a column of another type than
+    categories, integers and text (the caller then groups)."""
+    keys = np.zeros(len(table), dtype=np.int64)
+    span = 1
+    for name in table.columns:
+        column = table[name]
+        if isinstance(column.dtype, pd.CategoricalDtype):
+            codes, size = column.cat.codes.to_numpy().astype(np.int64) + 1, \
+                len(column.cat.categories) + 1
+        elif (pd.api.types.is_integer_dtype(column.dtype)
+              or isinstance(column.dtype, pd.StringDtype)):
+            codes, uniques = pd.factorize(column, use_na_sentinel=False)
+            size = len(uniques)
+        else:  # objects come out of a grouping as another type: let it group them
+            return False
+        span *= max(size, 1)
+        if span >= 2**62:
+            return False
+        keys = keys * max(size, 1) + codes
+    return bool(pd.Index(keys).is_unique)
 
 
 def shuffled_cell_groups(counts: np.ndarray, seed: np.random.SeedSequence | None, size: int,
