@@ -169,7 +169,9 @@ class InformativeAccuracy:
     def as_json(self) -> dict[str, Any]:
         return {
             "column": self.column,
-            "values": [{**asdict(v), "change": v.change} for v in self.values],
+            # (asdict, field by field: 0.3 s for 2,500 values)
+            "values": [{"value": v.value, "input": v.input, "released": v.released,
+                        "pooled": v.pooled, "change": v.change} for v in self.values],
             "lost": [v.value for v in self.lost],
             "created": [v.value for v in self.created],
             "shrunk": [{"value": v.value, "input": v.input, "released": v.released,
@@ -393,8 +395,11 @@ def _informative(frame: pd.DataFrame, weights: np.ndarray | None, released: pd.D
     dims = [d for d in config.dimensions if d in released.columns]
     pooled = (_value_counts(coded_out, column, None, _all_suppressed(coded_out, dims))
               if dims else pd.Series(dtype=np.int64))
-    values = sorted(set(before.index) | set(after.index),
-                    key=lambda v: (-int(before.get(v, 0)), -int(after.get(v, 0)), v))
+    # as dicts: 2,500 values looked up three times each in a Series took 0.5 s
+    before, after, pooled = (dict(zip(s.index, s.to_numpy().tolist(), strict=True))
+                             for s in (before, after, pooled))
+    values = sorted(set(before) | set(after),
+                    key=lambda v: (-before.get(v, 0), -after.get(v, 0), v))
     counts = [ValueCount(v, int(before.get(v, 0)), int(after.get(v, 0)), int(pooled.get(v, 0)))
               for v in values]
     public = (config.informative_domain is not None if column in config.informative
