@@ -92,6 +92,8 @@ def main() -> None:
     grouped = released.groupby(list(released.columns), observed=True, sort=False).size()
     cells = grouped.reset_index(name=ROWS)
     cell_counts = cells.pop(ROWS).to_numpy()
+    for column in config.informative:  # as aim hands them over: dimensions as categories
+        cells[column] = cells[column].astype(object)
     print(f"  publishing side: {len(cells):,} distinct released rows as cells and counts")
 
     def cell_table():
