@@ -160,6 +160,9 @@ def _evaluate(entry: dict[str, Any], frame: pd.DataFrame) -> dict[str, Any]:
     values = frame[column]
     if kind == "expect_column_values_to_not_be_null":
         bad = values[values.isna()]
+    elif isinstance(values.dtype, pd.CategoricalDtype):  # each category checked once
+        allowed = np.append(values.cat.categories.isin(kwargs["value_set"]), True)
+        bad = values[~allowed[values.cat.codes.to_numpy()]]  # code -1 (null): the last entry
     else:
         present = values[values.notna()]
         bad = present[~present.isin(kwargs["value_set"])]

@@ -86,3 +86,22 @@ def test_the_gate_gives_what_great_expectations_gives_for_the_same_suite(make) -
 
     assert outcome(ours) == outcome(theirs)
     assert ours.success == theirs.success
+
+
+def test_categorical_cells_are_checked_as_their_values() -> None:
+    """Cells held as categories (a synthetic release's) are checked category by category:
+    the same outcome, counts and examples (in row order) as the same cells as text."""
+    from medrelease.storage.released_rows import ReleasedRows
+
+    table = _with("diagnosis", "Z999", rows=slice(0, 40))
+    table.loc[table.index[50:53], "diagnosis"] = None
+    cells = table.drop_duplicates().reset_index(drop=True)
+    counts = np.arange(1, len(cells) + 1)
+    as_text = ReleasedRows(cells.astype(object), counts, np.random.SeedSequence(0))
+    as_categories = ReleasedRows(cells.astype("category"), counts, np.random.SeedSequence(0))
+    ours = check_release(as_categories, EXPECT)
+    assert ours.results == check_release(as_text, EXPECT).results
+    in_set = next(r for r in ours.failures()
+                  if r["check"] == "expect_column_values_to_be_in_set")
+    assert in_set["column"] == "diagnosis" and set(in_set["unexpected"]["examples"]) == {"Z999"}
+    assert in_set["unexpected"]["count"] == cells["diagnosis"].eq("Z999").sum() > 0

@@ -106,6 +106,28 @@ def test_cell_table_counts_rows_without_expanding_them():
                                   check_dtype=False)
 
 
+def test_cell_table_of_distinct_or_repeated_cells_is_the_grouping() -> None:
+    """Distinct cells are their own cell table (no grouping run); cells that repeat, with a
+    missing value among them, are grouped as before: both equal pandas' grouping exactly
+    (dtypes, order, counts)."""
+    rng = np.random.default_rng(4)
+    cells = pd.DataFrame({
+        "age": pd.Categorical.from_codes(rng.integers(-1, 3, 400),
+                                         categories=["[0-39]", "[40-79]", "*"]),
+        "sex": pd.Series(rng.choice(["F", "M", None], 400), dtype=object),
+        "stay": rng.integers(0, 4, 400),
+    })
+    distinct = cells.drop_duplicates().reset_index(drop=True)
+    as_text = distinct.astype({"sex": "str"})
+    for table in (distinct, as_text, cells, cells.astype({"sex": "str"})):
+        counts = rng.integers(1, 9, len(table))
+        grouped = table.assign(__rows=counts).groupby(
+            list(table.columns), observed=True, dropna=False, sort=False)["__rows"].sum()
+        got = ReleasedRows(table, counts, np.random.SeedSequence(1)).cell_table()
+        pd.testing.assert_frame_equal(got, grouped.reset_index(), check_exact=True)
+    assert len(distinct) < len(cells)
+
+
 def test_writing_memory_follows_the_cells_not_the_rows(tmp_path, monkeypatch):
     """Four times the rows over the same 40 cells: the peak allocation while writing stays
     about the same (one shuffled block and one row group at a time), where writing every row

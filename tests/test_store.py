@@ -98,14 +98,56 @@ def test_csv_groups_join_the_same_bytes_with_32_and_64_bit_offsets() -> None:
     from medrelease.storage.store import _binary_type, _joined
 
     lines = [f"{i},F,{i % 7}\n".encode() for i in range(1000)]
-    assert _binary_type(lines, 1_000_000) == pa.binary()
-    assert _binary_type(lines, 2**31 // 8) == pa.large_binary()  # 8-byte lines, 2 GiB group
+    lengths = np.asarray([len(line) for line in lines])
+    assert _binary_type(lengths, 1_000_000) == pa.binary()
+    assert _binary_type(lengths, 2**31 // 8) == pa.large_binary()  # 8-byte lines, 2 GiB group
     picks = np.random.default_rng(3).integers(0, len(lines), 5000)
     expected = b"".join(lines[i] for i in picks)
     for kind in (pa.binary(), pa.large_binary()):
         taken = pa.array(lines, type=kind).take(picks).slice(100)  # a slice: offset 100
         assert bytes(_joined(taken)) == b"".join(lines[i] for i in picks[100:])
     assert bytes(_joined(pa.array(lines, type=pa.binary()).take(picks))) == expected
+
+
+def test_csv_lines_are_the_bytes_pandas_writes_for_the_whole_table() -> None:
+    """The CSV's distinct lines, built column by column from distinct values (or cut from one
+    ``to_csv``), are byte for byte the lines pandas writes for the table: quoting (commas,
+    quotes, a leading formula sign), missing values, integers, nullable integers, text as
+    categories, as ``str`` and as objects; floats and dates go the whole-table way; a value
+    with a line break gives None (the caller then writes row groups with pandas)."""
+    import numpy as np
+
+    from medrelease.storage.store import _csv_lines, _joined_columns
+
+    rng = np.random.default_rng(7)
+    n = 3000
+    texts = np.asarray(["plain", "with, comma", 'say "hi"', "'=SUM(A1)", "", "é ü", " lead"],
+                       dtype=object)
+    frame = pd.DataFrame({
+        "cat": pd.Categorical(rng.choice(texts, n)).add_categories(["unused"]),
+        "text": pd.Series(rng.choice(texts, n), dtype="str"),
+        "obj": pd.Series(rng.choice(texts, n), dtype=object),
+        "int": rng.integers(-5, 500, n),
+        "nullable": pd.array(rng.integers(0, 9, n), dtype="Int64"),
+        "age": pd.Categorical(rng.integers(0, 99, n).astype(str)),
+    })
+    frame.loc[rng.random(n) < 0.1, "cat"] = None
+    frame.loc[rng.random(n) < 0.1, "nullable"] = None
+    frame.loc[rng.random(n) < 0.1, "text"] = None
+    cases = {"text and integers (joined per column)": frame,
+             "a float column (the whole table)": frame.assign(x=rng.random(n)),
+             "dates (the whole table)": frame.assign(
+                 when=pd.Timestamp("2026-01-01") + pd.to_timedelta(rng.integers(0, 9, n), "D")),
+             "two columns": frame[["age", "cat"]]}
+    assert _joined_columns(frame) is not None and _joined_columns(cases["two columns"])
+    assert _joined_columns(cases["a float column (the whole table)"]) is None
+    for case, table in cases.items():
+        expected = table.to_csv(index=False, lineterminator="\n").encode("utf-8")
+        header, body = _csv_lines(table)
+        assert len(body) == len(table), case
+        assert header + b"".join(body.to_pylist()) == expected, case
+    broken = frame.assign(obj=frame["obj"].where(frame.index != 5, "two\nlines"))
+    assert _csv_lines(broken) is None
 
 
 def test_a_publish_never_sweeps_a_reviewed_release_being_copied(tmp_path: Path,

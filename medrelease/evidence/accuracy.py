@@ -29,6 +29,8 @@ import pandas as pd
 
 from medrelease.data.config import DatasetConfig
 from medrelease.data.taxonomy import SUPPRESSED, Taxonomy
+from medrelease.errors import InputValidationError
+from medrelease.evidence.text_codes import MISSING, CodedColumns, code_of
 from medrelease.evidence.workload import Yardstick, marginal_name
 
 SHRINK_WARNING = 0.10   # a value released more than this share below its input count is named
@@ -167,7 +169,9 @@ class InformativeAccuracy:
     def as_json(self) -> dict[str, Any]:
         return {
             "column": self.column,
-            "values": [{**asdict(v), "change": v.change} for v in self.values],
+            # (asdict, field by field: 0.3 s for 2,500 values)
+            "values": [{"value": v.value, "input": v.input, "released": v.released,
+                        "pooled": v.pooled, "change": v.change} for v in self.values],
             "lost": [v.value for v in self.lost],
             "created": [v.value for v in self.created],
             "shrunk": [{"value": v.value, "input": v.input, "released": v.released,
@@ -362,11 +366,19 @@ def _informative_column(released: pd.DataFrame, config: DatasetConfig) -> str | 
     return None
 
 
-def _value_counts(values: pd.Series, weights: np.ndarray | None) -> pd.Series:
-    text = values.astype(str).to_numpy()
-    series = pd.Series(np.ones(len(text), dtype=np.int64) if weights is None
-                       else np.asarray(weights, dtype=np.int64), index=text)
-    return series.groupby(level=0, sort=False).sum()
+def _value_counts(coded: CodedColumns, column: str, weights: np.ndarray | None,
+                 rows: np.ndarray | None = None) -> pd.Series:
+    """Rows per value of ``column`` as text (a missing value left out), over ``rows`` (a mask)
+    when given: counted on the column's codes."""
+    codes, texts = coded(column)
+    keep = codes != MISSING if rows is None else (codes != MISSING) & rows
+    kept = codes[keep]
+    w = None if weights is None else np.asarray(weights, dtype=np.float64)[keep]
+    sums = np.bincount(kept, weights=w, minlength=len(texts))
+    # every text occurs in the column; under a mask, only those of its rows
+    present = (np.bincount(kept, minlength=len(texts)) > 0 if rows is not None
+               else np.ones(len(texts), dtype=bool))
+    return pd.Series(np.rint(sums[present]).astype(np.int64), index=texts[present])
 
 
 def _informative(frame: pd.DataFrame, weights: np.ndarray | None, released: pd.DataFrame,
@@ -377,25 +389,36 @@ def _informative(frame: pd.DataFrame, weights: np.ndarray | None, released: pd.D
         not_applicable["informative"] = ("the dataset declares no informative or class column "
                                          "that the release carries")
         return None
-    before = _value_counts(frame[column], weights)
-    after = _value_counts(released[column], None)
+    coded_in, coded_out = CodedColumns(frame), CodedColumns(released)
+    before = _value_counts(coded_in, column, weights)
+    after = _value_counts(coded_out, column, None)
     dims = [d for d in config.dimensions if d in released.columns]
-    pooled = (_value_counts(released.loc[_all_suppressed(released, dims), column], None)
+    pooled = (_value_counts(coded_out, column, None, _all_suppressed(coded_out, dims))
               if dims else pd.Series(dtype=np.int64))
-    values = sorted(set(before.index) | set(after.index),
-                    key=lambda v: (-int(before.get(v, 0)), -int(after.get(v, 0)), v))
+    # as dicts: 2,500 values looked up three times each in a Series took 0.5 s
+    before, after, pooled = (dict(zip(s.index, s.to_numpy().tolist(), strict=True))
+                             for s in (before, after, pooled))
+    values = sorted(set(before) | set(after),
+                    key=lambda v: (-before.get(v, 0), -after.get(v, 0), v))
     counts = [ValueCount(v, int(before.get(v, 0)), int(after.get(v, 0)), int(pooled.get(v, 0)))
               for v in values]
     public = (config.informative_domain is not None if column in config.informative
               else bool(config.class_domain))
     info = InformativeAccuracy(column, counts, loss_reason=loss_reason, public_values=public)
-    _rates(info, frame, weights, released, config, dims)
+    _rates(info, coded_in, weights, coded_out, config, dims)
     return info
 
 
-def _all_suppressed(released: pd.DataFrame, dims: list[str]) -> np.ndarray:
-    labels = released[dims].astype(str).to_numpy()
-    return (labels == SUPPRESSED).all(axis=1)
+def _all_suppressed(coded: CodedColumns, dims: list[str]) -> np.ndarray:
+    """Rows whose every dimension in ``dims`` reads '*'."""
+    out = np.ones(len(coded.frame), dtype=bool)
+    for dim in dims:
+        codes, texts = coded(dim)
+        suppressed = code_of(texts, [SUPPRESSED])[0]
+        if suppressed == MISSING:  # no row of this dimension reads '*'
+            return np.zeros(len(coded.frame), dtype=bool)
+        out &= codes == suppressed
+    return out
 
 
 def rate_level(taxonomy: Taxonomy) -> int:
@@ -408,8 +431,8 @@ def rate_level(taxonomy: Taxonomy) -> int:
     return max(below_top)
 
 
-def _rates(info: InformativeAccuracy, frame: pd.DataFrame, weights: np.ndarray | None,
-           released: pd.DataFrame, config: DatasetConfig, dims: list[str]) -> None:
+def _rates(info: InformativeAccuracy, coded_in: CodedColumns, weights: np.ndarray | None,
+           coded_out: CodedColumns, config: DatasetConfig, dims: list[str]) -> None:
     """The informative value's share in each group of each dimension, input against release.
 
     A released label finer than the group maps into it; a coarser one (a band across groups,
@@ -420,21 +443,23 @@ def _rates(info: InformativeAccuracy, frame: pd.DataFrame, weights: np.ndarray |
         info.rates_note = "no dimension is released: rates by dimension do not apply"
         return
     rows: list[RateRow] = []
-    w = np.ones(len(frame)) if weights is None else np.asarray(weights, dtype=np.float64)
-    inf_in = frame[info.column].astype(str).to_numpy()
-    inf_out = released[info.column].astype(str).to_numpy()
+    w = (np.ones(len(coded_in.frame)) if weights is None
+         else np.asarray(weights, dtype=np.float64))
+    inf_in = _shown_index(*coded_in(info.column), shown)
+    inf_out = _shown_index(*coded_out(info.column), shown)
     for dim in dims:
         taxonomy = config.taxonomies[dim]
         level = rate_level(taxonomy)
         groups = taxonomy.level_labels[level]
         info.rate_levels[dim] = (f"level {level} ({len(groups)} groups)" if level
                                  else f"raw values ({len(groups)})")
-        group_in = taxonomy.level_codes[level][taxonomy.encode(frame[dim].astype(str))]
-        joint_in = _joint(group_in, inf_in, w, len(groups), shown)
-        spread = _label_spread(released[dim], taxonomy, level)
-        joint_out = _spread_joint(released[dim], inf_out, spread, len(groups), shown)
+        group_in = taxonomy.level_codes[level][_leaf_codes(coded_in, dim, taxonomy)]
+        joint_in = _joint(group_in, inf_in, w, len(groups), len(shown))
+        labels, label_texts = coded_out(dim)
+        spread = _label_spread(label_texts, taxonomy, level)
+        joint_out = _spread_joint(labels, inf_out, spread, len(groups), len(shown))
         rows_in = np.bincount(group_in, weights=w, minlength=len(groups))
-        rows_out = _spread_rows(released[dim], spread, len(groups))
+        rows_out = _spread_rows(labels, spread, len(groups))
         for g, label in enumerate(groups):
             if rows_in[g] < RATE_MIN_ROWS:
                 continue
@@ -449,47 +474,75 @@ def _rates(info: InformativeAccuracy, frame: pd.DataFrame, weights: np.ndarray |
                        "differences first (a group the release has no row for shows no rate)")
 
 
-def _joint(groups: np.ndarray, values: np.ndarray, weights: np.ndarray, n_groups: int,
-           shown: list[str]) -> np.ndarray:
-    out = np.zeros((n_groups, len(shown)))
-    for j, value in enumerate(shown):
-        hit = values == value
-        out[:, j] = np.bincount(groups[hit], weights=weights[hit], minlength=n_groups)
-    return out
+def _shown_index(codes: np.ndarray, texts: np.ndarray, shown: list[str]) -> np.ndarray:
+    """Per row: the position of its value in ``shown``, -1 for any other value or none."""
+    position = np.full(len(texts) + 1, -1, dtype=np.int64)  # last entry: a missing value
+    for j, code in enumerate(code_of(texts, shown)):
+        if code != MISSING:
+            position[code] = j
+    return position[codes]
 
 
-def _label_spread(labels: pd.Series, taxonomy: Taxonomy, level: int) -> dict[str, np.ndarray]:
-    """Each distinct released label -> the share of its raw values in each group at ``level``
-    (all zero for a label the taxonomy does not know: outside the input's domain)."""
+def _leaf_codes(coded: CodedColumns, column: str, taxonomy: Taxonomy) -> np.ndarray:
+    """The input's leaf codes of ``column``: its distinct texts encoded once. A missing or
+    uncovered value (the input passed validation, so none) raises as ``Taxonomy.encode`` does,
+    naming the rows."""
+    codes, texts = coded(column)
+    if (codes == MISSING).any():
+        return taxonomy.encode(coded.frame[column].astype(str))
+    try:
+        leaves = taxonomy.encode(pd.Series(texts, dtype=object))
+    except InputValidationError:
+        return taxonomy.encode(coded.frame[column].astype(str))
+    return leaves[codes]
+
+
+def _joint(groups: np.ndarray, shown_index: np.ndarray, weights: np.ndarray, n_groups: int,
+           n_shown: int) -> np.ndarray:
+    """Input rows per (group, shown value): one weighted count, each cell summed in row order
+    (as one count per value would)."""
+    hit = shown_index >= 0
+    flat = np.bincount(groups[hit] * n_shown + shown_index[hit], weights=weights[hit],
+                       minlength=n_groups * n_shown)
+    return flat.reshape(n_groups, n_shown)
+
+
+def _label_spread(labels: np.ndarray, taxonomy: Taxonomy, level: int) -> np.ndarray:
+    """Per distinct released label (its code): the share of its raw values in each group at
+    ``level`` (all zero for a label the taxonomy does not know: outside the input's domain)."""
     codes = taxonomy.level_codes[level]
     n_groups = taxonomy.cardinality(level)
-    out = {}
-    for label in pd.unique(labels.astype(str)):
+    out = np.zeros((len(labels), n_groups))
+    for i, label in enumerate(labels):
         mask = taxonomy.leaf_mask(str(label))
         covered = int(mask.sum())
-        out[label] = (np.bincount(codes[mask], minlength=n_groups) / covered if covered
-                      else np.zeros(n_groups))
+        if covered:
+            out[i] = np.bincount(codes[mask], minlength=n_groups) / covered
     return out
 
 
-def _spread_joint(labels: pd.Series, values: np.ndarray, spread: dict[str, np.ndarray],
-                  n_groups: int, shown: list[str]) -> np.ndarray:
-    """Released rows per (group, shown value), each label's rows spread by ``spread``."""
-    pairs = pd.DataFrame({"label": labels.astype(str).to_numpy(), "value": values})
-    pairs = pairs[pairs["value"].isin(shown)]
-    counted = pairs.groupby(["label", "value"], sort=False).size()
-    out = np.zeros((n_groups, len(shown)))
-    column = {v: j for j, v in enumerate(shown)}
-    for (label, value), n in counted.items():
-        out[:, column[value]] += n * spread[label]
+def _spread_joint(labels: np.ndarray, shown_index: np.ndarray, spread: np.ndarray,
+                  n_groups: int, n_shown: int) -> np.ndarray:
+    """Released rows per (group, shown value), each label's rows spread by ``spread``; the
+    (label, value) pairs added in the order the rows first show them, so every sum is the one
+    a row-by-row grouping gives, to the last bit."""
+    hit = (shown_index >= 0) & (labels != MISSING)
+    pair, pairs = pd.factorize(labels[hit] * n_shown + shown_index[hit])  # first-seen order
+    rows = np.bincount(pair, minlength=len(pairs))
+    out = np.zeros((n_groups, n_shown))
+    for key, n in zip(pairs, rows, strict=True):
+        label, j = divmod(int(key), n_shown)
+        out[:, j] += int(n) * spread[label]
     return out
 
 
-def _spread_rows(labels: pd.Series, spread: dict[str, np.ndarray], n_groups: int) -> np.ndarray:
-    """Released rows per group, each label's rows spread by ``spread``."""
+def _spread_rows(labels: np.ndarray, spread: np.ndarray, n_groups: int) -> np.ndarray:
+    """Released rows per group, each label's rows spread by ``spread`` (labels in the order the
+    rows first show them)."""
     out = np.zeros(n_groups)
-    for label, n in labels.astype(str).value_counts(sort=False).items():
-        out += n * spread[label]
+    label, distinct = pd.factorize(labels[labels != MISSING])
+    for code, n in zip(distinct, np.bincount(label, minlength=len(distinct)), strict=True):
+        out += int(n) * spread[code]
     return out
 
 

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from medrelease.data.aggregate import class_sizes
+from medrelease.evidence.text_codes import text_codes
 
 
 def risk_report(table: pd.DataFrame, dimensions: list[str],
@@ -96,21 +97,38 @@ def synthetic_match_risk(frame: pd.DataFrame, weights: np.ndarray | None,
                 "baseline_share": 0.0}
     w = (np.ones(len(frame), dtype=np.int64) if weights is None
          else np.asarray(weights, dtype=np.int64))
-    both = pd.concat([frame[columns].astype(str), released[columns].astype(str)],
-                     ignore_index=True)
-    keys = both.groupby(columns, sort=False, observed=True).ngroup().to_numpy()
-    input_keys, released_keys = keys[:len(frame)], keys[len(frame):]
-    per_key = np.bincount(input_keys, weights=w, minlength=int(keys.max()) + 1)
-    unique = per_key == 1
-    share = float(unique[released_keys].mean())
-    # the input's unique records (one input row each) and their 1-way probabilities
-    single = np.flatnonzero(unique[input_keys] & (w == 1))
     total = float(w.sum())
-    probability = np.ones(single.size)
+    # Each row's combination as one integer on both sides (a column's texts coded alike on
+    # both), from codes: no row's text is formed (5 s at 1,361,000 rows as text group-bys).
+    input_keys = np.zeros(len(frame), dtype=np.int64)
+    released_keys = np.zeros(rows, dtype=np.int64)
+    span = 1
+    input_codes: list[np.ndarray] = []
     for column in columns:
-        values = frame[column].astype(str).to_numpy()
-        codes, uniques = pd.factorize(values)
-        p = np.bincount(codes, weights=w, minlength=len(uniques)) / total
+        codes_in, texts_in = text_codes(frame[column])
+        codes_out, texts_out = text_codes(released[column])
+        shared, distinct = pd.factorize(np.concatenate([texts_in, texts_out]))
+        size = len(distinct) + 1  # the last code: a missing value
+        in_shared = np.append(shared[:len(texts_in)], size - 1)[codes_in]
+        out_shared = np.append(shared[len(texts_in):], size - 1)[codes_out]
+        input_codes.append(in_shared)
+        if span * size >= 2**62:  # renumber the combinations seen so far densely
+            dense, seen = pd.factorize(np.concatenate([input_keys, released_keys]))
+            input_keys, released_keys = dense[:len(frame)], dense[len(frame):]
+            span = len(seen)
+        input_keys = input_keys * size + in_shared
+        released_keys = released_keys * size + out_shared
+        span *= size
+    key_of_row, input_combinations = pd.factorize(input_keys)
+    per_key = np.bincount(key_of_row, weights=w, minlength=len(input_combinations))
+    unique = per_key == 1
+    found = pd.Index(input_combinations).get_indexer(released_keys)  # -1: not in the input
+    share = float(np.append(unique, False)[found].mean())
+    # the input's unique records (one input row each) and their 1-way probabilities
+    single = np.flatnonzero(unique[key_of_row] & (w == 1))
+    probability = np.ones(single.size)
+    for codes in input_codes:
+        p = np.bincount(codes, weights=w) / total
         probability *= p[codes[single]]
     return {"released_rows": rows, "unique_input_records": int(unique.sum()),
             "unique_match_share": share, "baseline_share": float(probability.sum())}

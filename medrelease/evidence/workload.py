@@ -180,14 +180,21 @@ class Yardstick:
 
     def tvd(self, columns: Sequence[str]) -> float:
         """The TVD of the marginal on ``columns`` (1 for an empty release)."""
-        positions = self._positions(columns)
+        return self._tvd(self._positions(columns))[0]
+
+    def _tvd(self, positions: list[int], wider: tuple[_Grouped, _Grouped] | None = None
+             ) -> tuple[float, tuple[_Grouped, _Grouped] | None]:
+        """The TVD on ``positions``, summed from ``wider`` groupings of the input and the
+        release (on more columns) when given, else from their distinct rows; and this
+        marginal's own groupings (None for an empty release)."""
         if self.released_total <= 0:
-            return 1.0
-        support = self._input_marginal(positions)
-        q = _released_on_support(support, self._released_groups(positions))
+            return 1.0, None
+        support, grouped_in = self._input_marginal(positions, wider and wider[0])
+        groups, grouped_out = self._released_groups(positions, wider and wider[1])
+        q = _released_on_support(support, groups)
         q /= self.released_total
         inside = float(np.abs(support.p - q).sum())
-        return 0.5 * (inside + max(0.0, 1.0 - float(q.sum())))
+        return 0.5 * (inside + max(0.0, 1.0 - float(q.sum()))), (grouped_in, grouped_out)
 
     @property
     def layer_counts(self) -> dict[str, int]:
@@ -197,10 +204,31 @@ class Yardstick:
                                                                strict=True)}
 
     def marginals(self, max_way: int = 3) -> dict[tuple[str, ...], float]:
-        """The TVD of every 1- to ``max_way``-way column set, by size, then in column order."""
-        return {columns: self.tvd(columns)
-                for k in range(1, min(max_way, len(self.columns)) + 1)
-                for columns in itertools.combinations(self.columns, k)}
+        """The TVD of every 1- to ``max_way``-way column set, by size, then in column order.
+
+        With whole-number weights each narrower set is summed from the grouping of a wider one
+        it is part of (the widest sets in order of their leaf domain, so a narrow set comes
+        from a small wide one), not from every distinct row: integer sums, so the very same
+        TVD, at about half the cost (41 marginals of 1.36M rows). At most one grouping per
+        width is held at a time."""
+        combos = [columns for k in range(1, min(max_way, len(self.columns)) + 1)
+                  for columns in itertools.combinations(self.columns, k)]
+        if not (self._input_weights.dtype.kind in "iu"
+                and self._released_weights.dtype.kind in "iu"):
+            return {columns: self.tvd(columns) for columns in combos}
+        found: dict[tuple[str, ...], float] = {}
+
+        def measure(columns: tuple[str, ...], wider: tuple[_Grouped, _Grouped] | None) -> None:
+            found[columns], grouped = self._tvd(self._positions(columns), wider)
+            for narrower in itertools.combinations(columns, len(columns) - 1):
+                if narrower and narrower not in found:
+                    measure(narrower, grouped)
+
+        widest = [c for c in combos if len(c) == len(combos[-1])]
+        for columns in sorted(widest, key=lambda c: _product(
+                [self._parts[self.columns.index(name)].n_leaves for name in c])):
+            measure(columns, None)
+        return {columns: found[columns] for columns in combos}
 
     # -- one marginal ---------------------------------------------------------------------
 
@@ -216,27 +244,57 @@ class Yardstick:
                              "64-bit keys")
         return positions
 
-    def _input_marginal(self, positions: list[int]) -> _Support:
+    def _input_marginal(self, positions: list[int], wider: _Grouped | None = None
+                        ) -> tuple[_Support, _Grouped]:
         sizes = [self._parts[i].n_leaves for i in positions]
-        keys = _pack([self._input_leaves[i] for i in positions], sizes, self._input_weights.size)
-        keys, sums = _sum_by_key(keys, self._input_weights)
-        return _Support(keys, mixed_radix_digits(keys, sizes), sizes, sums / sums.sum())
+        source = wider or _Grouped(dict(enumerate(self._input_leaves)), self._input_weights)
+        keys = _pack([source.digits[i] for i in positions], sizes, source.weights.size)
+        keys, sums = _sum_by_key(keys, source.weights)
+        digits = mixed_radix_digits(keys, sizes)
+        return (_Support(keys, digits, sizes, sums / sums.sum()),
+                _Grouped(dict(zip(positions, digits, strict=True)), sums))
 
-    def _released_groups(self, positions: list[int]) -> _Groups:
+    def _released_groups(self, positions: list[int], wider: _Grouped | None = None
+                         ) -> tuple[_Groups, _Grouped]:
         """The released rows on ``positions`` grouped by label; rows with a label outside the
-        input's domain are left out (their mass is outside the support)."""
+        input's domain are left out (their mass is outside the support). With whole-number
+        weights they are left out after grouping (the same integer sums), so that the grouping,
+        returned second, also serves narrower marginals."""
         parts = [self._parts[i] for i in positions]
-        ids = [self._released_ids[i] for i in positions]
-        weights = self._released_weights
-        if any(p.has_outside for p in parts):
-            inside = np.ones(weights.size, dtype=bool)
-            for part, column in zip(parts, ids, strict=True):
-                if part.has_outside:
-                    inside &= column < part.n_resolved
-            ids, weights = [column[inside] for column in ids], weights[inside]
+        source = wider or _Grouped(dict(enumerate(self._released_ids)), self._released_weights)
         sizes = [p.n_resolved + 1 for p in parts]
+        ids, weights = [source.digits[i] for i in positions], source.weights
+        whole = weights.dtype.kind in "iu"
+        if not whole:  # float sums: grouped as they always were, inside rows only
+            ids, weights = _inside(parts, ids, weights)
         keys, weights = _sum_by_key(_pack(ids, sizes, weights.size), weights)
-        return _Groups.of(parts, mixed_radix_digits(keys, sizes), weights)
+        ids = mixed_radix_digits(keys, sizes)
+        grouped = _Grouped(dict(zip(positions, ids, strict=True)), weights)
+        if whole:
+            ids, weights = _inside(parts, ids, weights)
+        return _Groups.of(parts, ids, weights), grouped
+
+
+def _inside(parts: list[_Column], ids: list[np.ndarray], weights: np.ndarray
+            ) -> tuple[list[np.ndarray], np.ndarray]:
+    """The rows (or groups) whose every label covers some leaf of the input's domain."""
+    if not any(p.has_outside for p in parts):
+        return ids, weights
+    inside = np.ones(weights.size, dtype=bool)
+    for part, column in zip(parts, ids, strict=True):
+        if part.has_outside:
+            inside &= column < part.n_resolved
+    return [column[inside] for column in ids], weights[inside]
+
+
+@dataclass(frozen=True)
+class _Grouped:
+    """Rows (input cells, or released rows) grouped on some columns: per column position its
+    digit (leaf code, or resolved label id) in each group, and each group's weight. A
+    narrower marginal sums these groups instead of every row."""
+
+    digits: dict[int, np.ndarray]
+    weights: np.ndarray
 
 
 # -- columns: leaves, layers, resolved labels -----------------------------------------------

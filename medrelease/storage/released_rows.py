@@ -71,6 +71,10 @@ class ReleasedRows:
                                  ROWS: pd.Series(dtype=np.int64)})
         if self.frame is not None:
             return value_counts_by(self.frame, self.columns, name=ROWS, keep_missing=True)
+        distinct = _as_grouped(self.cells)
+        if distinct is not None:  # what the grouping returns, in the same order (0.4 s)
+            distinct[ROWS] = self.counts.astype(np.int64)
+            return distinct
         table = self.cells.reset_index(drop=True).copy()
         table[ROWS] = self.counts.astype(np.int64)
         grouped = table.groupby(self.columns, observed=True, dropna=False, sort=False)[ROWS]
@@ -107,6 +111,40 @@ class ReleasedRows:
             return self.frame
         groups = list(self.row_groups())
         return groups[0] if len(groups) == 1 else pd.concat(groups, ignore_index=True)
+
+
+def _as_grouped(table: pd.DataFrame) -> pd.DataFrame | None:
+    """``table`` as a grouping of its rows (``dropna=False``) returns it, when no two rows
+    are equal: the same rows in the same order, text held as objects turned into ``str`` as
+    the grouping turns it. Rows are told apart by one integer each, from each column's codes;
+    None (the caller groups) when two rows are equal, when the codes do not fit in 64 bits,
+    or for a column of another type than categories, integers and text."""
+    keys = np.zeros(len(table), dtype=np.int64)
+    span = 1
+    out = {}
+    for name in table.columns:
+        column = table[name]
+        if isinstance(column.dtype, pd.CategoricalDtype):
+            codes = column.cat.codes.to_numpy().astype(np.int64) + 1
+            size = len(column.cat.categories) + 1
+        elif (pd.api.types.is_integer_dtype(column.dtype)
+              or isinstance(column.dtype, pd.StringDtype)):
+            codes, uniques = pd.factorize(column, use_na_sentinel=False)
+            size = len(uniques)
+        elif column.dtype == object:
+            codes, uniques = pd.factorize(column, use_na_sentinel=False)
+            size = len(uniques)
+            if pd.api.types.infer_dtype(uniques, skipna=True) != "string":
+                return None  # (a grouping infers another type for these: let it)
+            column = column.astype("str")
+        else:
+            return None
+        out[name] = column.reset_index(drop=True)
+        span *= max(size, 1)
+        if span >= 2**62:
+            return None
+        keys = keys * max(size, 1) + codes
+    return pd.DataFrame(out) if pd.Index(keys).is_unique else None
 
 
 def shuffled_cell_groups(counts: np.ndarray, seed: np.random.SeedSequence | None, size: int,
