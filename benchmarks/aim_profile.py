@@ -12,7 +12,6 @@ numpy estimator it also split out jax's compilation: docs/results/aim.md.)
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -49,10 +48,9 @@ def timed(owner: object, name: str, label: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--table", choices=["adult", "nps"], default="adult")
-    parser.add_argument("--rows", type=int, default=20_000)
-    parser.add_argument("--eps", type=float, default=1.0)
+    from benchmarks.aim_tables import table_parser
+
+    parser = table_parser(__doc__)
     parser.add_argument("--seed", type=int, default=1000)
     parser.add_argument("--params", default="{}", help="extra aim parameters (JSON)")
     parser.add_argument("--no-error", dest="error", action="store_false")

@@ -10,7 +10,6 @@ win at most; the second column against the reference AIM is what the model itsel
 
 from __future__ import annotations
 
-import argparse
 import copy
 import sys
 from pathlib import Path
@@ -21,10 +20,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--table", choices=["adult", "nps"], default="adult")
-    parser.add_argument("--rows", type=int, default=20_000)
-    parser.add_argument("--eps", type=float, default=1.0)
+    from benchmarks.aim_tables import table_parser
+
+    parser = table_parser(__doc__)
     parser.add_argument("--seeds", type=int, nargs="+", default=[1000, 1001, 1002])
     parser.add_argument("--scale", type=int, default=20, help="rows x this for the second")
     args = parser.parse_args()

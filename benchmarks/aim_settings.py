@@ -15,7 +15,6 @@ the current ones (docs/results/aim.md, "Fits that converge").
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -40,10 +39,9 @@ def parse(setting: str) -> tuple[str, float, bool, dict]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--table", choices=["adult", "nps"], default="adult")
-    parser.add_argument("--rows", type=int, default=20_000)
-    parser.add_argument("--eps", type=float, default=1.0)
+    from benchmarks.aim_tables import table_parser
+
+    parser = table_parser(__doc__)
     parser.add_argument("--seeds", type=int, nargs="+", default=[1000, 1001, 1002])
     parser.add_argument("--settings", nargs="+", default=DEFAULT_SETTINGS,
                         help="name:step growth:carry (0/1):aim params as JSON")

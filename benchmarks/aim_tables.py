@@ -3,6 +3,7 @@ NPS-like sample (20,000 rows) or an NPS-like table of any size generated with a 
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -26,3 +27,12 @@ def load_counts(table: str, rows: int = 20_000):
 
         raw = validate_input(read_input(config), config)
     return config, aggregate(raw, config)
+
+
+def table_parser(doc: str) -> argparse.ArgumentParser:
+    """The benchmarks' common options: which table (``--table``, ``--rows``) at which ``--eps``."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--table", choices=["adult", "nps"], default="adult")
+    parser.add_argument("--rows", type=int, default=20_000)
+    parser.add_argument("--eps", type=float, default=1.0)
+    return parser
