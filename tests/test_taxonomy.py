@@ -115,3 +115,47 @@ def test_codes_are_consistent_tree() -> None:
             code, parent = tax.level_codes[level][leaf], tax.level_codes[level + 1][leaf]
             assert up[code] in (-1, parent)
             up[code] = parent
+
+
+def _generic_numeric(low: int, high: int, widths_and_anchors: list[tuple[int, int]]):
+    """The integer taxonomy built the slow, generic way: each value's interval labels by hand,
+    then ``from_leaf_paths`` (its tree check included)."""
+    from medrelease.data.taxonomy import from_leaf_paths
+
+    levels = []
+    for width, anchor in widths_and_anchors:
+        starts = sorted({max(low, anchor + (v - anchor) // width * width)
+                         for v in range(low, high + 1)})
+        levels.append([(s, (starts[i + 1] - 1) if i + 1 < len(starts) else high)
+                       for i, s in enumerate(starts)])
+    paths, bounds = [], []
+    for v in range(low, high + 1):
+        own = [next((a, b) for a, b in level if a <= v <= b) for level in levels]
+        paths.append([f"[{a}-{b}]" for a, b in own] + ["*"])
+        bounds.append([*own, (low, high)])
+    return from_leaf_paths("x", "numeric", list(range(low, high + 1)), paths, bounds=bounds)
+
+
+@pytest.mark.parametrize(("low", "high", "rules"), [
+    (0, 99, [(10, 0), (50, 0)]),          # the paper's age
+    (10000, 10999, [(100, 0), (500, 0)]),  # the paper's zipcode, shortened
+    (3, 47, [(5, 1), (10, 1), (20, 1)]),   # anchored off the domain's start
+    (-12, 30, [(7, 0)]),
+    (5, 5, [(1, 0)]),
+])
+def test_integer_levels_are_the_tree_the_generic_builder_makes(low, high, rules) -> None:
+    """numeric_levels builds nested interval levels from arrays (the generic per-leaf way took
+    0.8 s for a 90,000-value zipcode domain, every run); the result is field for field the
+    taxonomy ``from_leaf_paths`` makes from the same intervals."""
+    fast = numeric_levels("x", low, high, [{"width": w, "anchor": a} for w, a in rules])
+    slow = _generic_numeric(low, high, rules)
+    assert fast.kind == slow.kind and fast.leaves == slow.leaves
+    assert fast.level_labels == slow.level_labels
+    for ours, theirs in zip(fast.level_codes, slow.level_codes, strict=True):
+        assert ours.dtype == theirs.dtype and np.array_equal(ours, theirs)
+    for ours, theirs in zip(fast.level_leaf_counts, slow.level_leaf_counts, strict=True):
+        assert ours.dtype == theirs.dtype and np.array_equal(ours, theirs)
+    for (lo, hi), (slo, shi) in zip(fast.level_bounds, slow.level_bounds, strict=True):
+        assert np.array_equal(lo, slo) and np.array_equal(hi, shi)
+    with pytest.raises(TaxonomyError, match=r"'\[0-4\]' at level 1 has two parents, '\[0-2\]' and '\[3-5\]'"):
+        numeric_levels("x", 0, 10, [{"width": 5}, {"width": 3}])  # not nested: still refused
