@@ -117,15 +117,20 @@ def test_codes_are_consistent_tree() -> None:
             up[code] = parent
 
 
-def _generic_numeric(low: int, high: int, widths_and_anchors: list[tuple[int, int]]):
+def _generic_numeric(low: int, high: int, rules: list[dict]):
     """The integer taxonomy built the slow, generic way: each value's interval labels by hand,
     then ``from_leaf_paths`` (its tree check included)."""
     from medrelease.data.taxonomy import from_leaf_paths
 
+    def start(rule: dict, v: int) -> int:
+        if "cuts" in rule:
+            return max(low, max(c for c in rule["cuts"] if c <= v))
+        anchor = rule.get("anchor", low)
+        return max(low, anchor + (v - anchor) // rule["width"] * rule["width"])
+
     levels = []
-    for width, anchor in widths_and_anchors:
-        starts = sorted({max(low, anchor + (v - anchor) // width * width)
-                         for v in range(low, high + 1)})
+    for rule in rules:
+        starts = sorted({start(rule, v) for v in range(low, high + 1)})
         levels.append([(s, (starts[i + 1] - 1) if i + 1 < len(starts) else high)
                        for i, s in enumerate(starts)])
     paths, bounds = [], []
@@ -137,17 +142,18 @@ def _generic_numeric(low: int, high: int, widths_and_anchors: list[tuple[int, in
 
 
 @pytest.mark.parametrize(("low", "high", "rules"), [
-    (0, 99, [(10, 0), (50, 0)]),          # the paper's age
-    (10000, 10999, [(100, 0), (500, 0)]),  # the paper's zipcode, shortened
-    (3, 47, [(5, 1), (10, 1), (20, 1)]),   # anchored off the domain's start
-    (-12, 30, [(7, 0)]),
-    (5, 5, [(1, 0)]),
+    (0, 99, [{"width": 10}, {"width": 50}]),                        # the paper's age
+    (10000, 10999, [{"width": 100, "anchor": 0}, {"width": 500, "anchor": 0}]),  # its zipcode
+    (3, 47, [{"width": 5, "anchor": 1}, {"width": 10, "anchor": 1}, {"width": 20, "anchor": 1}]),
+    (-12, 30, [{"width": 7, "anchor": 0}]),
+    (5, 5, [{"width": 1}]),
+    (0, 120, [{"cuts": [0, 18, 40, 65, 90]}, {"cuts": [-5, 65]}]),  # cuts below the domain
 ])
 def test_integer_levels_are_the_tree_the_generic_builder_makes(low, high, rules) -> None:
     """numeric_levels builds nested interval levels from arrays (the generic per-leaf way took
-    0.8 s for a 90,000-value zipcode domain, every run); the result is field for field the
+    0.7 s for a 90,000-value zipcode domain, every run); the result is field for field the
     taxonomy ``from_leaf_paths`` makes from the same intervals."""
-    fast = numeric_levels("x", low, high, [{"width": w, "anchor": a} for w, a in rules])
+    fast = numeric_levels("x", low, high, rules)
     slow = _generic_numeric(low, high, rules)
     assert fast.kind == slow.kind and fast.leaves == slow.leaves
     assert fast.level_labels == slow.level_labels
