@@ -18,6 +18,14 @@ from medrelease.data.config import DatasetConfig, find_config, load_config
 # the log worker flushes (it would retry for a minute at exit).
 apply_prefect_defaults()
 os.environ["PREFECT_LOGGING_TO_API_ENABLED"] = "false"
+# The test harness's server records task runs from the client's events in batches of up to 200,
+# written at least once a second, instead of one write per event (Prefect's default). One write
+# per event raced the next run's INSERT INTO flow_run: SQLite answered "database is locked" at
+# once, Prefect 503, and the client slept 2 s before its retry; 9 retries in 20 back-to-back
+# runs (34 s), none after (11 s). A test that reads task runs waits for them
+# (``recorded_task_runs``). Served servers (``server_env``) keep Prefect's defaults.
+os.environ["PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_BATCH_SIZE"] = "200"
+os.environ["PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_FLUSH_INTERVAL"] = "1"
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared"
@@ -208,6 +216,28 @@ def prefect_harness():
 
     with prefect_test_harness(server_startup_timeout=600), without_heartbeats():
         yield
+
+
+def recorded_task_runs(client, flow_run_id, settle_s: float = 2.5, wait_s: float = 60) -> list:
+    """A finished flow run's task runs, once the server has recorded them all: they arrive as
+    events, written in batches (at most a second late on the harness, see the top of this
+    file), so read until every one is final and the list has not changed for ``settle_s``."""
+    import time
+
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    deadline = time.monotonic() + wait_s
+    seen, since = None, time.monotonic()
+    while True:
+        runs = client.read_task_runs(
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
+        now = {(str(r.id), r.state.type if r.state else None) for r in runs}
+        if now != seen:
+            seen, since = now, time.monotonic()
+        settled = runs and all(r.state and r.state.is_final() for r in runs)
+        if (settled and time.monotonic() - since >= settle_s) or time.monotonic() > deadline:
+            return runs
+        time.sleep(0.25)
 
 
 SERVE_WAIT_S = 180

@@ -16,6 +16,9 @@ from medrelease.synthetic import pgm
 
 from .conftest import mbi_module
 
+# one worker: mbi (jax) imported and the module's fit built once, not once per worker
+pytestmark = pytest.mark.xdist_group("mbi")
+
 ROWS = 20_000
 SIZES = {"a": 3, "b": 4, "c": 5, "d": 2, "e": 3, "f": 7}
 LEAVES = [("a",), ("b",), ("d",), ("e",), ("f",), ("a", "b"), ("b", "c"), ("c", "a"),

@@ -17,6 +17,9 @@ from medrelease.synthetic.junction_tree import make_junction_tree
 
 from .conftest import mbi_module
 
+# one worker: mbi (jax) imported and the module's fit built once, not once per worker
+pytestmark = pytest.mark.xdist_group("mbi")
+
 ROWS = 20_000
 SIZES = {"a": 3, "b": 4, "c": 5, "d": 2, "e": 3}
 MEASURED = [("a", "b"), ("b", "c"), ("a", "c"), ("c", "d"), ("d", "e")]

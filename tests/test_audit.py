@@ -42,16 +42,16 @@ def test_tipping_pair_sits_at_the_threshold() -> None:
 
 def test_audit_flow_fans_runs_out_as_tasks(prefect_harness) -> None:
     from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 
     from flows.audit import audit_flow
+
+    from .conftest import recorded_task_runs
 
     state = audit_flow(mechanism="ipa-paper", epsilon=1.0, runs=60, batch_size=15, seed=2,
                        return_state=True)
     result = state.result()
     with get_client(sync_client=True) as client:
-        tasks = client.read_task_runs(flow_run_filter=FlowRunFilter(
-            id=FlowRunFilterId(any_=[state.state_details.flow_run_id])))
+        tasks = recorded_task_runs(client, state.state_details.flow_run_id)
         artifacts = client.read_artifacts()
     assert sum(t.name.startswith("audit-batch") for t in tasks) == 8  # 2 tables x 4 batches
     assert result["exceeds_claim"] and result["hits_with"] == 30 and result["hits_without"] == 0

@@ -592,6 +592,7 @@ def test_no_raw_value_or_file_content_reaches_prefects_database(corpus_home: Pat
         APILogWorker.drain_all()
     url = PREFECT_API_DATABASE_CONNECTION_URL.value()
     database = Path(url.split("///", 1)[1])
+    _task_run_states_settled(database)  # recorded from events, a batch a second (conftest)
     copy = corpus_home / "prefect-copy.db"
     shutil.copy(database, copy)
     for suffix in ("-wal",):
@@ -607,3 +608,18 @@ def test_no_raw_value_or_file_content_reaches_prefects_database(corpus_home: Pat
     assert found == [], found
     assert any("validation" in p.name for p in (corpus_home / "case-0" / "home" / "steward" /
                                                 "logs").iterdir())
+
+
+def _task_run_states_settled(database: Path, settle_s: float = 2.5, wait_s: float = 30) -> None:
+    """Wait until the server has written the task-run states still on their way (its recorder
+    writes them in batches): their count has not changed for ``settle_s``."""
+    import time
+
+    deadline = time.monotonic() + wait_s
+    seen, since = -1, time.monotonic()
+    while time.monotonic() - since < settle_s and time.monotonic() < deadline:
+        with sqlite3.connect(f"file:{database}?mode=ro", uri=True) as conn:
+            count = conn.execute("SELECT count(*) FROM task_run_state").fetchone()[0]
+        if count != seen:
+            seen, since = count, time.monotonic()
+        time.sleep(0.25)

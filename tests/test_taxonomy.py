@@ -115,3 +115,53 @@ def test_codes_are_consistent_tree() -> None:
             code, parent = tax.level_codes[level][leaf], tax.level_codes[level + 1][leaf]
             assert up[code] in (-1, parent)
             up[code] = parent
+
+
+def _generic_numeric(low: int, high: int, rules: list[dict]):
+    """The integer taxonomy built the slow, generic way: each value's interval labels by hand,
+    then ``from_leaf_paths`` (its tree check included)."""
+    from medrelease.data.taxonomy import from_leaf_paths
+
+    def start(rule: dict, v: int) -> int:
+        if "cuts" in rule:
+            return max(low, max(c for c in rule["cuts"] if c <= v))
+        anchor = rule.get("anchor", low)
+        return max(low, anchor + (v - anchor) // rule["width"] * rule["width"])
+
+    levels = []
+    for rule in rules:
+        starts = sorted({start(rule, v) for v in range(low, high + 1)})
+        levels.append([(s, (starts[i + 1] - 1) if i + 1 < len(starts) else high)
+                       for i, s in enumerate(starts)])
+    paths, bounds = [], []
+    for v in range(low, high + 1):
+        own = [next((a, b) for a, b in level if a <= v <= b) for level in levels]
+        paths.append([f"[{a}-{b}]" for a, b in own] + ["*"])
+        bounds.append([*own, (low, high)])
+    return from_leaf_paths("x", "numeric", list(range(low, high + 1)), paths, bounds=bounds)
+
+
+@pytest.mark.parametrize(("low", "high", "rules"), [
+    (0, 99, [{"width": 10}, {"width": 50}]),                        # the paper's age
+    (10000, 10999, [{"width": 100, "anchor": 0}, {"width": 500, "anchor": 0}]),  # its zipcode
+    (3, 47, [{"width": 5, "anchor": 1}, {"width": 10, "anchor": 1}, {"width": 20, "anchor": 1}]),
+    (-12, 30, [{"width": 7, "anchor": 0}]),
+    (5, 5, [{"width": 1}]),
+    (0, 120, [{"cuts": [0, 18, 40, 65, 90]}, {"cuts": [-5, 65]}]),  # cuts below the domain
+])
+def test_integer_levels_are_the_tree_the_generic_builder_makes(low, high, rules) -> None:
+    """numeric_levels builds nested interval levels from arrays (the generic per-leaf way took
+    0.7 s for a 90,000-value zipcode domain, every run); the result is field for field the
+    taxonomy ``from_leaf_paths`` makes from the same intervals."""
+    fast = numeric_levels("x", low, high, rules)
+    slow = _generic_numeric(low, high, rules)
+    assert fast.kind == slow.kind and fast.leaves == slow.leaves
+    assert fast.level_labels == slow.level_labels
+    for ours, theirs in zip(fast.level_codes, slow.level_codes, strict=True):
+        assert ours.dtype == theirs.dtype and np.array_equal(ours, theirs)
+    for ours, theirs in zip(fast.level_leaf_counts, slow.level_leaf_counts, strict=True):
+        assert ours.dtype == theirs.dtype and np.array_equal(ours, theirs)
+    for (lo, hi), (slo, shi) in zip(fast.level_bounds, slow.level_bounds, strict=True):
+        assert np.array_equal(lo, slo) and np.array_equal(hi, shi)
+    with pytest.raises(TaxonomyError, match=r"'\[0-4\]' at level 1 has two parents, '\[0-2\]' and '\[3-5\]'"):
+        numeric_levels("x", 0, 10, [{"width": 5}, {"width": 3}])  # not nested: still refused

@@ -12,6 +12,7 @@ Two file formats (ALGORITHMS.md §1):
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -341,6 +342,10 @@ def numeric_levels(
                 f"taxonomy for {attribute!r}{where}: level {i} needs 'width' or 'cuts'"
             )
         starts_per_level.append(np.maximum(starts, low))
+    nested = _nested_intervals(attribute, values, starts_per_level, low, high, source)
+    if nested is not None:
+        return nested
+    # not nested: the generic tree check names the label with two parents
     paths: list[list[str]] = [[] for _ in values]
     bounds: list[list[tuple[int, int]]] = [[] for _ in values]
     for starts in starts_per_level:
@@ -357,6 +362,47 @@ def numeric_levels(
     return from_leaf_paths(
         attribute, "numeric", values.tolist(), paths, source=source, bounds=bounds
     )
+
+
+def _nested_intervals(attribute: str, values: np.ndarray, starts_per_level: list[np.ndarray],
+                      low: int, high: int, source: str) -> Taxonomy | None:
+    """The integer taxonomy ``from_leaf_paths`` builds from these interval starts, built from
+    the arrays directly; None when a level does not nest inside the next (the caller then
+    builds it the generic way, whose check names the label with two parents).
+
+    The generic way loops over every leaf in Python: 0.8 s for a zipcode domain of 90,000
+    values, paid by every run that loads such a config. Here a level's codes are its
+    intervals in increasing order, which is the order ``from_leaf_paths`` numbers them in
+    (the starts never decrease along the domain, so first appearance is sorted order); a
+    nested level cannot form a cycle (each parent interval contains its child)."""
+    n = len(values)
+    level_codes = [np.arange(n, dtype=np.int32)]
+    level_labels: list[tuple[str, ...]] = [tuple(str(v) for v in values.tolist())]
+    level_counts = [np.ones(n, dtype=np.int64)]
+    level_bounds = [(values, values)]
+    for starts in starts_per_level:
+        if np.any(np.diff(starts) < 0):
+            return None
+        uniq = np.unique(starts)
+        ends = np.append(uniq[1:] - 1, high)
+        codes = np.searchsorted(uniq, starts)
+        level_codes.append(codes.astype(np.int32))
+        level_labels.append(tuple(f"[{a}-{b}]" for a, b in
+                                  zip(uniq.tolist(), ends.tolist(), strict=True)))
+        level_counts.append(np.bincount(codes, minlength=len(uniq)).astype(np.int64))
+        level_bounds.append((uniq.astype(np.int64), ends.astype(np.int64)))
+    for child, parent in itertools.pairwise(level_codes[1:]):
+        pairs = np.unique(child.astype(np.int64) * (int(parent.max()) + 1) + parent)
+        if len(pairs) != int(child.max()) + 1:  # a child interval with two parents
+            return None
+    level_codes.append(np.zeros(n, dtype=np.int32))
+    level_labels.append((SUPPRESSED,))
+    level_counts.append(np.array([n], dtype=np.int64))
+    level_bounds.append((np.array([low], dtype=np.int64), np.array([high], dtype=np.int64)))
+    return Taxonomy(attribute=attribute, kind="numeric", leaves=tuple(values.tolist()),
+                    level_codes=tuple(level_codes), level_labels=tuple(level_labels),
+                    level_leaf_counts=tuple(level_counts), level_bounds=tuple(level_bounds),
+                    source=source)
 
 
 BINNED_KEYS = ("resolution", "top_code", "bottom_code", "missing")
