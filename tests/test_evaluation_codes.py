@@ -196,3 +196,16 @@ def test_marginals_summed_from_wider_ones_equal_each_measured_alone(nps_config, 
             alone = {c: yardstick.tvd(c) for c in yardstick.marginals(max_way=3)}
             assert yardstick.marginals(max_way=3) == alone, name
             assert len(alone) == 41
+
+
+def test_text_codes_keep_values_apart_that_print_apart() -> None:
+    """0.0 and -0.0, or the objects 1, 1.0 and True, are one value to ``pd.factorize`` but
+    different texts: the codes follow the text, as ``astype(str)`` does."""
+    from medrelease.evidence.text_codes import text_codes
+
+    for values in (pd.Series([0.0, -0.0, 1.0, np.nan]),
+                   pd.Series([1, 1.0, True, None, "1"], dtype=object),
+                   pd.Series(["a", "b", None, "a"]), pd.Series([3, 1, 3])):
+        codes, texts = text_codes(values)
+        got = [texts[c] if c >= 0 else None for c in codes]
+        assert got == [None if pd.isna(v) else str(v) for v in values]

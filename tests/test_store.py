@@ -138,7 +138,11 @@ def test_csv_lines_are_the_bytes_pandas_writes_for_the_whole_table() -> None:
              "a float column (the whole table)": frame.assign(x=rng.random(n)),
              "dates (the whole table)": frame.assign(
                  when=pd.Timestamp("2026-01-01") + pd.to_timedelta(rng.integers(0, 9, n), "D")),
-             "two columns": frame[["age", "cat"]]}
+             "two columns": frame[["age", "cat"]],
+             # one value to factorize, three texts to to_csv (the rows decide, not the values)
+             "objects 1, 1.0 and True": frame.assign(
+                 mixed=pd.Series(np.resize(np.asarray([1, 1.0, True], dtype=object), n),
+                                 dtype=object))}
     assert _joined_columns(frame) is not None and _joined_columns(cases["two columns"])
     assert _joined_columns(cases["a float column (the whole table)"]) is None
     for case, table in cases.items():

@@ -25,16 +25,30 @@ def text_codes(values: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     if isinstance(values.dtype, pd.CategoricalDtype):
         codes = values.cat.codes.to_numpy().astype(np.int64)
         texts = _as_text(values.cat.categories)
-    else:
+    elif _factorized_by_value(values):
         codes, uniques = pd.factorize(values)  # a missing value: -1
         codes = codes.astype(np.int64)
         texts = _as_text(uniques)
+    else:  # floats (0.0 and -0.0 are one value, two texts), mixed objects (1, 1.0, True)
+        codes, uniques = pd.factorize(values.astype(str))
+        codes = np.where(values.isna().to_numpy(), MISSING, codes).astype(np.int64)
+        texts = np.asarray(uniques, dtype=object)
     present = codes >= 0
     used = np.bincount(codes[present], minlength=len(texts)) > 0
     merged, distinct = pd.factorize(texts[used])  # equal texts of distinct values: one code
     remap = np.full(len(texts) + 1, MISSING, dtype=np.int64)  # last entry: MISSING stays
     remap[np.flatnonzero(used)] = merged
     return remap[codes], np.asarray(distinct, dtype=object)
+
+
+def _factorized_by_value(values: pd.Series) -> bool:
+    """Whether values equal as values are equal as text: integers, booleans, strings (not
+    floats: 0.0 == -0.0; not mixed objects: 1 == 1.0 == True)."""
+    if pd.api.types.is_integer_dtype(values.dtype) or pd.api.types.is_bool_dtype(values.dtype):
+        return True
+    return (pd.api.types.is_object_dtype(values.dtype)
+            or pd.api.types.is_string_dtype(values.dtype)) and \
+        pd.api.types.infer_dtype(values, skipna=True) in ("string", "empty")
 
 
 def _as_text(values) -> np.ndarray:

@@ -242,7 +242,10 @@ def _distinct_texts(column: pd.Series) -> tuple[np.ndarray, list[str]] | None:
     if isinstance(column.dtype, pd.CategoricalDtype):
         codes, values = column.cat.codes.to_numpy(), column.cat.categories
     elif (pd.api.types.is_integer_dtype(column.dtype)
-          or pd.api.types.is_string_dtype(column.dtype)):
+          or (pd.api.types.is_string_dtype(column.dtype)
+              # checked on the rows, not the distinct values: 1, 1.0 and True are one value
+              # to factorize but three texts to to_csv
+              and pd.api.types.infer_dtype(column, skipna=True) in ("string", "empty"))):
         codes, values = pd.factorize(column)
     else:
         return None

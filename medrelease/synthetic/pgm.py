@@ -40,8 +40,10 @@ STEP_GROWTH = 1.05
 CARRY_STEP = True
 # The calibration's exponentials in float32 (the log-potentials, their sums and every marginal
 # stay float64): numpy's float64 exp has no AVX2 kernel and was half of a step at 1,361,000
-# rows (18 ms against 4.4 ms in float32 for 1.24 M cells). A float32 exp is within 1e-7 of
-# the float64 one, relative; mbi computes everything in float32. Error measured both ways
+# rows (18 ms against 4.4 ms in float32 for 1.24 M cells). The exponent is rounded to float32
+# first: a relative error of about |x| x 6e-8 (3e-6 at exp(-50), an entry 2e-22 of the node's
+# largest; below exp(-87) zero, and every sum holds exp(0) = 1). mbi computes everything in
+# float32. Error measured both ways
 # (docs/results/aim.md): Adult 5 seeds 0.0368 / 0.0889 (float64: 0.0379 / 0.0911); 1,361,000
 # rows 3 seeds 0.0685 / 0.1903 (0.0675 / 0.1897), the same with a float64 final fit: the
 # rounds take another path, the final model's precision is not what differs.
