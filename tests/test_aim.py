@@ -20,6 +20,7 @@ from medrelease.privacy.zcdp import cdp_delta, discrete_gaussian, grid_sigma_sq,
 from medrelease.release import plan_release
 from medrelease.synthetic import pgm
 from medrelease.synthetic.aim_rounds import Settings, build_candidates, true_answers
+from medrelease.synthetic.axis_sums import sum_axis
 from medrelease.synthetic.release import aim_rounds, release_synthetic, workload_of
 from medrelease.synthetic.space import MarginalSpace, RollUps
 
@@ -218,6 +219,30 @@ def test_roll_ups_from_coarser_tables_are_the_roll_ups_of_the_fine_table(small):
         assert rolled(levels).shape == expected.shape
         assert np.allclose(rolled(levels), expected)
         assert rolled(levels).sum() == len(table)
+
+
+def test_axis_sums_are_the_one_hot_products_on_any_code_map():
+    """``sum_axis`` (reduceat in group order, no BLAS) gives what the one-hot product gave: on
+    every axis, for code maps in order, out of order (a merged attribute's rare groups come
+    last) and with a code no index maps to; exactly on counts, to rounding on estimates."""
+    rng = np.random.default_rng(3)
+    counts = rng.integers(0, 50, size=(7, 5, 6)).astype(np.float64)
+    estimate = rng.random((7, 5, 6)) * 1e3
+    maps = [np.array([0, 0, 1, 1, 1, 2, 2]), np.array([2, 0, 1, 0, 2, 1, 0]),
+            np.array([0, 0, 3, 3, 1, 1, 0])]  # sorted; unsorted; group 2 empty
+    for axis in range(3):
+        for groups in maps:
+            groups = groups[:counts.shape[axis]] % 4
+            n_groups = 4
+            onehot = np.zeros((groups.size, n_groups))
+            onehot[np.arange(groups.size), groups] = 1.0
+            for table, exact in ((counts, True), (estimate, False)):
+                expected = np.moveaxis(np.tensordot(table, onehot, axes=([axis], [0])), -1, axis)
+                got = sum_axis(table, axis, groups, n_groups)
+                assert got.shape == expected.shape and got.dtype == np.float64
+                assert (np.array_equal(got, expected) if exact
+                        else np.allclose(got, expected, rtol=1e-13, atol=0))
+    assert sum_axis(counts.astype(np.float32), 0, maps[1], 3).dtype == np.float64
 
 
 def test_rare_values_merge_under_their_parent_and_coarse_marginals_do_not_change(small):

@@ -34,7 +34,8 @@ import pandas as pd
 from medrelease.privacy.randomness import noise_epsilon
 from medrelease.synthetic import pgm
 from medrelease.synthetic.aim_rounds import EXPECTED_ABS, AIMRounds
-from medrelease.synthetic.space import Columns, sum_axis
+from medrelease.synthetic.axis_sums import sum_axis
+from medrelease.synthetic.space import Columns
 
 LEAF = -1  # a measurement's level for round 0's leaf-level vectors (before merging)
 SEP = " × "

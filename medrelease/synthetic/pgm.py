@@ -25,6 +25,7 @@ from math import prod
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from medrelease.synthetic.axis_sums import AxisGroups
 from medrelease.synthetic.junction_tree import Clique, make_junction_tree
 from medrelease.synthetic.junction_tree import model_size_mb as _tree_size_mb
 
@@ -77,22 +78,15 @@ class LevelQuery:
     sizes: tuple[int, ...]
 
     @cached_property
-    def _onehots(self) -> tuple[np.ndarray | None, ...]:
-        out = []
-        for groups, size in zip(self.maps, self.sizes, strict=True):
-            if groups is None:
-                out.append(None)
-                continue
-            onehot = np.zeros((len(groups), size))
-            onehot[np.arange(len(groups)), np.asarray(groups)] = 1.0
-            out.append(onehot)
-        return tuple(out)
+    def _groups(self) -> tuple[AxisGroups | None, ...]:
+        return tuple(None if groups is None else AxisGroups.of(groups, size)
+                     for groups, size in zip(self.maps, self.sizes, strict=True))
 
     def forward(self, table: np.ndarray) -> np.ndarray:
         values = table
-        for axis, onehot in enumerate(self._onehots):
-            if onehot is not None:
-                values = np.moveaxis(np.tensordot(values, onehot, axes=([axis], [0])), -1, axis)
+        for axis, groups in enumerate(self._groups):
+            if groups is not None:
+                values = groups.sum(values, axis)
         return values.reshape(-1)
 
     def adjoint(self, vector: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:

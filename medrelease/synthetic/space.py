@@ -16,6 +16,7 @@ import numpy as np
 
 from medrelease.data.aggregate import CountTable
 from medrelease.data.taxonomy import Taxonomy
+from medrelease.synthetic.axis_sums import sum_axis
 
 Columns = tuple[int, ...]
 Levels = tuple[int, ...]
@@ -190,10 +191,3 @@ class RollUps:
             self.done[levels] = sum_axis(coarser, axis, attribute.level_maps[levels[axis]],
                                          attribute.cardinality(levels[axis]))
         return self.done[levels]
-
-
-def sum_axis(array: np.ndarray, axis: int, groups: np.ndarray, n_groups: int) -> np.ndarray:
-    """Sum the entries of ``axis`` that share a group code (``groups`` per index of the axis)."""
-    onehot = np.zeros((groups.size, n_groups))
-    onehot[np.arange(groups.size), groups] = 1.0
-    return np.moveaxis(np.tensordot(array, onehot, axes=([axis], [0])), -1, axis)
