@@ -245,6 +245,30 @@ def test_axis_sums_are_the_one_hot_products_on_any_code_map():
     assert sum_axis(counts.astype(np.float32), 0, maps[1], 3).dtype == np.float64
 
 
+def test_the_selection_does_not_depend_on_how_the_scoring_was_batched(small):
+    """The flow scores a round's candidates in batches of tasks (more or fewer as scoring
+    costs) and hands their scores over batch by batch: the rounds, the model and so the
+    release for a seed are the engine's, whatever the batches."""
+    config, table = small
+    plan = plan_release("aim", {"epsilon": 1.0, "iters": 50, "final_iters": 50}, 0, seed=5)
+
+    def rounds(n_batches: int | None) -> list:
+        run = aim_rounds(aggregate(table, config), config, plan)
+        run.start()
+        while not run.state.done:
+            round_plan = run.plan_round()
+            batches = (run.batches(round_plan, n_batches) if n_batches
+                       else [list(reversed(round_plan.eligible))])
+            indices = [i for batch in batches for i in batch]
+            scores = np.concatenate([run.score(round_plan, batch) for batch in batches])
+            run.finish_round(round_plan, indices, scores)
+        return [(r.columns, r.levels) for r in run.state.records]
+
+    reference = rounds(None)
+    assert len(reference) >= 3
+    assert rounds(4) == reference and rounds(2) == reference
+
+
 def test_rare_values_merge_under_their_parent_and_coarse_marginals_do_not_change(small):
     config, table = small
     space = MarginalSpace(aggregate(table, config), config.informative_taxonomy)

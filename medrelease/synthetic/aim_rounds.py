@@ -336,7 +336,14 @@ class AIMRounds:
         return out
 
     def finish_round(self, plan: RoundPlan, indices: list[int], scores: np.ndarray) -> RoundRecord:
-        """Select by the exponential mechanism, measure, re-estimate, anneal, record."""
+        """Select by the exponential mechanism, measure, re-estimate, anneal, record.
+
+        The candidates are taken in the plan's order whatever order they were scored in (the
+        flow scores them in batches of tasks, more or fewer as scoring costs): the draw, and so
+        the release for a seed, must not depend on how the scoring was cut."""
+        order = np.argsort(np.asarray(indices, dtype=np.int64), kind="stable")
+        indices = [int(indices[k]) for k in order]
+        scores = np.asarray(scores, dtype=np.float64)[order]
         chosen, sensitivity = self._select(plan, indices, scores)
         cand = self.candidates[chosen]
         before = self._model_answer(cand)
