@@ -269,6 +269,48 @@ def test_the_selection_does_not_depend_on_how_the_scoring_was_batched(small):
     assert rounds(4) == reference and rounds(2) == reference
 
 
+def test_fine_marginals_from_supersets_are_the_counted_ones(small, monkeypatch):
+    """Round 0's true marginals: a set whose superset's table is smaller than the count table
+    is summed from it, the others counted from the rows; the same numbers exactly."""
+    from medrelease.synthetic.aim_rounds import fine_marginals
+
+    config, table = small
+    space = MarginalSpace(aggregate(table, config), config.informative_taxonomy)
+    sets = {s for k in (1, 2, 3) for s in itertools.combinations(range(3), k)}
+    expected = {s: space.fine_marginal(s) for s in sets}
+    counted = []
+    original = space.fine_marginal
+    monkeypatch.setattr(space, "fine_marginal", lambda s: counted.append(s) or original(s))
+    got = fine_marginals(space, sets)
+    assert set(got) == sets and all(np.array_equal(got[s], expected[s]) for s in sets)
+    assert all(got[s].shape == space.shape(s) for s in sets)
+    assert (0, 1, 2) in counted and len(counted) < len(sets)  # some were summed
+
+
+def test_error_bars_count_the_released_rows_as_a_pass_over_them_would(small):
+    """The error bars' released marginals (summed from a superset's table where that is
+    cheaper) are the released rows' counts at every workload set and level combination."""
+    from medrelease.synthetic.error_bars import _ErrorBars
+
+    config, table = small
+    plan = plan_release("aim", {"epsilon": 1.0, "iters": 50, "final_iters": 50}, 0, seed=5)
+    run = aim_rounds(aggregate(table, config), config, plan)
+    run.run()
+    codes, _ = run.synthesize(7)
+    bars = _ErrorBars(run, codes, 0.95)
+    space = run.space
+    sets = sorted({s for k in (3, 2, 1) for s in itertools.combinations(range(3), k)},
+                  key=len, reverse=True)  # supersets first: the summed path is taken
+    for columns in sets:
+        for levels in itertools.product(*[range(space.attributes[c].levels) for c in columns]):
+            shape = space.shape(columns, levels)
+            flat = np.zeros(bars.rows, dtype=np.int64)
+            for c, lv, size in zip(columns, levels, shape, strict=True):
+                flat = flat * size + space.attributes[c].level_maps[lv][bars.released[c]]
+            expected = np.bincount(flat, minlength=math.prod(shape)).reshape(shape)
+            assert np.array_equal(bars.released_marginal(columns, levels), expected)
+
+
 def test_rare_values_merge_under_their_parent_and_coarse_marginals_do_not_change(small):
     config, table = small
     space = MarginalSpace(aggregate(table, config), config.informative_taxonomy)

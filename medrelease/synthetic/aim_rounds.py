@@ -125,12 +125,27 @@ def noisy_total(oneway: list[np.ndarray], sigma: float) -> tuple[float, float]:
 
 def true_answers(space: MarginalSpace, candidates: list[Candidate]) -> list[np.ndarray]:
     """Every candidate's marginal of the data, from one fine marginal per attribute set."""
-    rolled: dict[Columns, RollUps] = {}
-    out = []
-    for cand in candidates:
-        if cand.columns not in rolled:
-            rolled[cand.columns] = RollUps(space, cand.columns, space.fine_marginal(cand.columns))
-        out.append(rolled[cand.columns](cand.levels))
+    fine = fine_marginals(space, {cand.columns for cand in candidates})
+    rolled = {columns: RollUps(space, columns, table) for columns, table in fine.items()}
+    return [rolled[cand.columns](cand.levels) for cand in candidates]
+
+
+def fine_marginals(space: MarginalSpace, sets: set[Columns]) -> dict[Columns, np.ndarray]:
+    """The fine marginal of each attribute set: summed from the smallest superset's table
+    already computed when that table has fewer cells than the count table has rows (a sum over
+    its other axes is then cheaper than a pass over the rows), else counted from the rows.
+    Counts are whole numbers below 2^53: either way the same numbers, exactly."""
+    out: dict[Columns, np.ndarray] = {}
+    rows = len(space.weights)
+    for columns in sorted(sets, key=lambda c: (-len(c), c)):
+        supersets = [s for s in out if set(columns) < set(s) and space.cells(s) < rows]
+        if not supersets:
+            out[columns] = space.fine_marginal(columns)
+            continue
+        source = min(supersets, key=space.cells)
+        summed = out[source].sum(axis=tuple(i for i, c in enumerate(source) if c not in columns))
+        kept = [c for c in source if c in columns]
+        out[columns] = np.ascontiguousarray(np.transpose(summed, [kept.index(c) for c in columns]))
     return out
 
 

@@ -263,8 +263,11 @@ class _ErrorBars:
                 mapping[members] = code
             self.leaf_to_merged[merge.column] = mapping
             self.group_size[merge.column] = np.array([m.size for m in merge.members])
-        self.released = {c: self.leaf_to_merged[c][np.asarray(released_codes[n], dtype=np.int64)]
+        merged = {merge.column for merge in run.merges}
+        self.released = {c: (self.leaf_to_merged[c][np.asarray(released_codes[n], dtype=np.int64)]
+                             if c in merged else np.asarray(released_codes[n], dtype=np.int64))
                          for c, n in enumerate(self.names)}
+        self._released_fine: dict[Columns, np.ndarray] = {}
         self.rows = len(next(iter(released_codes.values()))) if released_codes else 0
         sigma0 = float(state.measurements[0].stddev) if state.measurements else 0.0
         self.measured = [_Measured(0, (c,), (LEAF,), np.asarray(y), sigma0)
@@ -287,12 +290,36 @@ class _ErrorBars:
         return out
 
     def released_marginal(self, columns: Columns, levels: tuple[int, ...]) -> np.ndarray:
-        shape = tuple(self.attributes[c].cardinality(lv) for c, lv in zip(columns, levels,
-                                                                            strict=True))
-        flat = np.zeros(self.rows, dtype=np.int64)
-        for c, lv, size in zip(columns, levels, shape, strict=True):
-            flat = flat * size + self.attributes[c].level_maps[lv][self.released[c]]
-        return np.bincount(flat, minlength=math.prod(shape)).astype(np.float64).reshape(shape)
+        """The released rows' counts at ``levels``: summed from their merged-leaf marginal."""
+        out = self._released_leaves(columns)
+        for axis, (c, lv) in enumerate(zip(columns, levels, strict=True)):
+            if lv:
+                attribute = self.attributes[c]
+                out = sum_axis(out, axis, attribute.level_maps[lv], attribute.cardinality(lv))
+        return out
+
+    def _released_leaves(self, columns: Columns) -> np.ndarray:
+        """The released rows' counts on the merged leaves of ``columns``, kept: summed from a
+        superset's table already made when it has fewer cells than there are rows (cheaper
+        than a pass over the rows), else counted. Whole numbers: the same either way."""
+        if columns in self._released_fine:
+            return self._released_fine[columns]
+        shape = tuple(self.attributes[c].size for c in columns)
+        supersets = [s for s, t in self._released_fine.items()
+                     if set(columns) < set(s) and t.size < self.rows]
+        if supersets:
+            source = min(supersets, key=lambda s: self._released_fine[s].size)
+            summed = self._released_fine[source].sum(
+                axis=tuple(i for i, c in enumerate(source) if c not in columns))
+            kept = [c for c in source if c in columns]
+            table = np.ascontiguousarray(np.transpose(summed, [kept.index(c) for c in columns]))
+        else:
+            flat = np.zeros(self.rows, dtype=np.int64)
+            for c, size in zip(columns, shape, strict=True):
+                flat = flat * size + self.released[c]
+            table = np.bincount(flat, minlength=math.prod(shape)).astype(np.float64).reshape(shape)
+        self._released_fine[columns] = table
+        return table
 
     def merged_rows(self, columns: Columns, levels: tuple[int, ...]) -> int:
         """Released rows whose value in a level-0 column lies in a group of >= 2 leaves."""
