@@ -250,3 +250,18 @@ def test_publishable_streams_are_chacha20_keyed_by_the_os_and_replay() -> None:
     measurement = dp.m.make_laplace(dp.vector_domain(dp.atom_domain(T="i64")),
                                     dp.l1_distance(T="i64"), 2.0)
     assert _two_sample_chi2(ours, np.asarray(measurement([0] * 20_000))) > 1e-3
+
+
+def test_the_discrete_gaussian_draws_the_same_in_int64_as_in_python_ints(monkeypatch):
+    """Its acceptance exponent is computed in int64 where it cannot overflow: the very same
+    integers, so the very same draws as the Python-int path for the same generator."""
+    from fractions import Fraction
+
+    from medrelease.privacy import zcdp
+
+    for sigma_sq in (Fraction(9, 16), Fraction(625), Fraction(160001, 16)):
+        fast = zcdp.discrete_gaussian(np.random.default_rng(4), sigma_sq, 20_000)
+        monkeypatch.setattr(zcdp, "EXACT_IN_INT64", 0)  # every draw on the Python-int path
+        slow = zcdp.discrete_gaussian(np.random.default_rng(4), sigma_sq, 20_000)
+        monkeypatch.undo()
+        assert np.array_equal(fast, slow)

