@@ -17,6 +17,8 @@ from functools import lru_cache
 
 import numpy as np
 
+FEW_GROUPS = 64  # up to this many groups on the first axis: summed run by run
+
 
 @dataclass(frozen=True)
 class AxisGroups:
@@ -44,8 +46,15 @@ class AxisGroups:
         shape[axis] = self.n_groups
         if not self.starts.size:
             return np.zeros(shape)
-        source = array if self.order is None else np.take(array, self.order, axis=axis)
-        summed = np.add.reduceat(source, self.starts, axis=axis, dtype=np.float64)
+        if self.order is None and axis == 0 and self.starts.size <= FEW_GROUPS:
+            # the first axis in a few runs: each run's block summed whole (a (100, 1,884) table
+            # to 11 age bands: 0.11 ms, against 0.41 ms for reduceat along axis 0)
+            ends = [*self.starts[1:].tolist(), array.shape[0]]
+            summed = np.stack([array[s:e].sum(axis=0, dtype=np.float64)
+                               for s, e in zip(self.starts.tolist(), ends, strict=True)])
+        else:
+            source = array if self.order is None else np.take(array, self.order, axis=axis)
+            summed = np.add.reduceat(source, self.starts, axis=axis, dtype=np.float64)
         if self.present.size == self.n_groups:
             return summed
         out = np.zeros(shape)
