@@ -120,7 +120,7 @@ class MarginalSpace:
     def __init__(self, counts: CountTable, informative_taxonomy: Taxonomy | None = None) -> None:
         attrs = [taxonomy_attribute(t, n) for t, n in zip(counts.taxonomies, counts.dimensions,
                                                            strict=True)]
-        codes = list(counts.dimension_codes().T) if counts.dimensions else []
+        codes = counts.dimension_columns() if counts.dimensions else []  # contiguous columns
         for column in counts.informative.columns:
             values = counts.informative[column].astype(str).tolist()
             attrs.append(domain_attribute(column, values, informative_taxonomy))
