@@ -28,7 +28,9 @@ from medrelease.data.aggregate import value_counts_by
 from medrelease.privacy.randomness import generator_for
 
 ROW_GROUP = 1_000_000   # rows per group written to Parquet / CSV
-SHUFFLE_BLOCK = 1_000_000  # rows whose arrangement is drawn at once (fixed: order = f(seed))
+SHUFFLE_BLOCK = 4_000_000  # rows whose arrangement is drawn at once (fixed: order = f(seed));
+# up to it, one shuffle of the repeated cells (1.77M rows over 1.18M cells: 0.21 s of CPU
+# against 0.45 s with a hypergeometric draw per million rows); 32 MB of row indices at most
 ROWS = "__rows"         # the count column of a cell table
 
 
