@@ -243,6 +243,8 @@ def test_axis_sums_are_the_one_hot_products_on_any_code_map():
                 assert (np.array_equal(got, expected) if exact
                         else np.allclose(got, expected, rtol=1e-13, atol=0))
     assert sum_axis(counts.astype(np.float32), 0, maps[1], 3).dtype == np.float64
+    with pytest.raises(ValueError, match="group codes must lie in"):  # (the one-hot raised)
+        sum_axis(counts, 1, np.array([0, 1, 5, 0, 1]), 2)
 
 
 def test_the_selection_does_not_depend_on_how_the_scoring_was_batched(small):
@@ -287,12 +289,18 @@ def test_fine_marginals_from_supersets_are_the_counted_ones(small, monkeypatch):
     assert (0, 1, 2) in counted and len(counted) < len(sets)  # some were summed
 
 
-def test_error_bars_count_the_released_rows_as_a_pass_over_them_would(small):
+@pytest.mark.parametrize("domain_order", ["the taxonomy's", "reversed"])
+def test_error_bars_count_the_released_rows_as_a_pass_over_them_would(tmp_path, domain_order):
     """The error bars' released marginals (summed from a superset's table where that is
-    cheaper) are the released rows' counts at every workload set and level combination."""
+    cheaper) are the released rows' counts at every workload set and level combination, also
+    where the taxonomy lists the leaves in another order than the domain's values (level 0 is
+    then a permutation, which the measurements' code maps read too)."""
     from medrelease.synthetic.error_bars import _ErrorBars
 
-    config, table = small
+    path = write_small_dataset(tmp_path, rows=20_000)  # no diagnosis value rare: none merged
+    if domain_order == "reversed":  # the taxonomy file lists the leaves the other way round
+        (tmp_path / "dx.csv").write_text("".join(f"{d};{d[0]};*\n" for d in DIAGNOSES[::-1]))
+    config, table = load_config(path), pd.read_csv(tmp_path / "t.csv")
     plan = plan_release("aim", {"epsilon": 1.0, "iters": 50, "final_iters": 50}, 0, seed=5)
     run = aim_rounds(aggregate(table, config), config, plan)
     run.run()
@@ -309,6 +317,8 @@ def test_error_bars_count_the_released_rows_as_a_pass_over_them_would(small):
                 flat = flat * size + space.attributes[c].level_maps[lv][bars.released[c]]
             expected = np.bincount(flat, minlength=math.prod(shape)).reshape(shape)
             assert np.array_equal(bars.released_marginal(columns, levels), expected)
+    level0 = space.attributes[2].level_maps[0]
+    assert (domain_order == "reversed") == (not np.array_equal(level0, np.arange(level0.size)))
 
 
 def test_rare_values_merge_under_their_parent_and_coarse_marginals_do_not_change(small):

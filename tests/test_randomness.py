@@ -265,3 +265,22 @@ def test_the_discrete_gaussian_draws_the_same_in_int64_as_in_python_ints(monkeyp
         slow = zcdp.discrete_gaussian(np.random.default_rng(4), sigma_sq, 20_000)
         monkeypatch.undo()
         assert np.array_equal(fast, slow)
+
+
+def test_the_discrete_gaussian_takes_python_ints_where_its_divisor_leaves_int64(monkeypatch):
+    """sigma^2 near 2^27 gives 2 p q t^2 >= 2^63: a pass whose Laplace draws are all 0 keeps
+    |a| small, yet the exponent's divisor is no int64 — the exact path takes it (it raised
+    OverflowError on the int64 path)."""
+    from fractions import Fraction
+
+    from medrelease.privacy import zcdp
+
+    real, calls = zcdp.discrete_laplace_rational, []
+
+    def zeros_first(rng, s, t, n):
+        calls.append(n)
+        return np.zeros(n, dtype=np.int64) if len(calls) == 1 else real(rng, s, t, n)
+
+    monkeypatch.setattr(zcdp, "discrete_laplace_rational", zeros_first)
+    out = zcdp.discrete_gaussian(np.random.default_rng(1), Fraction(2147395601, 16), 3)
+    assert out.shape == (3,)

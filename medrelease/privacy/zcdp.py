@@ -131,7 +131,8 @@ def discrete_gaussian(rng: np.random.Generator, sigma_sq: Fraction, size: int) -
     while todo.size:
         y = discrete_laplace_rational(rng, 1, t, todo.size)
         magnitude = np.abs(y)
-        if y.size and int(magnitude.max()) * t * q + p < EXACT_IN_INT64:  # a^2 < 2^62
+        if (y.size and int(magnitude.max()) * t * q + p < EXACT_IN_INT64  # a^2 < 2^62
+                and den < 2 ** 63):  # (and the divisor an int64 too)
             a = magnitude * (t * q) - p
         else:  # exact integers (Python ints) for the rare draw, or sigma, that would overflow
             a = magnitude.astype(object) * (t * q) - p

@@ -293,15 +293,18 @@ class _ErrorBars:
         """The released rows' counts at ``levels``: summed from their merged-leaf marginal."""
         out = self._released_leaves(columns)
         for axis, (c, lv) in enumerate(zip(columns, levels, strict=True)):
-            if lv:
-                attribute = self.attributes[c]
-                out = sum_axis(out, axis, attribute.level_maps[lv], attribute.cardinality(lv))
+            attribute = self.attributes[c]
+            groups = attribute.level_maps[lv]
+            if lv or not np.array_equal(groups, np.arange(groups.size)):  # (a domain's level 0
+                # may number the leaves in its taxonomy's order: code_map reads it so too)
+                out = sum_axis(out, axis, groups, attribute.cardinality(lv))
         return out
 
     def _released_leaves(self, columns: Columns) -> np.ndarray:
-        """The released rows' counts on the merged leaves of ``columns``, kept: summed from a
+        """The released rows' counts on the merged leaves of ``columns``: summed from a
         superset's table already made when it has fewer cells than there are rows (cheaper
-        than a pass over the rows), else counted. Whole numbers: the same either way."""
+        than a pass over the rows), else counted; kept when it is such a table. Whole
+        numbers: the same either way."""
         if columns in self._released_fine:
             return self._released_fine[columns]
         shape = tuple(self.attributes[c].size for c in columns)
@@ -318,7 +321,8 @@ class _ErrorBars:
             for c, size in zip(columns, shape, strict=True):
                 flat = flat * size + self.released[c]
             table = np.bincount(flat, minlength=math.prod(shape)).astype(np.float64).reshape(shape)
-        self._released_fine[columns] = table
+        if table.size < self.rows:  # kept only where it can serve a subset (memory)
+            self._released_fine[columns] = table
         return table
 
     def merged_rows(self, columns: Columns, levels: tuple[int, ...]) -> int:

@@ -30,9 +30,10 @@ from medrelease.synthetic.junction_tree import Clique, make_junction_tree
 from medrelease.synthetic.junction_tree import model_size_mb as _tree_size_mb
 
 CHECK_EVERY = 50  # steps between the early-stop checks (mbi's callback block)
-# The sampler's random tie-break within a parent group: at least this many random bits beside
-# the group and the row index in one int64, else an argsort on 32 random bits (rows tied on
-# them, about m^2 / 2^(bits+1) pairs in a group of m rows, keep their index order)
+# The sampler's random order within a parent group: at least this many random bits beside the
+# group and the row index in one int64, else a stable argsort on 32 random bits. Rows tied on
+# their random bits (about m^2 / 2^(bits+1) pairs in a group of m rows) go in index order
+# either way; the rows are exchangeable, so the law is that of a random tie-break.
 MIN_RANDOM_BITS = 24
 # Two departures from mbi's mirror descent, each measured (docs/results/aim.md, "Fits that
 # converge"): the step size grows by 5 % after an accepted step (mbi: 1 %), and a warm start
@@ -670,15 +671,15 @@ def _conditional_column(joint: np.ndarray, parent_codes: list[np.ndarray],
     values = joint.shape[-1]
     table = np.clip(joint.reshape(-1, values), 0.0, None)
     key = np.ravel_multi_index(tuple(parent_codes), tuple(parent_sizes))
-    # rows by group, in a random order within each group (one sort of the group in the high
-    # 32 bits and 32 random bits below; the model's cliques are far below 2^31 cells): a row's
+    # rows by group, in a random order within each group (one sort on the group in the high
+    # bits and random bits below; the model's cliques are far below 2^31 cells): a row's
     # position in its group is its rank
     index_bits = max(1, (total - 1).bit_length())
     random_bits = min(32, 63 - index_bits - max(1, (prod(parent_sizes) - 1).bit_length()))
     if random_bits >= MIN_RANDOM_BITS:
         # the row's index in the low bits of the sorted value itself: numpy's sort of int64 is
         # vectorized, its argsort is not (1,361,000 values: 0.04 s against 0.17 s); the same
-        # random words, their top bits (rows tied on them keep their index order, as before)
+        # random words, their top bits
         words = rng.integers(0, 2 ** 32, total, dtype=np.int64) >> (32 - random_bits)
         packed = ((key.astype(np.int64) << (random_bits + index_bits))
                   | (words << index_bits) | np.arange(total, dtype=np.int64))
@@ -686,7 +687,7 @@ def _conditional_column(joint: np.ndarray, parent_codes: list[np.ndarray],
         order = packed & ((1 << index_bits) - 1)
     elif prod(parent_sizes) < 2 ** 31:
         order = np.argsort((key.astype(np.int64) << 32)
-                           | rng.integers(0, 2 ** 32, total, dtype=np.int64))
+                           | rng.integers(0, 2 ** 32, total, dtype=np.int64), kind="stable")
     else:  # (a clique beyond any model size allowed; the same order, slower)
         order = np.lexsort((rng.random(total), key))
     sorted_key = key[order]
