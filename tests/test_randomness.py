@@ -250,3 +250,22 @@ def test_publishable_streams_are_chacha20_keyed_by_the_os_and_replay() -> None:
     measurement = dp.m.make_laplace(dp.vector_domain(dp.atom_domain(T="i64")),
                                     dp.l1_distance(T="i64"), 2.0)
     assert _two_sample_chi2(ours, np.asarray(measurement([0] * 20_000))) > 1e-3
+
+
+def test_the_samplers_fast_draws_are_numpys_draws() -> None:
+    """``_uniform_draws`` (scalar draws for a few entries, none for a range of one) gives the
+    values ``rng.integers(0, high, size)`` gives and leaves the generator where it leaves it:
+    the exact samplers' stream, and so every seeded release, is unchanged by it."""
+    from medrelease.privacy.randomness import _uniform_draws
+
+    choices = np.random.default_rng(99)
+    for seed in range(3):
+        fast, numpy_own = np.random.default_rng(seed), np.random.default_rng(seed)
+        for i in range(600):
+            high = int(10 ** choices.integers(0, 13)) if i % 3 == 0 else int(choices.integers(1, 7))
+            size = int(choices.integers(0, 7))
+            got, expected = _uniform_draws(fast, high, size), numpy_own.integers(0, high, size)
+            assert got.dtype == expected.dtype and got.tolist() == expected.tolist(), (high, size)
+            if i % 5 == 0:  # other draws in between (the 32-bit halves numpy buffers)
+                assert fast.integers(0, 2**31) == numpy_own.integers(0, 2**31)
+        assert fast.bit_generator.state == numpy_own.bit_generator.state
