@@ -27,6 +27,32 @@ os.environ["PREFECT_LOGGING_TO_API_ENABLED"] = "false"
 os.environ["PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_BATCH_SIZE"] = "200"
 os.environ["PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_FLUSH_INTERVAL"] = "1"
 
+
+def _one_certificate_bundle() -> str:
+    """A CA bundle of one certificate (certifi's first), for the tests' Prefect clients.
+
+    Every Prefect client builds a verifying TLS context when it opens, from certifi's bundle
+    of ~140 certificates: 50 ms of CPU, once per flow run (~400 in the suite) and per
+    ``get_client``. The test servers are plain HTTP on 127.0.0.1, so no connection ever uses
+    it; from a one-certificate file the context takes 1 ms. A developer's own
+    ``PREFECT_API_SSL_CERT_FILE`` wins."""
+    import re
+    import tempfile
+
+    import certifi
+
+    bundle = Path(tempfile.gettempdir()) / "medrelease-tests-one-ca.pem"
+    if not bundle.is_file():
+        first = re.search(r"-----BEGIN CERTIFICATE-----.*?-----END CERTIFICATE-----\n",
+                          Path(certifi.where()).read_text(), re.S)
+        partial = bundle.with_name(f"{bundle.name}.{os.getpid()}")
+        partial.write_text(first.group(0))
+        partial.replace(bundle)  # atomic: two xdist workers may write it at once
+    return str(bundle)
+
+
+os.environ.setdefault("PREFECT_API_SSL_CERT_FILE", _one_certificate_bundle())
+
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared"
 

@@ -284,3 +284,22 @@ def test_the_discrete_gaussian_takes_python_ints_where_its_divisor_leaves_int64(
     monkeypatch.setattr(zcdp, "discrete_laplace_rational", zeros_first)
     out = zcdp.discrete_gaussian(np.random.default_rng(1), Fraction(2147395601, 16), 3)
     assert out.shape == (3,)
+
+
+def test_the_samplers_fast_draws_are_numpys_draws() -> None:
+    """``_uniform_draws`` (scalar draws for a few entries, none for a range of one) gives the
+    values ``rng.integers(0, high, size)`` gives and leaves the generator where it leaves it:
+    the exact samplers' stream, and so every seeded release, is unchanged by it."""
+    from medrelease.privacy.randomness import _uniform_draws
+
+    choices = np.random.default_rng(99)
+    for seed in range(3):
+        fast, numpy_own = np.random.default_rng(seed), np.random.default_rng(seed)
+        for i in range(600):
+            high = int(10 ** choices.integers(0, 13)) if i % 3 == 0 else int(choices.integers(1, 7))
+            size = int(choices.integers(0, 7))
+            got, expected = _uniform_draws(fast, high, size), numpy_own.integers(0, high, size)
+            assert got.dtype == expected.dtype and got.tolist() == expected.tolist(), (high, size)
+            if i % 5 == 0:  # other draws in between (the 32-bit halves numpy buffers)
+                assert fast.integers(0, 2**31) == numpy_own.integers(0, 2**31)
+        assert fast.bit_generator.state == numpy_own.bit_generator.state

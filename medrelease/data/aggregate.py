@@ -35,7 +35,9 @@ def group_sum(keys: np.ndarray, weights: np.ndarray,
 
     Three strategies, fastest first (measured on 1M-cell roll-ups: dense 4 ms, packed sort
     20 ms, pandas hashing 100-160 ms):
-    * dense counting when the key range is small (output comes out sorted);
+    * dense counting when the key range is at most 4x the number of keys (output comes out
+      sorted); below 262,144 keys the floor is 1,024, not 2^20: a dense pass over a 2^20 range
+      cost a 40-row table's roll-up 3.4 ms against the sort's 0.05 ms, at every lattice node;
     * otherwise, when ``key * (max weight + 1) + weight`` fits in 63 bits, one in-place sort of
       that packed value (``SORT_KIND``);
     * else an argsort.
@@ -46,7 +48,7 @@ def group_sum(keys: np.ndarray, weights: np.ndarray,
         return keys, np.zeros(0, dtype=np.int64)
     low = int(keys.min())
     span = int(keys.max()) - low + 1
-    if span <= max(4 * keys.size, 1 << 20):
+    if span <= max(4 * keys.size, 1 << 10):
         sums = np.bincount(keys - low, weights=weights, minlength=span)
         present = np.flatnonzero(sums)
         return present.astype(np.int64) + low, np.rint(sums[present]).astype(np.int64)

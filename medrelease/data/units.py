@@ -77,7 +77,10 @@ def bound_frame(frame: pd.DataFrame, bound: UnitBound) -> tuple[pd.DataFrame, Bo
     codes, _ = pd.factorize(frame[bound.column], sort=False)
     kept, report = bounded_weights(codes, np.ones(len(frame), dtype=np.int64), bound.max_rows,
                                    generator_for(bound.seed))
-    out = frame.loc[kept.astype(bool)].drop(columns=[bound.column])
+    # by position: ``.loc[mask].drop(columns=...)`` cost 3 ms on a 65-row frame (pandas 3's
+    # label look-ups), which the step audit pays in each of its 4,000 bounded runs
+    columns = np.flatnonzero(frame.columns != bound.column)
+    out = frame.iloc[np.flatnonzero(kept), columns]
     return out.reset_index(drop=True), report
 
 
