@@ -577,8 +577,8 @@ def ledger_verify() -> None:
 
     location = ledger_location()
     try:
-        reconcile(location, StewardRecords(steward_root()).records(),
-                  published_manifests(store_root(), test_store_root()))
+        manifests = published_manifests(store_root(), test_store_root())  # (before records)
+        reconcile(location, StewardRecords(steward_root()).records(), manifests)
         spends = len(open_ledger(location).spends()) if ledger_exists(location) else 0
     except MedreleaseError as exc:
         console.print(f"[red bold]ledger inconsistent ({type(exc).__name__}):[/] {exc}",

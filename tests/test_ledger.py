@@ -241,3 +241,20 @@ def test_the_budget_artifact_shows_nothing_left_where_the_guarantee_is_void(ledg
     text = budget_markdown(ledger.state("ds"), ledger.spends("ds"))
     assert "| left |" not in text and "room under the cap (guarantee VOID)" in text
     assert "above" not in text and "in its manifest, still holds" in text
+
+
+def test_a_release_published_while_the_ledger_is_checked_is_not_taken_for_a_lost_spend() -> None:
+    """Another run's release, between its publishing and its finalized spend: its manifest is
+    out, the ledger holds its spend without its release id yet. The check before a charge
+    reads it then (two hosts racing for a PostgreSQL ledger's last budget hit exactly this):
+    its steward record's spend accounts for it. A spend the ledger lacks is still refused."""
+    from medrelease.privacy.ledger import LedgerIntegrityError, refuse_releases_not_in
+
+    records = [{"release_id": "R1", "ledger_spend_id": "S1"}]
+    manifests = [{"release_id": "R1"}]
+    refuse_releases_not_in("the ledger", "does not hold", {"S1"}, set(), records, manifests)
+    with pytest.raises(LedgerIntegrityError, match=r"the spends of 1 release\(s\) on record \(R1"):
+        refuse_releases_not_in("the ledger", "does not hold", set(), set(), records, manifests)
+    with pytest.raises(LedgerIntegrityError, match=r"\(R2"):  # a manifest with no record
+        refuse_releases_not_in("the ledger", "does not hold", {"S1"}, set(), records,
+                               [*manifests, {"release_id": "R2"}])
