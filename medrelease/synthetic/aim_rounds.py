@@ -35,6 +35,7 @@ from medrelease.privacy.zcdp import (
     grid_sigma_sq,
 )
 from medrelease.synthetic import pgm
+from medrelease.synthetic.axis_sums import marginal_of_subset
 from medrelease.synthetic.space import Columns, Levels, MarginalSpace, RollUps
 
 EXPECTED_ABS = math.sqrt(2.0 / math.pi)  # E|N(0, 1)|
@@ -143,9 +144,7 @@ def fine_marginals(space: MarginalSpace, sets: set[Columns]) -> dict[Columns, np
             out[columns] = space.fine_marginal(columns)
             continue
         source = min(supersets, key=space.cells)
-        summed = out[source].sum(axis=tuple(i for i, c in enumerate(source) if c not in columns))
-        kept = [c for c in source if c in columns]
-        out[columns] = np.ascontiguousarray(np.transpose(summed, [kept.index(c) for c in columns]))
+        out[columns] = marginal_of_subset(out[source], source, columns)
     return out
 
 

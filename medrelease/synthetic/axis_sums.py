@@ -81,3 +81,13 @@ def sum_axis(array: np.ndarray, axis: int, groups: np.ndarray, n_groups: int) ->
     the same few taxonomy levels again and again."""
     codes = np.ascontiguousarray(groups, dtype=np.int64)
     return _prepared(codes.tobytes(), n_groups).sum(array, axis)
+
+
+def marginal_of_subset(table: np.ndarray, source: tuple[int, ...],
+                       columns: tuple[int, ...]) -> np.ndarray:
+    """The marginal on ``columns`` (axes in that order) of ``table``, a marginal on ``source``
+    (a superset of ``columns``): its other axes summed out. Whole-number counts give the same
+    numbers as counting the rows again, from a table that is smaller than the rows."""
+    summed = table.sum(axis=tuple(i for i, c in enumerate(source) if c not in columns))
+    kept = [c for c in source if c in columns]
+    return np.ascontiguousarray(np.transpose(summed, [kept.index(c) for c in columns]))

@@ -34,7 +34,7 @@ import pandas as pd
 from medrelease.privacy.randomness import noise_epsilon
 from medrelease.synthetic import pgm
 from medrelease.synthetic.aim_rounds import EXPECTED_ABS, AIMRounds
-from medrelease.synthetic.axis_sums import sum_axis
+from medrelease.synthetic.axis_sums import marginal_of_subset, sum_axis
 from medrelease.synthetic.space import Columns
 
 LEAF = -1  # a measurement's level for round 0's leaf-level vectors (before merging)
@@ -312,10 +312,7 @@ class _ErrorBars:
                      if set(columns) < set(s) and t.size < self.rows]
         if supersets:
             source = min(supersets, key=lambda s: self._released_fine[s].size)
-            summed = self._released_fine[source].sum(
-                axis=tuple(i for i, c in enumerate(source) if c not in columns))
-            kept = [c for c in source if c in columns]
-            table = np.ascontiguousarray(np.transpose(summed, [kept.index(c) for c in columns]))
+            table = marginal_of_subset(self._released_fine[source], source, columns)
         else:
             flat = np.zeros(self.rows, dtype=np.int64)
             for c, size in zip(columns, shape, strict=True):
