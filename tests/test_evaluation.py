@@ -175,6 +175,32 @@ def test_evaluation_from_the_count_table_equals_the_rows(tmp_path, nps_config,
                                  nps_config) is None
 
 
+@pytest.mark.parametrize("mechanism", ["ipa", "pseudonymize"])
+def test_the_evaluations_accuracy_is_measure_accuracys_whatever_runs_beside_it(
+        tmp_path, nps_config, nps_sample, mechanism) -> None:
+    """The evaluation measures the workload on a second thread and the informative column
+    beside its other sections: the accuracy it reports is ``measure_accuracy``'s on one
+    thread, field for field (what does not apply, and in which order, included)."""
+    import json
+
+    from medrelease.evidence.accuracy import measure_accuracy
+    from medrelease.evidence.evaluation import InputRows, _released_rows, evaluate_release
+    from medrelease.mechanisms import capabilities
+    from medrelease.release import release
+
+    rows = nps_sample.head(5000)
+    result = release(rows, nps_config, mechanism=mechanism, seed=7,
+                     key=b"evaluation-test-key-0123456789abcdef")
+    folder = _release_folder(tmp_path / "rel", result, "nps-sample", mechanism)
+    caps, given = capabilities(mechanism), InputRows(rows)
+    alone = measure_accuracy(given.table, given.weights, _released_rows(folder), nps_config,
+                             comparable=caps.raw_values, loss_reason=caps.loss_reason)
+    reported = evaluate_release(folder, given, nps_config).accuracy
+    # as JSON text: the same keys in the same order, and a rate not defined (NaN) on both sides
+    assert json.dumps(reported) == json.dumps(alone.as_json())
+    assert (reported["workload"] is None) == (mechanism == "pseudonymize")
+
+
 def _release_folder(folder: Path, result, dataset: str, mechanism: str, details=None) -> Path:
     import json
 

@@ -78,8 +78,8 @@ def test_two_hosts_share_one_ledger_and_never_exceed_a_cap(pg_cluster, tmp_path:
     states = sorted(run.state.name for run in final)
     assert states == ["Completed"] * 3 + ["Refused"] * 3, [
         (r.state.name, r.state.message) for r in final]
-    assert all("would exceed the lifetime privacy budget" in r.state.message
-               for r in final if r.state.name == "Refused")
+    refusals = [r.state.message for r in final if r.state.name == "Refused"]
+    assert all("would exceed the lifetime privacy budget" in m for m in refusals), refusals
     ledger = open_ledger(ledger_url)
     spends = ledger.spends("ward")
     assert len(spends) == 3 and all(s.status == "released" for s in spends)

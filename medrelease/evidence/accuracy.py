@@ -233,6 +233,13 @@ class Accuracy:
     informative: InformativeAccuracy | None
     not_applicable: dict[str, str] = field(default_factory=dict)
 
+    @classmethod
+    def of(cls, workload: tuple[WorkloadAccuracy | None, dict[str, str]],
+           informative: tuple[InformativeAccuracy | None, dict[str, str]]) -> Accuracy:
+        """The two halves (``workload_accuracy``, ``informative_accuracy``) as one accuracy;
+        what does not apply in the order the halves say it."""
+        return cls(workload[0], informative[0], {**workload[1], **informative[1]})
+
     @property
     def verdict(self) -> str:
         """'2-way error 0.012 (mean TVD: 0 = the input's distributions, 1 = nothing in
@@ -303,14 +310,36 @@ def measure_accuracy(frame: pd.DataFrame, weights: np.ndarray | None, released: 
     ``comparable`` is False for a release whose values cannot be read as raw values (keyed
     pseudonyms); ``loss_reason`` is the mechanism's own sentence for why rows of a value may be
     missing from the release (pooling, thresholds, suppression)."""
-    not_applicable: dict[str, str] = {}
     if not comparable:
-        reason = ("every released value is a keyed pseudonym: it cannot be compared with the "
-                  "input's values (see the frequency-matching attack for what it keeps)")
-        return Accuracy(None, None, {"workload": reason, "informative": reason})
-    workload = _workload(frame, weights, released, config, not_applicable)
-    informative = _informative(frame, weights, released, config, loss_reason, not_applicable)
-    return Accuracy(workload, informative, not_applicable)
+        return not_comparable()
+    return Accuracy.of(workload_accuracy(frame, weights, released, config),
+                       informative_accuracy(frame, weights, released, config, loss_reason))
+
+
+def not_comparable() -> Accuracy:
+    """The accuracy of a release whose values are keyed pseudonyms: nothing to compare."""
+    reason = ("every released value is a keyed pseudonym: it cannot be compared with the "
+              "input's values (see the frequency-matching attack for what it keeps)")
+    return Accuracy(None, None, {"workload": reason, "informative": reason})
+
+
+def workload_accuracy(frame: pd.DataFrame, weights: np.ndarray | None, released: pd.DataFrame,
+                      config: DatasetConfig) -> tuple[WorkloadAccuracy | None, dict[str, str]]:
+    """The workload half of ``measure_accuracy`` (every 1- to 3-way marginal's TVD), with why
+    it does not apply when it does not. A half of its own: the evaluation runs it on a second
+    thread beside the informative half and its other sections (they share no state)."""
+    not_applicable: dict[str, str] = {}
+    return _workload(frame, weights, released, config, not_applicable), not_applicable
+
+
+def informative_accuracy(frame: pd.DataFrame, weights: np.ndarray | None,
+                         released: pd.DataFrame, config: DatasetConfig, loss_reason: str = ""
+                         ) -> tuple[InformativeAccuracy | None, dict[str, str]]:
+    """The informative half of ``measure_accuracy`` (the column's values, counts and rates),
+    with why it does not apply when it does not."""
+    not_applicable: dict[str, str] = {}
+    return (_informative(frame, weights, released, config, loss_reason, not_applicable),
+            not_applicable)
 
 
 def _released_columns(released: pd.DataFrame, config: DatasetConfig) -> list[str]:
