@@ -26,6 +26,13 @@ os.environ["PREFECT_LOGGING_TO_API_ENABLED"] = "false"
 # (``recorded_task_runs``). Served servers (``server_env``) keep Prefect's defaults.
 os.environ["PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_BATCH_SIZE"] = "200"
 os.environ["PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_FLUSH_INTERVAL"] = "1"
+# Nor does it write the events themselves to its database (the event persister, the harness
+# server's largest single cost: 0.70 -> 0.50 s of server CPU a release, the corpus file 6 %
+# less CPU; docs/results/performance.md). Nothing in the harness's tests reads persisted
+# events; the test that no raw value reaches Prefect's database reads them from the server's
+# event stream (``test_bad_input_corpus.EventStream``), which stays on. Served servers keep
+# the persister: the UI's event feed reads it.
+os.environ["PREFECT_SERVER_SERVICES_EVENT_PERSISTER_ENABLED"] = "false"
 
 
 def _one_certificate_bundle() -> str:

@@ -8,9 +8,12 @@ no raw value and no file content may be there.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import sqlite3
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +24,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from deployments.local_server import drain_prefect_workers
 from flows.release import ReleaseRequest, release_flow
 from medrelease.privacy.ledger import Ledger
 
@@ -583,13 +587,21 @@ def test_no_raw_value_or_file_content_reaches_prefects_database(corpus_home: Pat
 
     chosen = [c for c in CASES if any(s in str(c.extract) for s in SENTINELS)]
     assert len(chosen) >= 5
-    with temporary_settings(updates={PREFECT_LOGGING_TO_API_ENABLED: True}):
+    with temporary_settings(updates={PREFECT_LOGGING_TO_API_ENABLED: True}), \
+            EventStream() as events:
         for i, case in enumerate(chosen):
             base = corpus_home / f"case-{i}"
             base.mkdir()
             monkeypatch.setenv("MEDRELEASE_HOME", str(base / "home"))
             run_case(base, case)
         APILogWorker.drain_all()
+        drain_prefect_workers()
+        events.settle()
+    # the events, as the server received them: its database would hold them, but the harness's
+    # server does not write them (conftest: its event persister is off)
+    assert sum('"prefect.flow-run.' in text for text in events.texts) >= 3 * len(chosen)
+    found_in_events = [("event", s) for text in events.texts for s in SENTINELS if s in text]
+    assert found_in_events == [], found_in_events
     url = PREFECT_API_DATABASE_CONNECTION_URL.value()
     database = Path(url.split("///", 1)[1])
     _task_run_states_settled(database)  # recorded from events, a batch a second (conftest)
@@ -608,6 +620,61 @@ def test_no_raw_value_or_file_content_reaches_prefects_database(corpus_home: Pat
     assert found == [], found
     assert any("validation" in p.name for p in (corpus_home / "case-0" / "home" / "steward" /
                                                 "logs").iterdir())
+
+
+class EventStream:
+    """Every event the Prefect server receives while open, as JSON text: read from its event
+    stream (``/events/out``, what the UI's event feed and automations read) on a thread of
+    its own."""
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+        self._connected = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task | None = None
+        self._thread = threading.Thread(target=self._run, name="event-stream", daemon=True)
+        self._failure: BaseException | None = None
+
+    def __enter__(self) -> EventStream:
+        self._thread.start()
+        assert self._connected.wait(60), f"no event stream: {self._failure!r}"
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._loop is not None and self._task is not None:
+            self._loop.call_soon_threadsafe(self._task.cancel)
+        self._thread.join(timeout=30)
+
+    def settle(self, quiet_s: float = 2.5, wait_s: float = 60) -> None:
+        """Wait until no event has arrived for ``quiet_s`` (the client's events are sent by a
+        worker of their own, after the run that made them)."""
+        deadline = time.monotonic() + wait_s
+        seen, since = -1, time.monotonic()
+        while time.monotonic() - since < quiet_s and time.monotonic() < deadline:
+            if len(self.texts) != seen:
+                seen, since = len(self.texts), time.monotonic()
+            time.sleep(0.25)
+
+    def _run(self) -> None:
+        self._loop = asyncio.new_event_loop()
+        try:
+            self._task = self._loop.create_task(self._listen())
+            self._loop.run_until_complete(self._task)
+        except asyncio.CancelledError:
+            pass
+        except BaseException as exc:  # reported by __enter__ if it never connected
+            self._failure = exc
+            self._connected.set()
+        finally:
+            self._loop.close()
+
+    async def _listen(self) -> None:
+        from prefect.events.clients import get_events_subscriber
+
+        async with get_events_subscriber() as subscriber:
+            self._connected.set()
+            async for event in subscriber:
+                self.texts.append(event.model_dump_json())
 
 
 def _task_run_states_settled(database: Path, settle_s: float = 2.5, wait_s: float = 30) -> None:
