@@ -257,9 +257,9 @@ def evaluate_release(release_dir: str | Path, original: pd.DataFrame | InputRows
     # The workload marginals (41 of them: the evaluation's largest part) on a second thread
     # while this one runs the other sections and then the informative column's accuracy: all
     # spend their time in numpy, pandas and Arrow kernels that release the interpreter lock
-    # (1,361,000 released rows: 2.9 s on one thread, 1.95 s with the whole accuracy on the
-    # second, 1.6 s split so; docs/results/aim.md). Each reads the inputs only; the results are
-    # the same.
+    # (1,361,000 released rows: the whole accuracy on the second thread left it running ~1.2 s
+    # after this one; split so, 2.8-3.0 s -> 2.3-2.4 s on one machine; docs/results/aim.md).
+    # Each reads the inputs only; the results are the same.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="workload") as workload_thread:
         workload = workload_thread.submit(workload_accuracy, given.table, given.weights,
                                           released, config)
