@@ -637,7 +637,8 @@ class EventStream:
 
     def __enter__(self) -> EventStream:
         self._thread.start()
-        assert self._connected.wait(60), f"no event stream: {self._failure!r}"
+        connected = self._connected.wait(60)
+        assert connected and self._failure is None, f"no event stream: {self._failure!r}"
         return self
 
     def __exit__(self, *exc) -> None:
