@@ -9,11 +9,13 @@ no raw value and no file content may be there.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import sqlite3
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -581,14 +583,18 @@ def test_no_raw_value_or_file_content_reaches_prefects_database(corpus_home: Pat
     from prefect.logging.handlers import APILogWorker
     from prefect.settings import (
         PREFECT_API_DATABASE_CONNECTION_URL,
+        PREFECT_API_URL,
         PREFECT_LOGGING_TO_API_ENABLED,
         temporary_settings,
     )
 
     chosen = [c for c in CASES if any(s in str(c.extract) for s in SENTINELS)]
     assert len(chosen) >= 5
+    url = PREFECT_API_DATABASE_CONNECTION_URL.value()
+    database = Path(url.split("///", 1)[1])
+    states_before = _state_ids(database)
     with temporary_settings(updates={PREFECT_LOGGING_TO_API_ENABLED: True}), \
-            EventStream() as events:
+            EventStream(PREFECT_API_URL.value()) as events:
         for i, case in enumerate(chosen):
             base = corpus_home / f"case-{i}"
             base.mkdir()
@@ -597,14 +603,14 @@ def test_no_raw_value_or_file_content_reaches_prefects_database(corpus_home: Pat
         APILogWorker.drain_all()
         drain_prefect_workers()
         events.settle()
-    # the events, as the server received them: its database would hold them, but the harness's
-    # server does not write them (conftest: its event persister is off)
-    assert sum('"prefect.flow-run.' in text for text in events.texts) >= 3 * len(chosen)
+    _task_run_states_settled(database)  # recorded from events, a batch a second (conftest)
+    # the events, as the server sent them out: its database would hold them, but the harness's
+    # server does not write them (conftest: its event persister is off). Every state these
+    # runs reached has its event in what was read (its id is the state's): none was missed.
+    states = _state_ids(database) - states_before
+    assert len(states) >= 3 * len(chosen) and states <= events.ids(), len(states - events.ids())
     found_in_events = [("event", s) for text in events.texts for s in SENTINELS if s in text]
     assert found_in_events == [], found_in_events
-    url = PREFECT_API_DATABASE_CONNECTION_URL.value()
-    database = Path(url.split("///", 1)[1])
-    _task_run_states_settled(database)  # recorded from events, a batch a second (conftest)
     copy = corpus_home / "prefect-copy.db"
     shutil.copy(database, copy)
     for suffix in ("-wal",):
@@ -623,12 +629,15 @@ def test_no_raw_value_or_file_content_reaches_prefects_database(corpus_home: Pat
 
 
 class EventStream:
-    """Every event the Prefect server receives while open, as JSON text: read from its event
-    stream (``/events/out``, what the UI's event feed and automations read) on a thread of
-    its own."""
+    """Every event the Prefect server at ``api_url`` sends out while open, as JSON text: read
+    from its event stream (``/events/out``, what the UI's event feed and automations read) on
+    a thread of its own. Open once a probe event has come back through it (the server
+    subscribes only after reading the filter the client sends); a stream that failed or closed
+    while open fails the test at exit."""
 
-    def __init__(self) -> None:
+    def __init__(self, api_url: str) -> None:
         self.texts: list[str] = []
+        self._api_url = api_url
         self._connected = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task | None = None
@@ -636,15 +645,28 @@ class EventStream:
         self._failure: BaseException | None = None
 
     def __enter__(self) -> EventStream:
+        from prefect.events import emit_event
+
         self._thread.start()
         connected = self._connected.wait(60)
         assert connected and self._failure is None, f"no event stream: {self._failure!r}"
+        probe = f"medrelease.test.stream-probe.{uuid.uuid4().hex}"
+        emit_event(event="medrelease.test.stream-probe", resource={"prefect.resource.id": probe})
+        drain_prefect_workers()
+        deadline = time.monotonic() + 60
+        while not any(probe in text for text in self.texts):
+            assert time.monotonic() < deadline and self._failure is None, (
+                f"the event stream never delivered its probe event: {self._failure!r}")
+            time.sleep(0.1)
         return self
 
     def __exit__(self, *exc) -> None:
+        failure, listening = self._failure, self._thread.is_alive()
         if self._loop is not None and self._task is not None:
             self._loop.call_soon_threadsafe(self._task.cancel)
         self._thread.join(timeout=30)
+        if exc[0] is None:
+            assert listening and failure is None, f"the event stream ended early: {failure!r}"
 
     def settle(self, quiet_s: float = 2.5, wait_s: float = 60) -> None:
         """Wait until no event has arrived for ``quiet_s`` (the client's events are sent by a
@@ -656,26 +678,39 @@ class EventStream:
                 seen, since = len(self.texts), time.monotonic()
             time.sleep(0.25)
 
+    def ids(self) -> set[str]:
+        """The events' ids (a state change's event has its state's id)."""
+        return {json.loads(text)["id"] for text in self.texts}
+
     def _run(self) -> None:
         self._loop = asyncio.new_event_loop()
         try:
             self._task = self._loop.create_task(self._listen())
             self._loop.run_until_complete(self._task)
+            self._failure = RuntimeError("the server closed the event stream")
         except asyncio.CancelledError:
             pass
-        except BaseException as exc:  # reported by __enter__ if it never connected
+        except BaseException as exc:  # reported by __enter__ or __exit__
             self._failure = exc
-            self._connected.set()
         finally:
+            self._connected.set()
+            self._loop.run_until_complete(self._loop.shutdown_asyncgens())
             self._loop.close()
 
     async def _listen(self) -> None:
-        from prefect.events.clients import get_events_subscriber
+        from prefect.events.clients import PrefectEventSubscriber
 
-        async with get_events_subscriber() as subscriber:
+        async with PrefectEventSubscriber(api_url=self._api_url) as subscriber:
             self._connected.set()
             async for event in subscriber:
                 self.texts.append(event.model_dump_json())
+
+
+def _state_ids(database: Path) -> set[str]:
+    """Ids of every flow-run and task-run state in a Prefect database."""
+    with sqlite3.connect(f"file:{database}?mode=ro", uri=True) as conn:
+        return {str(uuid.UUID(str(r[0]))) for r in conn.execute(
+            "SELECT id FROM flow_run_state UNION ALL SELECT id FROM task_run_state")}
 
 
 def _task_run_states_settled(database: Path, settle_s: float = 2.5, wait_s: float = 30) -> None:
