@@ -251,6 +251,20 @@ def prefect_harness():
         yield
 
 
+def wait_until_unchanged(read, settle_s: float = 2.5, wait_s: float = 60) -> None:
+    """Wait until ``read()`` has returned the same value for ``settle_s`` (at most ``wait_s``):
+    for what the Prefect server writes or sends a little after the run that made it."""
+    import time
+
+    deadline = time.monotonic() + wait_s
+    seen, since = object(), time.monotonic()
+    while time.monotonic() - since < settle_s and time.monotonic() < deadline:
+        now = read()
+        if now != seen:
+            seen, since = now, time.monotonic()
+        time.sleep(0.25)
+
+
 def recorded_task_runs(client, flow_run_id, settle_s: float = 2.5, wait_s: float = 60) -> list:
     """A finished flow run's task runs, once the server has recorded them all: they arrive as
     events, written in batches (at most a second late on the harness, see the top of this

@@ -30,7 +30,7 @@ from deployments.local_server import drain_prefect_workers
 from flows.release import ReleaseRequest, release_flow
 from medrelease.privacy.ledger import Ledger
 
-from .conftest import ROOT
+from .conftest import ROOT, wait_until_unchanged
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
@@ -668,15 +668,10 @@ class EventStream:
         if exc[0] is None:
             assert listening and failure is None, f"the event stream ended early: {failure!r}"
 
-    def settle(self, quiet_s: float = 2.5, wait_s: float = 60) -> None:
-        """Wait until no event has arrived for ``quiet_s`` (the client's events are sent by a
+    def settle(self) -> None:
+        """Wait until no event has arrived for a while (the client's events are sent by a
         worker of their own, after the run that made them)."""
-        deadline = time.monotonic() + wait_s
-        seen, since = -1, time.monotonic()
-        while time.monotonic() - since < quiet_s and time.monotonic() < deadline:
-            if len(self.texts) != seen:
-                seen, since = len(self.texts), time.monotonic()
-            time.sleep(0.25)
+        wait_until_unchanged(lambda: len(self.texts))
 
     def ids(self) -> set[str]:
         """The events' ids (a state change's event has its state's id)."""
@@ -722,16 +717,11 @@ def _state_ids(database: Path, flow_runs: set[str]) -> set[str]:
     return {str(uuid.UUID(str(r[0]))) for r in rows}
 
 
-def _task_run_states_settled(database: Path, settle_s: float = 2.5, wait_s: float = 30) -> None:
+def _task_run_states_settled(database: Path) -> None:
     """Wait until the server has written the task-run states still on their way (its recorder
-    writes them in batches): their count has not changed for ``settle_s``."""
-    import time
-
-    deadline = time.monotonic() + wait_s
-    seen, since = -1, time.monotonic()
-    while time.monotonic() - since < settle_s and time.monotonic() < deadline:
+    writes them in batches): their count has not changed for a while."""
+    def count() -> int:
         with sqlite3.connect(f"file:{database}?mode=ro", uri=True) as conn:
-            count = conn.execute("SELECT count(*) FROM task_run_state").fetchone()[0]
-        if count != seen:
-            seen, since = count, time.monotonic()
-        time.sleep(0.25)
+            return conn.execute("SELECT count(*) FROM task_run_state").fetchone()[0]
+
+    wait_until_unchanged(count, wait_s=30)

@@ -249,25 +249,22 @@ def evaluate_release(release_dir: str | Path, original: pd.DataFrame | InputRows
         input_rows=given.n_rows, input_note=input_note(record, given.n_rows),
         released_rows=manifest["released_rows"],
     )
-    if not caps.raw_values:
-        _other_sections(evaluation, given, released, config, mechanism, details, caps, query,
-                        candidates)
-        evaluation.accuracy = not_comparable().as_json()
-        return evaluation
     # The workload marginals (41 of them: the evaluation's largest part) on a second thread
     # while this one runs the other sections and then the informative column's accuracy: all
     # spend their time in numpy, pandas and Arrow kernels that release the interpreter lock
     # (1,361,000 released rows: the whole accuracy on the second thread left it running ~1.2 s
     # after this one; split so, 2.8-3.0 s -> 2.3-2.4 s on one machine; docs/results/aim.md).
     # Each reads the inputs only; the results are the same.
+    # A release of keyed pseudonyms has nothing to compare (``not_comparable``).
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="workload") as workload_thread:
-        workload = workload_thread.submit(workload_accuracy, given.table, given.weights,
-                                          released, config)
+        workload = (workload_thread.submit(workload_accuracy, given.table, given.weights,
+                                           released, config) if caps.raw_values else None)
         _other_sections(evaluation, given, released, config, mechanism, details, caps, query,
                         candidates)  # (an error here waits for the thread, then is raised)
-        informative = informative_accuracy(given.table, given.weights, released, config,
-                                           caps.loss_reason)
-        evaluation.accuracy = Accuracy.of(workload.result(), informative).as_json()
+        accuracy = (Accuracy.of(workload.result(), informative_accuracy(
+            given.table, given.weights, released, config, caps.loss_reason))
+            if workload is not None else not_comparable())
+    evaluation.accuracy = accuracy.as_json()
     return evaluation
 
 
