@@ -43,7 +43,7 @@ def main() -> None:
     from medrelease.data.config import find_config
     from medrelease.data.content import row_digest
     from medrelease.data.extract import resolve_extract, snapshot_file
-    from medrelease.data.grouped_input import grouped_count_table
+    from medrelease.data.grouped_input import grouped_count, grouped_count_table
     from medrelease.storage.io import file_sha256
 
     config = find_config("nps-sample")
@@ -61,6 +61,10 @@ def main() -> None:
     print("resolve_extract (snapshot + digest) ",
           timed(lambda: resolve_extract(config, str(source)).discard()))
     print("the read: DuckDB's grouped count    ", timed(lambda: grouped_count_table(config, source)))
+    print("resolve_extract for a count (no digest)",
+          timed(lambda: resolve_extract(config, str(source), rows_by_count=True).discard()))
+    print("grouped count + row digest, one pass",
+          timed(lambda: grouped_count(config, source, row_sums=True)))
 
 
 if __name__ == "__main__":

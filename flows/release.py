@@ -254,6 +254,7 @@ def _release_resolved(request: ReleaseRequest, budget: BudgetInView, resolved: R
     try:
         connect(runner, request.task_runner)  # a runner that cannot start costs no budget
         counts, input_info = _validate_and_aggregate(request, resolved, runner)
+        extract = extract.counted(input_info.rows_sha256)  # the digest the count took
         context = ReleaseContext.from_counts(counts)
         fixed = fixed_index(context, release_plan)  # a fixed node outside its limits fails here
         enforce_noise_rows(config, context, release_plan)

@@ -23,8 +23,9 @@ from medrelease.data.aggregate import (
     merge_count_tables,
 )
 from medrelease.data.config import DatasetConfig, find_config
+from medrelease.data.content import RowSums, digest_of, digested_columns, row_digest
 from medrelease.data.extract import ExtractFile, InputInfo, ResolvedExtract, extract_digest
-from medrelease.data.grouped_input import grouped_count_table
+from medrelease.data.grouped_input import grouped_count
 from medrelease.data.units import UnitBound, bound_frame
 from medrelease.errors import InputValidationError, write_steward_log
 from medrelease.settings import steward_log_dir, steward_root
@@ -148,7 +149,8 @@ def count_partition(config: DatasetConfig, file: ExtractFile,
 def _count_file(config: DatasetConfig, file: ExtractFile, rows_per_chunk: int,
                 partitioned: bool, unit: UnitBound | None) -> PartitionCounts:
     path = file.read_from
-    counts, how = grouped_count_table(config, path, unit=unit), "grouped by DuckDB"
+    grouped = grouped_count(config, path, unit=unit, row_sums=file.rows_by_count)
+    counts, how = grouped.counts, "grouped by DuckDB"
     if counts is None and unit is not None:  # a unit's rows are bounded together: one frame
         with _values_to_the_steward_log(config), counting_positions(config, path):
             frame, report = bound_frame(validate_input(read_input(config, path), config), unit)
@@ -165,7 +167,18 @@ def _count_file(config: DatasetConfig, file: ExtractFile, rows_per_chunk: int,
             if not partitioned:
                 raise
             raise InputValidationError(f"in {path.name}: {exc}", exc.problems) from None
-    return PartitionCounts(file.path, file.sha256, counts, how, file.rows_sha256)
+    return PartitionCounts(file.path, file.sha256, counts, how,
+                           _rows_digest(config, file, grouped.row_sums))
+
+
+def _rows_digest(config: DatasetConfig, file: ExtractFile, sums: RowSums | None) -> str | None:
+    """The file's row digest: taken at resolution, else from the grouped pass's row sums,
+    else (a pass that declined the file or cannot give them) by a pass of its own."""
+    if not file.rows_by_count:
+        return file.rows_sha256
+    if sums is not None:
+        return digest_of(digested_columns(config), sums)
+    return row_digest(config, file.read_from)
 
 
 @task(name="aggregate-partition", cache_policy=NO_CACHE)

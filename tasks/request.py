@@ -9,6 +9,7 @@ from prefect.cache_policies import NO_CACHE
 
 from medrelease.data.config import find_config
 from medrelease.data.extract import resolve_extract
+from medrelease.mechanisms import uses_counts
 from medrelease.privacy.ledger_backends import ledger_exists, open_ledger
 from medrelease.release import lattice_size, resolve_mechanism
 from medrelease.request import (
@@ -37,7 +38,8 @@ def resolve_request(dataset: str, mechanism: str | None, epsilon: float | None,
     enforce_first_cap(config, known=known)
     void_reason = book.state(config.source_id).void_reason if known else None
     enforce_void_confirmation(config, release_plan, void_reason, void_confirmed)
-    extract = resolve_extract(config, input_path)
+    # a release that counts the extract digests its rows in that count's pass (one read)
+    extract = resolve_extract(config, input_path, rows_by_count=uses_counts(resolved.name))
     request = ResolvedRequest(config, extract, release_plan, lattice_size(config))
     get_run_logger().info("request resolved: dataset %s, source %s, %s, %d file(s), %d "
                           "lattice nodes", config.name, request.source, request.mechanism,

@@ -97,6 +97,82 @@ def test_the_row_digest_ignores_format_line_ends_quoting_column_and_row_order(
     assert row_digest(config, tmp_path / "changed.csv") != expected
 
 
+def test_the_count_takes_the_row_digest_bit_for_bit(tmp_path: Path, rows: pd.DataFrame,
+                                                    monkeypatch) -> None:
+    """A release that counts a one-file extract takes its row digest from the grouped
+    count's own pass (one read of the file): the digest of ``row_digest``'s pass, bit for bit,
+    for plain, CRLF, quoted with the columns reversed, shuffled and missing values, the groups
+    fetched whole or in batches. A Parquet file's typed columns are left to the digest's own
+    pass (grouping typed values may merge values whose texts differ)."""
+    from medrelease.data import grouped_input
+    from medrelease.data.content import digest_of, digested_columns, row_digest
+    from medrelease.data.extract import resolve_extract
+    from medrelease.data.grouped_input import grouped_count
+
+    monkeypatch.setenv("MEDRELEASE_INPUT_ROOTS", str(tmp_path))
+    config = load_config(_dataset(tmp_path / "ds", "content", "content", rows))
+    plain = tmp_path / "ds" / "extract.csv"
+    (tmp_path / "crlf.csv").write_bytes(plain.read_bytes().replace(b"\n", b"\r\n"))
+    rows[list(reversed(rows.columns))].to_csv(tmp_path / "quoted.csv", index=False,
+                                               quoting=csv.QUOTE_ALL)
+    rows.sample(frac=1.0, random_state=7).to_csv(tmp_path / "shuffled.csv", index=False)
+    holes = rows.copy()
+    holes.loc[::97, "surgery"] = None
+    holes.loc[::89, "age"] = None
+    holes.to_csv(tmp_path / "missing.csv", index=False)
+    dropping = config.model_copy(update={"missing": "drop_rows", "drop_limit": 0.5})
+    cases = [(config, plain), *((config, tmp_path / n) for n in
+                                ("crlf.csv", "quoted.csv", "shuffled.csv")),
+             (dropping, tmp_path / "missing.csv")]
+
+    def from_the_count(cfg, path) -> str:
+        sums = grouped_count(cfg, path, row_sums=True).row_sums
+        assert sums is not None, path.name
+        return digest_of(digested_columns(cfg), sums)
+
+    for cfg, path in cases:
+        assert from_the_count(cfg, path) == row_digest(cfg, path), path.name
+    assert row_digest(dropping, tmp_path / "missing.csv") != row_digest(config, plain)
+    monkeypatch.setattr(grouped_input, "WHOLE_FETCH_MAX_BYTES", 0)
+    monkeypatch.setattr(grouped_input, "GROUP_BATCH", 97)
+    for cfg, path in cases:
+        assert from_the_count(cfg, path) == row_digest(cfg, path), ("in batches", path.name)
+    pd.read_csv(plain).to_parquet(tmp_path / "typed.parquet")
+    assert grouped_count(config, tmp_path / "typed.parquet", row_sums=True).row_sums is None
+    # resolved for a count, the extract's claims wait for it
+    extract = resolve_extract(config, rows_by_count=True)
+    try:
+        assert extract.files[0].rows_sha256 is None
+        with pytest.raises(RuntimeError, match="taken by its count"):
+            _ = extract.claims
+        counted = extract.counted(from_the_count(config, extract.files[0].read_from))
+        assert counted.claims[1] == "rows:" + row_digest(config, plain)
+    finally:
+        extract.discard()
+
+
+def test_weighted_row_sums_are_the_sums_over_every_row() -> None:
+    """The distinct rows' weighted sums equal the plain sums over the rows they stand for,
+    exactly, at the edges of the 64-bit halves and with large counts."""
+    import numpy as np
+
+    from medrelease.data.content import weighted_row_sums
+
+    rng = np.random.default_rng(5)
+    edges = np.array([0, 1, 2**16 - 1, 2**16, 2**63, 2**64 - 1], dtype=np.uint64)
+    high = np.concatenate([edges, rng.integers(0, 2**64 - 1, 500, dtype=np.uint64,
+                                               endpoint=True)])
+    low = high[::-1].copy()
+    weights = np.concatenate([[1, 2**31, 3, 2**40, 1, 7],
+                              rng.integers(1, 2**20, 500)]).astype(np.int64)
+    sums = weighted_row_sums(weights, high, low)
+    assert sums.rows == sum(int(w) for w in weights)
+    assert sums.high == sum(int(w) * int(h) for w, h in zip(weights, high, strict=True))
+    assert sums.low == sum(int(w) * int(v) for w, v in zip(weights, low, strict=True))
+    with pytest.raises(ValueError):
+        weighted_row_sums(np.array([2**47], dtype=np.int64), high[:1], low[:1])
+
+
 # -- case 5: the same rows in another file are the same content ------------------------------
 
 @pytest.mark.usefixtures("prefect_harness")

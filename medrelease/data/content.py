@@ -35,9 +35,11 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from medrelease.data.config import DatasetConfig
+from medrelease.data.duckdb_read import duckdb_memory_limit, extract_scan, identifier
 
 LOG = logging.getLogger(__name__)
 
@@ -81,31 +83,61 @@ def digest_of(columns: list[str], sums: RowSums) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+def row_text_sql(columns: list[str]) -> str:
+    """The SQL expression of a row's text over ``columns`` (in the order given: the digest's
+    name order), each value cast to text, missing as U+0000, joined by U+001F."""
+    return f" || chr({ord(SEPARATOR)}) || ".join(
+        f"coalesce(CAST({identifier(c)} AS VARCHAR), chr({ord(MISSING)}))" for c in columns)
+
+
+def hash_halves_sql(hashed: str) -> tuple[str, str]:
+    """SQL for the two 64-bit halves, as UBIGINT, of the MD5 ``hashed`` names (an alias bound
+    to ``md5_number`` of a row's text)."""
+    return f"({hashed} >> 64)::UBIGINT", f"({hashed} & {HALF}::UHUGEINT)::UBIGINT"
+
+
+def weighted_row_sums(weights: np.ndarray, high: np.ndarray, low: np.ndarray) -> RowSums:
+    """The sums of a table of distinct rows each occurring ``weights`` times, given each
+    distinct row's hash halves: what summing the hashes of every row gives, exactly.
+
+    Integer arithmetic throughout: each 64-bit half is cut into four 16-bit limbs, and a
+    limb's weighted sum is at most 65,535 x the row count, which int64 holds for any extract
+    under 2^47 rows (checked); the limbs are then combined as Python integers."""
+    weights = np.asarray(weights, dtype=np.int64)
+    rows = int(weights.sum())
+    if rows >= 1 << 47 or (weights.size and int(weights.min()) < 0):
+        raise ValueError("row weights out of the exact range of the limb sums")
+
+    def total(halves: np.ndarray) -> int:
+        halves = np.asarray(halves, dtype=np.uint64)
+        return sum(int(np.dot(weights, ((halves >> np.uint64(16 * j)) & np.uint64(0xFFFF))
+                              .astype(np.int64))) << (16 * j) for j in range(4))
+
+    return RowSums(rows, total(high), total(low))
+
+
 def _duckdb_sums(config: DatasetConfig, source: Path, columns: list[str]) -> RowSums | None:
     """One streamed DuckDB pass over the file as the grouped count reads it (same scan)."""
     import duckdb
 
-    from medrelease.data.grouped_input import _identifier, _scan, duckdb_memory_limit
-
-    scan = _scan(config, source, columns)
+    scan = extract_scan(config, source, columns)
     if scan is None:
         return None
-    row = f" || chr({ord(SEPARATOR)}) || ".join(
-        f"coalesce(CAST({_identifier(c)} AS VARCHAR), chr({ord(MISSING)}))" for c in columns)
-    query = (f"SELECT count(*)::BIGINT, coalesce(sum((h >> 64)::UBIGINT), 0)::HUGEINT, "
-             f"coalesce(sum((h & {HALF}::UHUGEINT)::UBIGINT), 0)::HUGEINT "
-             f"FROM (SELECT md5_number({row}) AS h FROM {scan})")
+    high, low = hash_halves_sql("h")
+    query = (f"SELECT count(*)::BIGINT, coalesce(sum({high}), 0)::HUGEINT, "
+             f"coalesce(sum({low}), 0)::HUGEINT "
+             f"FROM (SELECT md5_number({row_text_sql(columns)}) AS h FROM {scan})")
     connection = duckdb.connect(config={"memory_limit": duckdb_memory_limit()})
     try:
         connection.execute("SET enable_progress_bar = false")
-        rows, high, low = connection.execute(query).fetchone()
+        rows, high_sum, low_sum = connection.execute(query).fetchone()
     except Exception as exc:  # DuckDB's message quotes the file; only its kind is kept
         LOG.info("DuckDB declined the extract for its row digest (%s); hashing it row-wise",
                  type(exc).__name__)
         return None
     finally:
         connection.close()
-    return RowSums(int(rows), int(high), int(low))
+    return RowSums(int(rows), int(high_sum), int(low_sum))
 
 
 def _row_wise_sums(config: DatasetConfig, source: Path, columns: list[str]) -> RowSums | None:

@@ -36,6 +36,7 @@ from pathlib import Path
 
 from medrelease.data.binning import DECIMAL, NUMERIC_TYPES, WHOLE, canonical_number
 from medrelease.data.config import DATASET_NAME, READ_FROM_DATA_MARK
+from medrelease.data.duckdb_read import identifier, literal, strict_csv_scan
 from medrelease.errors import ConfigError, InputValidationError
 from medrelease.settings import project_root
 
@@ -266,14 +267,6 @@ def _field_of_stray_quote(path: Path, line: int, delimiter: str) -> int:
     return column
 
 
-def _identifier(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
-def _literal(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
-
-
 def profile_csv(path: Path, delimiter: str | None = None,
                 value_limit: int = MAX_DOMAIN_VALUES) -> TableProfile:
     """Read ``path`` once with DuckDB (strictly, all text) and profile every column."""
@@ -284,10 +277,7 @@ def profile_csv(path: Path, delimiter: str | None = None,
         raise DraftError(f"{path} is not a file with content: nothing to draft from")
     delimiter = delimiter or sniff_delimiter(path)
     header = _header(path, delimiter)
-    types = ", ".join(f"{_literal(n)}: 'VARCHAR'" for n in header)
-    scan = (f"read_csv({_literal(str(path))}, header=true, auto_detect=false, "
-            f"columns={{{types}}}, delim={_literal(delimiter)}, quote='\"', escape='\"', "
-            "comment='', strict_mode=true, null_padding=false, encoding='utf-8')")
+    scan = strict_csv_scan(path, header, delimiter, encoding="utf-8")
     connection = duckdb.connect()
     try:
         try:
@@ -317,20 +307,20 @@ def profile_csv(path: Path, delimiter: str | None = None,
 
 
 def _column_stats(name: str) -> str:
-    q = _identifier(name)
+    q = identifier(name)
     trimmed = f"trim({q})"
-    number = f"TRY_CAST(CASE WHEN regexp_full_match({q}, {_literal(DECIMAL.pattern[1:-1])}) " \
+    number = f"TRY_CAST(CASE WHEN regexp_full_match({q}, {literal(DECIMAL.pattern[1:-1])}) " \
              f"THEN {trimmed} END AS DOUBLE)"
-    is_date = f"(regexp_full_match({q}, {_literal(ISO_DATE)}) AND " \
+    is_date = f"(regexp_full_match({q}, {literal(ISO_DATE)}) AND " \
               f"try_strptime({q}, '%Y-%m-%d') IS NOT NULL)"
     places = (f"max(CASE WHEN contains({trimmed}, '.') THEN "
               f"length(rtrim(split_part({trimmed}, '.', 2), '0')) ELSE 0 END)")
     return ", ".join([
         f"count({q})", f"count(DISTINCT {q})",
-        f"count_if(regexp_full_match({q}, {_literal(WHOLE.pattern[1:-1])}))",
-        f"count_if(regexp_full_match({q}, {_literal(DECIMAL.pattern[1:-1])}))",
+        f"count_if(regexp_full_match({q}, {literal(WHOLE.pattern[1:-1])}))",
+        f"count_if(regexp_full_match({q}, {literal(DECIMAL.pattern[1:-1])}))",
         f"count_if({is_date})",
-        f"count_if(regexp_full_match({q}, {_literal(CODE)}))",
+        f"count_if(regexp_full_match({q}, {literal(CODE)}))",
         f"count_if(regexp_matches({q}, '[A-Za-z]'))",
         f"count_if(regexp_matches({q}, '^0[0-9]'))",
         f"count_if(contains({q}, ' '))", f"count_if(contains({q}, '|'))",
@@ -359,7 +349,7 @@ def _distinct_values(connection, names: list[str]) -> dict[str, list[str]]:
     if not names:
         return {}
     lists = connection.execute(
-        "SELECT " + ", ".join(f"list(DISTINCT {_identifier(n)})" for n in names)
+        "SELECT " + ", ".join(f"list(DISTINCT {identifier(n)})" for n in names)
         + " FROM extract").fetchone()
     return {n: [v for v in values if v is not None] for n, values in zip(names, lists,
                                                                           strict=True)}
@@ -371,7 +361,7 @@ def _rows_kept_by_bound(connection, ids: list[ColumnProfile]) -> dict[str, dict[
     for profile in ids:
         if profile.distinct >= profile.present:
             continue
-        q = _identifier(profile.name)
+        q = identifier(profile.name)
         sums = ", ".join(f"sum(least(n, {m}))" for m in UNIT_BOUNDS)
         row = connection.execute(
             f"SELECT sum(n), {sums} FROM (SELECT count(*) AS n FROM extract WHERE {q} IS NOT "

@@ -24,7 +24,7 @@ import shutil
 import stat
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from medrelease.data.config import DatasetConfig
@@ -39,12 +39,17 @@ STALE_SNAPSHOT_S = 24 * 3600  # a snapshot this old is a crashed run's: swept at
 class ExtractFile:
     """One file of an extract: its resolved path (named in messages and records), the SHA-256
     of its bytes, the digest of its parsed rows (``None`` when it cannot be parsed: its
-    validation refuses it) and the snapshot every later step reads."""
+    validation refuses it) and the snapshot every later step reads.
+
+    ``rows_by_count``: the row digest is taken by the count's own pass over the file instead
+    of a pass of its own at resolution (``rows_sha256`` is ``None`` until
+    ``ResolvedExtract.counted`` fills it in); the ledger's claims cannot be read before."""
 
     path: str
     sha256: str
     rows_sha256: str | None = None
     snapshot: str | None = None
+    rows_by_count: bool = False
 
     @property
     def read_from(self) -> Path:
@@ -72,6 +77,9 @@ class ResolvedExtract:
     def claims(self) -> tuple[str, ...]:
         """What the ledger ties to the source charged: every file's byte hash and its row
         digest (``rows:<hex>``), so a copy in another format cannot open a fresh budget."""
+        if any(f.rows_by_count for f in self.files):
+            raise RuntimeError("the extract's row digest is taken by its count: charge after "
+                               "the count (ResolvedExtract.counted)")
         return (*self.hashes,
                 *(ROWS_CLAIM + f.rows_sha256 for f in self.files if f.rows_sha256))
 
@@ -85,6 +93,15 @@ class ResolvedExtract:
         if len(digests) == 1:
             return digests[0]
         return hashlib.sha256("\n".join(digests).encode()).hexdigest()
+
+    def counted(self, rows_sha256: str | None) -> ResolvedExtract:
+        """The extract with the row digest its count took (``rows_by_count``: a one-file
+        extract); unchanged when it was digested at resolution."""
+        if not any(f.rows_by_count for f in self.files):
+            return self
+        (file,) = self.files
+        return replace(self, files=(replace(file, rows_sha256=rows_sha256,
+                                            rows_by_count=False),))
 
     def discard(self) -> None:
         """Remove the run's snapshots (called when the run ends, whatever its outcome)."""
@@ -126,11 +143,17 @@ def _check_single_link(info: os.stat_result, path: Path, what: str) -> None:
             "read. Copy the file instead of linking it. Nothing was read or spent.")
 
 
-def resolve_extract(config: DatasetConfig, override: str | None = None) -> ResolvedExtract:
+def resolve_extract(config: DatasetConfig, override: str | None = None,
+                    rows_by_count: bool = False) -> ResolvedExtract:
     """The extract's files (input-folder rule, regular, one hard link), each copied to a
     snapshot in the steward folder and hashed while copied, its
     rows digested from the snapshot, duplicates refused. Raises ``ConfigError`` /
-    ``InputValidationError`` naming the file and the rule; nothing is left behind then."""
+    ``InputValidationError`` naming the file and the rule; nothing is left behind then.
+
+    ``rows_by_count`` (a release that counts the extract): a one-file extract's rows are
+    digested by that count's own pass over the file (one read of the file instead of two, the
+    digest bit for bit the same); several files are digested here, where identical
+    partitions are refused."""
     from medrelease.settings import snapshot_root
 
     pattern = config.extract_path(override)
@@ -141,10 +164,12 @@ def resolve_extract(config: DatasetConfig, override: str | None = None) -> Resol
     try:
         folder.mkdir(parents=True, mode=0o700)
         resolved = []
+        later = rows_by_count and len(files) == 1
         for path in files:
             check_single_link(path)
             copy, sha256 = snapshot_file(path, folder)
-            resolved.append(ExtractFile(str(path), sha256, row_digest(config, copy), str(copy)))
+            digest = None if later else row_digest(config, copy)
+            resolved.append(ExtractFile(str(path), sha256, digest, str(copy), later))
         _refuse_identical_partitions(resolved)
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)

@@ -15,7 +15,6 @@ The count table is the one ``aggregate_chunks`` builds from the same file, key f
 from __future__ import annotations
 
 import logging
-import os
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -36,12 +35,24 @@ from medrelease.data.aggregate import (
 )
 from medrelease.data.binning import canonical_numbers
 from medrelease.data.config import DatasetConfig
+from medrelease.data.content import (
+    RowSums,
+    digested_columns,
+    hash_halves_sql,
+    row_text_sql,
+    weighted_row_sums,
+)
+from medrelease.data.duckdb_read import (
+    duckdb_memory_limit,
+    extract_scan,
+    identifier,
+    is_text_scan,
+)
 from medrelease.data.units import UnitBound, bounded_weights
 from medrelease.privacy.randomness import generator_for
 
 LOG = logging.getLogger(__name__)
 
-UTF8 = {"utf-8", "utf8", "utf_8"}
 ROWS = "__medrelease_rows"
 
 
@@ -53,55 +64,56 @@ class GroupedColumn:
     index: np.ndarray  # per group: position in ``values`` (int32: 14M groups at 30M rows)
 
 
+@dataclass(frozen=True)
+class GroupedCount:
+    """What the grouped pass gives: the count table (``None``: the row-wise path must run)
+    and, when asked for, the row sums of the file's rows (``content.RowSums``) taken from the
+    same pass: the digest is a sum over rows, so it is the sum over the distinct rows of their
+    count times their hash. ``None`` where this pass cannot give them bit for bit: a Parquet
+    file's typed columns group values whose texts may differ (the caller digests the file on
+    its own then)."""
+
+    counts: CountTable | None
+    row_sums: RowSums | None = None
+
+
 def grouped_count_table(config: DatasetConfig, source: Path, threads: int | None = None,
                         unit: UnitBound | None = None) -> CountTable | None:
     """The count table of ``source`` via DuckDB, or ``None`` when the row-wise path must run
-    (it either reports the problem precisely or reads what this path declined). With ``unit``
-    the groups carry the unit's identifier and each unit's rows are cut to ``unit.max_rows``
-    on the group weights (``bounded_weights``) before the count table is built."""
+    (it either reports the problem precisely or reads what this path declined)."""
+    return grouped_count(config, source, threads, unit).counts
+
+
+def grouped_count(config: DatasetConfig, source: Path, threads: int | None = None,
+                  unit: UnitBound | None = None, row_sums: bool = False) -> GroupedCount:
+    """The grouped pass over ``source``. With ``unit`` the groups carry the unit's identifier
+    and each unit's rows are cut to ``unit.max_rows`` on the group weights
+    (``bounded_weights``) before the count table is built; the row sums are of the file's
+    rows, before that cut (they identify the file's content)."""
     from schemas.input import schema_columns, validate_input
 
     columns = schema_columns(config)
-    scan = _scan(config, source, columns)
+    scan = extract_scan(config, source, columns)
     if scan is None:
-        return None
-    whole = scan.startswith("read_csv(") and source.stat().st_size <= WHOLE_FETCH_MAX_BYTES
-    grouped, weights = _group(scan, columns, threads, whole)
+        return GroupedCount(None)
+    whole = is_text_scan(scan) and source.stat().st_size <= WHOLE_FETCH_MAX_BYTES
+    digested = digested_columns(config) if row_sums and is_text_scan(scan) else None
+    grouped, weights, sums = _group(scan, columns, threads, whole, digested)
     if grouped is None or weights.sum() == 0:
-        return None
+        return GroupedCount(None)
     distinct = _distinct_frame({c: grouped[c].values for c in columns})
     try:
         validate_input(distinct, config)
     except Exception:  # the row-wise path reports it, with file lines
-        return None
+        return GroupedCount(None)
     report = None
     if unit is not None:
         weights, report = bounded_weights(grouped[unit.column].index, weights, unit.max_rows,
                                           generator_for(unit.seed))
     counts = _count_table(config, grouped, weights)
-    return counts if counts is None or report is None else replace(counts, unit_bound=report)
-
-
-def _scan(config: DatasetConfig, source: Path, columns: list[str]) -> str | None:
-    """The DuckDB table expression reading ``source`` strictly, all columns as text."""
-    if not source.is_file() or source.stat().st_size == 0:
-        return None
-    if config.input.format == "parquet" or source.suffix.lower() == ".parquet":
-        return f"read_parquet({_literal(str(source))})"
-    if config.input.encoding.lower() not in UTF8:
-        return None
-    from medrelease.storage.io import _raw_header
-
-    try:
-        header = _raw_header(source, "utf-8-sig", config.input.delimiter)
-    except Exception:  # the row-wise path explains
-        return None
-    if len(header) != len(set(header)) or not set(columns) <= set(header):
-        return None
-    types = ", ".join(f"{_literal(name)}: 'VARCHAR'" for name in header)
-    return (f"read_csv({_literal(str(source))}, header=true, auto_detect=false, "
-            f"columns={{{types}}}, delim={_literal(config.input.delimiter)}, quote='\"', "
-            "escape='\"', comment='', strict_mode=true, null_padding=false)")
+    if counts is not None and report is not None:
+        counts = replace(counts, unit_bound=report)
+    return GroupedCount(counts, sums if counts is not None else None)
 
 
 GROUP_BATCH = 1_000_000  # groups fetched from DuckDB at a time
@@ -110,47 +122,54 @@ GROUP_BATCH = 1_000_000  # groups fetched from DuckDB at a time
 WHOLE_FETCH_MAX_BYTES = 64 * 2**20
 
 
-def duckdb_memory_limit() -> str:
-    """DuckDB's memory for the grouping; beyond it, it spills to a temporary folder.
-
-    Measured on 2 cores: the 10M-row extract grouped at 1.06 GB peak for the process with
-    512MB against 1.51 GB with DuckDB's default (80 % of RAM), 6.1 s against 5.8 s; the 30M-row
-    extract (14M groups) runs out at 512MB and takes 2.0 GB / 19.9 s at 1GB, 2.3 GB / 18.5 s
-    at 2GB. ``MEDRELEASE_DUCKDB_MEMORY`` changes it; a limit that proves too small is lifted
-    for a second try rather than falling back to the row-wise pass."""
-    return os.environ.get("MEDRELEASE_DUCKDB_MEMORY", "1GB")
+Grouped = tuple[dict[str, GroupedColumn] | None, np.ndarray, RowSums | None]
 
 
-def _group(scan: str, columns: list[str], threads: int | None, whole: bool = False
-           ) -> tuple[dict[str, GroupedColumn] | None, np.ndarray]:
+def _group(scan: str, columns: list[str], threads: int | None, whole: bool = False,
+           digested: list[str] | None = None) -> Grouped:
     """``_group_within`` DuckDB's memory limit, once more without it if that was too little
     (a run slower than the grouped pass is the row-wise pass, minutes at 30M rows)."""
     import duckdb
 
     try:
-        return _group_within(scan, columns, threads, duckdb_memory_limit(), whole)
+        return _group_within(scan, columns, threads, duckdb_memory_limit(), whole, digested)
     except duckdb.OutOfMemoryException:
         LOG.info("DuckDB needed more than %s to group the extract; grouping again without "
                  "that limit", duckdb_memory_limit())
     try:
-        return _group_within(scan, columns, threads, None, whole)
+        return _group_within(scan, columns, threads, None, whole, digested)
     except duckdb.OutOfMemoryException:
-        return None, np.zeros(0, dtype=np.int64)
+        return None, np.zeros(0, dtype=np.int64), None
+
+
+HASH, HIGH, LOW = "__medrelease_hash", "__medrelease_high", "__medrelease_low"
+
+
+def _groups_query(scan: str, columns: list[str], digested: list[str] | None) -> str:
+    """Distinct rows and their counts; with ``digested``, each distinct row's hash halves
+    too (hashed once per distinct row, over the digest's columns in its order)."""
+    names = ", ".join(identifier(c) for c in columns)
+    query = f"SELECT {names}, count(*)::BIGINT AS {ROWS} FROM {scan} GROUP BY ALL"
+    if digested is None:
+        return query
+    high, low = hash_halves_sql(HASH)
+    return (f"SELECT * EXCLUDE ({HASH}), {high} AS {HIGH}, {low} AS {LOW} FROM "
+            f"(SELECT *, md5_number({row_text_sql(digested)}) AS {HASH} FROM ({query}))")
 
 
 def _group_within(scan: str, columns: list[str], threads: int | None, memory: str | None,
-                  whole: bool = False
-                  ) -> tuple[dict[str, GroupedColumn] | None, np.ndarray]:
-    """Distinct rows of the declared columns and how often each occurs (one pass).
+                  whole: bool = False, digested: list[str] | None = None) -> Grouped:
+    """Distinct rows of the declared columns and how often each occurs (one pass), and with
+    ``digested`` the row sums of the rows read.
 
     The groups are fetched in record batches and each column is turned into codes of its
     distinct values batch by batch, so neither DuckDB's result nor its text is ever held
     whole (a 30M-row extract has 14M groups)."""
     import duckdb
 
-    names = ", ".join(_identifier(c) for c in columns)
     encoders = {name: _ColumnEncoder() for name in columns}
     weights: list[np.ndarray] = []
+    sums = RowSums() if digested is not None else None
     with tempfile.TemporaryDirectory(prefix="medrelease-duckdb-") as spill:
         connection = duckdb.connect(config={
             "temp_directory": spill, **({"memory_limit": memory} if memory else {}),
@@ -158,8 +177,7 @@ def _group_within(scan: str, columns: list[str], threads: int | None, memory: st
             **({"threads": threads} if threads else {})})
         try:
             connection.execute("SET enable_progress_bar = false")
-            groups = connection.sql(
-                f"SELECT {names}, count(*)::BIGINT AS {ROWS} FROM {scan} GROUP BY ALL")
+            groups = connection.sql(_groups_query(scan, columns, digested))
             # A small extract's groups in one parallel fetch (1.17M groups: 0.41 s against the
             # streamed batches' 0.48 s); a large one's batch by batch, never held whole.
             parts = ([groups.to_arrow_table()] if whole else groups.to_arrow_reader(GROUP_BATCH))
@@ -167,18 +185,22 @@ def _group_within(scan: str, columns: list[str], threads: int | None, memory: st
                 for batch in parts:
                     list(pool.map(lambda name, b=batch: encoders[name].add(b.column(name)),
                                   columns))
-                    weights.append(np.asarray(batch.column(ROWS)))
+                    counts = np.asarray(batch.column(ROWS))
+                    weights.append(counts)
+                    if sums is not None:
+                        sums = sums + weighted_row_sums(counts, np.asarray(batch.column(HIGH)),
+                                                        np.asarray(batch.column(LOW)))
         except duckdb.OutOfMemoryException:
             raise
         except Exception as exc:  # DuckDB's message quotes the file; only its kind is kept
             LOG.info("DuckDB declined the extract (%s); reading it row-wise",
                      type(exc).__name__)
-            return None, np.zeros(0, dtype=np.int64)
+            return None, np.zeros(0, dtype=np.int64), None
         finally:
             connection.close()
     grouped = {name: encoder.column() for name, encoder in encoders.items()}
     return grouped, (np.concatenate(weights).astype(np.int64) if weights
-                     else np.zeros(0, dtype=np.int64))
+                     else np.zeros(0, dtype=np.int64)), sums
 
 
 class _ColumnEncoder:
@@ -300,11 +322,3 @@ def _informative_codes(config: DatasetConfig, grouped: dict[str, GroupedColumn],
                           for i, n in enumerate(names)})
     informative, rank = canonical_informative(found)
     return rank[inverse.reshape(-1)], informative
-
-
-def _literal(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
-
-
-def _identifier(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
