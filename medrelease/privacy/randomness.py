@@ -161,45 +161,92 @@ def discrete_laplace_tail(epsilon: float, k: int) -> float:
 
 
 # -- exact Bernoulli(exp(-gamma)) ------------------------------------------------------------
+#
+# The samplers' stream (which uniform integers are drawn, in which order) is fixed: seeded
+# releases, the step audits' calibrated run counts and the published seeded examples depend on
+# it (tests/test_sampler_stream.py holds a scalar transcription of CKS to compare with). Every
+# sampler runs in rounds, breadth first: each entry still running draws once per round, in
+# entry order, so a round is one bounded-integer draw of numpy's. What costs is not arithmetic
+# but numpy's per-call overhead on the small arrays of the later rounds (1-10 us per operation
+# whatever its size), so a round with at most ``LIST_ROUND_MAX`` entries keeps its bookkeeping
+# in Python lists and ints (~0.1 us an entry), and up to ``SCALAR_DRAWS_MAX`` draws are scalar
+# calls (3 us each against a sized call's 9 us). Both give numpy's own draws, in order.
 
-def _bernoulli_exp_unit(rng: np.random.Generator, num: np.ndarray, den: int) -> np.ndarray:
-    """Bernoulli(exp(-num/den)) per entry, 0 <= num <= den (CKS Algorithm 1, vectorised).
+LIST_ROUND_MAX = 256
+SCALAR_DRAWS_MAX = 3
 
-    K = 1; while Bernoulli(gamma / K): K += 1; return K odd. Bernoulli(num / (den K)) is
-    ``uniform{0..den K - 1} < num``, exact in integers. Every entry still running in round K
-    has the same K, so each round is one bounded-integer draw.
-    """
-    num = np.asarray(num, dtype=np.int64)
-    result = np.zeros(num.size, dtype=bool)
-    active = np.arange(num.size)
-    k = 1
-    while active.size:
-        if den * k >= INT64_SAFE:  # never in practice: P(K > 2^29) is below 1 / (2^29)!
+
+def _uniform_list(rng: np.random.Generator, high: int, count: int) -> list[int]:
+    """``rng.integers(0, high, count).tolist()``: the same draws, the generator left in the
+    same place. A range of one draws nothing (numpy consumes no randomness for it), and a few
+    draws are scalar calls (numpy's sized draws are its scalar draws in order)."""
+    if high == 1 or count == 0:
+        return [0] * count
+    if count <= SCALAR_DRAWS_MAX:
+        return [int(rng.integers(0, high)) for _ in range(count)]
+    return rng.integers(0, high, count).tolist()
+
+
+def _uniform_draws(rng: np.random.Generator, high: int, size: int) -> np.ndarray:
+    """``rng.integers(0, high, size)`` as an array, the same draws (see ``_uniform_list``)."""
+    if high == 1 or size <= SCALAR_DRAWS_MAX:
+        return np.array(_uniform_list(rng, high, size), dtype=np.int64)
+    return rng.integers(0, high, size)
+
+
+def _bernoulli_exp_unit_list(rng: np.random.Generator, nums: list[int], den: int,
+                             k: int = 1) -> list[bool]:
+    """Bernoulli(exp(-num/den)) per entry of ``nums``, 0 <= num <= den, from round ``k`` on
+    (CKS Algorithm 1: K = 1; while Bernoulli(gamma / K): K += 1; return K odd).
+
+    Bernoulli(num / (den K)) is ``uniform{0..den K - 1} < num``, exact in integers; every entry
+    still running in round K draws once, in entry order. A range that reaches 2^62 (never in
+    practice: P(K > 2^29) is below 1 / (2^29)!) finishes each remaining entry on its own."""
+    result = [False] * len(nums)
+    active = list(range(len(nums)))
+    while active:
+        high = den * k
+        if high >= INT64_SAFE:
             for i in active:
-                result[i] = _scalar_bernoulli_exp_unit(rng, int(num[i]), den, k)
+                result[i] = _scalar_bernoulli_exp_unit(rng, nums[i], den, k)
             break
-        success = _uniform_draws(rng, den * k, active.size) < num[active]
-        result[active[~success]] = k % 2 == 1
-        active = active[success]
+        odd = k % 2 == 1
+        survivors = []
+        for i, draw in zip(active, _uniform_list(rng, high, len(active)), strict=True):
+            if draw < nums[i]:
+                survivors.append(i)
+            else:
+                result[i] = odd
+        active = survivors
         k += 1
     return result
 
 
-def _uniform_draws(rng: np.random.Generator, high: int, size: int) -> np.ndarray:
-    """``rng.integers(0, high, size)``, the same draws, without numpy's per-call cost where it
-    dominates: a range of one draws nothing (numpy consumes no randomness for it), and up to
-    four draws are scalar calls (4 us each against the sized call's 20 us; numpy's sized draws
-    are its scalar draws in order, so the stream is unchanged). The exact samplers make ~10^5
-    of these calls per step-audit design, most of them for a few entries."""
-    if high == 1:
-        return np.zeros(size, dtype=np.int64)
-    if size <= 4:
-        return np.array([rng.integers(0, high) for _ in range(size)], dtype=np.int64)
-    return rng.integers(0, high, size)
+def _bernoulli_exp_unit(rng: np.random.Generator, num: np.ndarray, den: int) -> np.ndarray:
+    """Bernoulli(exp(-num/den)) per entry, 0 <= num <= den (CKS Algorithm 1, vectorised).
+
+    The rounds of many entries are numpy operations; once at most ``LIST_ROUND_MAX`` entries
+    run, the remaining rounds go on in ``_bernoulli_exp_unit_list`` (the same draws)."""
+    num = np.asarray(num, dtype=np.int64)
+    if num.size <= LIST_ROUND_MAX:
+        return np.array(_bernoulli_exp_unit_list(rng, num.tolist(), den), dtype=bool)
+    result = np.zeros(num.size, dtype=bool)
+    active = np.arange(num.size)
+    k = 1
+    while active.size > LIST_ROUND_MAX and den * k < INT64_SAFE:
+        success = _uniform_draws(rng, den * k, active.size) < num[active]
+        result[active[~success]] = k % 2 == 1
+        active = active[success]
+        k += 1
+    if active.size:
+        result[active] = _bernoulli_exp_unit_list(rng, num[active].tolist(), den, k)
+    return result
 
 
 def _uniform_below(rng: np.random.Generator, n: int) -> int:
     """Exact uniform integer in [0, n) for any positive Python int (rejection on raw bits)."""
+    if n == 1:  # numpy draws nothing for a range of one
+        return 0
     if n <= INT64_SAFE:
         return int(rng.integers(0, n))
     bits = n.bit_length()
@@ -230,14 +277,28 @@ def bernoulli_exp(rng: np.random.Generator, gamma: Fraction) -> bool:
 
 # -- discrete Laplace --------------------------------------------------------------------------
 
+def _count_exp1_list(rng: np.random.Generator, n: int) -> list[int]:
+    """Per entry, the number of Bernoulli(exp(-1)) successes before the first failure: in each
+    geometric round every entry still running flips one coin (all coins' rounds together)."""
+    count = [0] * n
+    active = list(range(n))
+    while active:
+        hits = _bernoulli_exp_unit_list(rng, [1] * len(active), 1)
+        active = [i for i, hit in zip(active, hits, strict=True) if hit]
+        for i in active:
+            count[i] += 1
+    return count
+
+
 def _count_exp1_successes(rng: np.random.Generator, n: int) -> np.ndarray:
-    """Per entry, the number of Bernoulli(exp(-1)) successes before the first failure."""
+    """``_count_exp1_list`` as an array; numpy rounds while more than ``LIST_ROUND_MAX`` run."""
     count = np.zeros(n, dtype=np.int64)
     active = np.arange(n)
-    while active.size:
-        hit = _bernoulli_exp_unit(rng, np.ones(active.size, dtype=np.int64), 1)
-        active = active[hit]
+    while active.size > LIST_ROUND_MAX:
+        active = active[_bernoulli_exp_unit(rng, np.ones(active.size, dtype=np.int64), 1)]
         count[active] += 1
+    if active.size:
+        count[active] += np.array(_count_exp1_list(rng, active.size), dtype=np.int64)
     return count
 
 
@@ -251,16 +312,42 @@ def discrete_laplace(
     return (1 - 2B) Y. Unbounded support, symmetric, no floating point.
     """
     eps = noise_fraction(epsilon)
-    shape = (size,) if isinstance(size, (int, np.integer)) else tuple(size)
+    shape = (int(size),) if isinstance(size, (int, np.integer)) else tuple(size)
     return discrete_laplace_rational(rng, eps.numerator, eps.denominator,
-                                     int(np.prod(shape))).reshape(shape)
+                                     math.prod(shape)).reshape(shape)
+
+
+def _discrete_laplace_list(rng: np.random.Generator, s: int, t: int, n: int) -> list[int]:
+    """n draws of ``discrete_laplace_rational`` in Python ints (exact at any size), the same
+    draws in the same order: all U, their acceptance coins, the accepted entries' counts, their
+    signs; then the retries, rejected U first, then the rejected negative zeros."""
+    out = [0] * n
+    todo = list(range(n))
+    while todo:
+        u = _uniform_list(rng, t, len(todo))
+        accepted = _bernoulli_exp_unit_list(rng, u, t)
+        kept = [(i, ui) for i, ui, ok in zip(todo, u, accepted, strict=True) if ok]
+        counts = _count_exp1_list(rng, len(kept))
+        signs = _uniform_list(rng, 2, len(kept))
+        negative_zeros = []
+        for (i, ui), v, negative in zip(kept, counts, signs, strict=True):
+            y = (ui + t * v) // s
+            if negative and y == 0:
+                negative_zeros.append(i)
+            else:
+                out[i] = -y if negative else y
+        todo = [i for i, ok in zip(todo, accepted, strict=True) if not ok] + negative_zeros
+    return out
 
 
 def discrete_laplace_rational(rng: np.random.Generator, s: int, t: int, n: int) -> np.ndarray:
-    """n draws with P(Z = k) ∝ exp(-(s/t) |k|), s and t positive integers (CKS Algorithm 2)."""
+    """n draws with P(Z = k) ∝ exp(-(s/t) |k|), s and t positive integers (CKS Algorithm 2).
+
+    numpy rounds while more than ``LIST_ROUND_MAX`` entries are to do, then
+    ``_discrete_laplace_list`` for the rest, in the order they are retried."""
     out = np.zeros(n, dtype=np.int64)
     todo = np.arange(n)
-    while todo.size:
+    while todo.size > LIST_ROUND_MAX:
         u = rng.integers(0, t, todo.size)
         accepted = _bernoulli_exp_unit(rng, u, t)
         idx, u = todo[accepted], u[accepted]
@@ -270,10 +357,12 @@ def discrete_laplace_rational(rng: np.random.Generator, s: int, t: int, n: int) 
                          dtype=object)
         else:
             y = (u + t * v) // s
-        negative = rng.integers(0, 2, idx.size).astype(bool)
+        negative = _uniform_draws(rng, 2, idx.size).astype(bool)
         keep = ~(negative & (y == 0))
         out[idx[keep]] = np.where(negative[keep], -y[keep], y[keep]).astype(np.int64)
         todo = np.concatenate([todo[~accepted], idx[~keep]])
+    if todo.size:
+        out[todo] = _discrete_laplace_list(rng, s, t, todo.size)
     return out
 
 
