@@ -244,3 +244,27 @@ def test_the_discrete_gaussian_draws_the_references_numbers(sigma_sq: Fraction) 
         got = zcdp.discrete_gaussian(ours, sigma_sq, size)
         assert got.tolist() == reference_discrete_gaussian(reference, sigma_sq, size)
         _same_place(ours, reference)
+
+
+def test_the_few_draws_computed_here_are_numpys_draws() -> None:
+    """The few draws the samplers compute from the bit generator's outputs (numpy's bounded
+    algorithm, ``randomness._Uniforms``) are the values ``rng.integers`` gives and leave the
+    generator where it leaves it, at the edges of numpy's branches: ranges of one, 2, the
+    32-bit Lemire ranges (2^31 + 1 rejects half its words), exactly 2^32 (a raw 32-bit word),
+    the 64-bit Lemire ranges up to 2^62; 32- and 64-bit draws interleaved so a buffered half
+    word is pending across calls."""
+    from medrelease.privacy.randomness import _Uniforms
+
+    highs = [1, 2, 3, 7, 1000, (1 << 31) - 1, 1 << 31, (1 << 31) + 1, 3 << 30, (1 << 32) - 1,
+             1 << 32, (1 << 32) + 1, 1 << 33, 10 ** 12 + 39, (1 << 61) + 1, 3 << 60,
+             (1 << 62) - 1, 1 << 62]
+    for kind in ("pcg", "chacha"):
+        ours, numpy_own = _pair(kind, 21)
+        uniforms = _Uniforms(ours)
+        choices = np.random.default_rng(3)
+        for _ in range(400):
+            high = int(choices.choice(highs))
+            count = int(choices.integers(0, 20))
+            assert uniforms.draws(high, count) == numpy_own.integers(0, high, count).tolist()
+            assert uniforms.one(high) == int(numpy_own.integers(0, high)), (kind, high)
+        _same_place(ours, numpy_own)

@@ -26,6 +26,7 @@ from medrelease.privacy.randomness import (
     INT64_SAFE,
     _bernoulli_exp_unit,
     _scalar_bernoulli_exp_unit,
+    _Uniforms,
     discrete_laplace_rational,
 )
 
@@ -113,7 +114,8 @@ def _accept(rng: np.random.Generator, whole: np.ndarray, rest: np.ndarray, den: 
     if den < INT64_SAFE // 64:
         ok[todo] = _bernoulli_exp_unit(rng, rest[todo].astype(np.int64), den)
     else:  # an enormous sigma: exact, one entry at a time
-        ok[todo] = [_scalar_bernoulli_exp_unit(rng, int(r), den) for r in rest[todo]]
+        uniforms = _Uniforms(rng)
+        ok[todo] = [_scalar_bernoulli_exp_unit(uniforms, int(r), den) for r in rest[todo]]
     return ok
 
 
