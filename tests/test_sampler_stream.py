@@ -122,7 +122,8 @@ def reference_exponential_mechanism(rng: np.random.Generator, scores: list[float
 def reference_discrete_gaussian(rng: np.random.Generator, sigma_sq: Fraction, n: int) -> list[int]:
     """CKS Algorithm 3 as ``zcdp.discrete_gaussian`` batches it: Laplace draws for every entry
     still to do, then each entry's Bernoulli(exp(-1)) run (a round at a time), then the
-    fractional coins of the entries that survived."""
+    fractional coins of the entries that survived (breadth first, but for a sigma so large
+    that the coins' common denominator passes 2^56: then one entry after the other)."""
     p, q = sigma_sq.numerator, sigma_sq.denominator
     t = math.isqrt(p // q) + 1
     den = 2 * p * q * t * t
@@ -137,9 +138,12 @@ def reference_discrete_gaussian(rng: np.random.Generator, sigma_sq: Fraction, n:
                 ok[j] = hit
                 remaining[j] -= 1
         alive = [j for j in range(len(todo)) if ok[j]]
-        for j, hit in zip(alive, reference_bernoulli_exp_unit(rng, [square[j] % den
-                                                                    for j in alive], den),
-                          strict=True):
+        rests = [square[j] % den for j in alive]
+        if den < INT64_SAFE // 64:
+            hits = reference_bernoulli_exp_unit(rng, rests, den)
+        else:  # an enormous sigma: each entry's coin to its end, one entry after the other
+            hits = [reference_bernoulli_exp_unit(rng, [rest], den)[0] for rest in rests]
+        for j, hit in zip(alive, hits, strict=True):
             ok[j] = hit
         for j in range(len(todo)):
             if ok[j]:
@@ -237,7 +241,8 @@ def test_bernoulli_exp_and_the_exponential_mechanism_draw_the_references_numbers
         _same_place(ours, reference)
 
 
-@pytest.mark.parametrize("sigma_sq", [Fraction(9, 16), Fraction(625), Fraction(160001, 16)])
+@pytest.mark.parametrize("sigma_sq", [Fraction(9, 16), Fraction(625), Fraction(160001, 16),
+                                      Fraction(2147395601, 16)])
 def test_the_discrete_gaussian_draws_the_references_numbers(sigma_sq: Fraction) -> None:
     for seed, size in [(0, 0), (1, 1), (2, 5), (3, 100), (4, 2000)]:
         ours, reference = _pair("chacha" if seed == 2 else "pcg", seed)
