@@ -66,8 +66,8 @@ for seed in range(20):
             digest.update(discrete_laplace(g, eps, n).tobytes())
     digest.update(zcdp.discrete_gaussian(g, Fraction(160001, 16), 300).tobytes())
     digest.update(bytes([bernoulli_exp(g, Fraction(seed * 7, 5)) for _ in range(50)]))
-    digest.update(bytes([exponential_mechanism(g, np.arange(300.0), 0.5, 1.0)
-                         for _ in range(50)]))
+    digest.update(str([exponential_mechanism(g, np.arange(300.0), 0.5, 1.0)
+                       for _ in range(50)]).encode())
     digest.update(str(int(g.integers(0, 2**62))).encode())
 out["stream digest"] = digest.hexdigest()[:16]
 print(json.dumps(out))
@@ -76,8 +76,10 @@ print(json.dumps(out))
 
 def _run(tree: Path, code: str) -> dict:
     env = dict(os.environ, PYTHONPATH=str(tree))
-    done = subprocess.run([sys.executable, "-c", code], cwd=tree, env=env, check=True,
+    done = subprocess.run([sys.executable, "-c", code], cwd=tree, env=env,
                           capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"a measurement failed in {tree}:\n{done.stderr[-2000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 

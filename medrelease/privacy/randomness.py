@@ -237,15 +237,17 @@ class _Uniforms:
         self.below = _numpy_bounded(rng)
 
     def draws(self, high: int, count: int) -> list[int]:
+        high = int(high)  # Python ints: a numpy integer would overflow in ``below``
         if high == 1 or count == 0:  # numpy draws nothing for these
             return [0] * count
-        if count <= FEW_DRAWS_MAX:
+        if count <= FEW_DRAWS_MAX and high <= INT64_SAFE:
             below = self.below
             return [below(high) for _ in range(count)]
         return self.rng.integers(0, high, count).tolist()
 
     def one(self, high: int) -> int:
-        """One draw in [0, high) for any positive Python int (raw bits above 2^62)."""
+        """One draw in [0, high) for any positive integer (raw bits above 2^62)."""
+        high = int(high)
         if high <= INT64_SAFE:
             return self.below(high)
         return _uniform_below(self.rng, high)
