@@ -182,7 +182,7 @@ def discrete_laplace_tail(epsilon: float, k: int) -> float:
 # ``FEW_DRAWS_MAX`` draws are computed here from the bit generator's own 32- and 64-bit
 # outputs, by numpy's algorithm (0.6 us a draw).
 
-LIST_ROUND_MAX = 256
+LIST_ROUND_MAX = 64
 FEW_DRAWS_MAX = 12
 _MASK32, _MASK64 = (1 << 32) - 1, (1 << 64) - 1
 
