@@ -33,6 +33,7 @@ import secrets
 from dataclasses import dataclass, field
 from decimal import Context, Decimal
 from fractions import Fraction
+from functools import lru_cache
 
 import numpy as np
 
@@ -142,6 +143,14 @@ def noise_fraction(epsilon: float) -> Fraction:
     if not (isinstance(epsilon, (int, float)) and math.isfinite(epsilon)
             and epsilon >= MIN_NOISE_EPSILON):
         raise ValueError(f"noise epsilon must be a finite number >= 2^-20, got {epsilon!r}")
+    return _grid_fraction(epsilon)
+
+
+@lru_cache(maxsize=1024)
+def _grid_fraction(epsilon: float) -> Fraction:
+    """Cached: a release asks for the same few epsilons thousands of times (per cell table,
+    per threshold), and the Fraction arithmetic costs 30 us a call. Equal keys (1 and 1.0)
+    give equal fractions."""
     return Fraction(math.floor(Fraction(epsilon) * NOISE_GRID), NOISE_GRID)
 
 
@@ -160,41 +169,96 @@ def discrete_laplace_tail(epsilon: float, k: int) -> float:
     return math.exp(-k * eps - math.log1p(math.exp(-eps)))
 
 
-# -- exact Bernoulli(exp(-gamma)) ------------------------------------------------------------
+# -- uniform integers: numpy's draws, without numpy's per-call cost --------------------------
+#
+# The samplers' stream (which uniform integers are drawn, in which order) is fixed: seeded
+# releases, the step audits' calibrated run counts and the published seeded examples depend on
+# it (tests/test_sampler_stream.py holds a scalar transcription of CKS to compare with). Every
+# sampler runs in rounds, breadth first: each entry still running draws once per round, in
+# entry order, so a round is one bounded-integer draw of numpy's. What costs is not arithmetic
+# but numpy's per-call overhead on the few entries of the later rounds (3 us a scalar
+# ``rng.integers`` call, 9 us a sized one, 1-2 us any other array operation), so a round with
+# at most ``LIST_ROUND_MAX`` entries keeps its bookkeeping in Python lists and ints, and up to
+# ``FEW_DRAWS_MAX`` draws are computed here from the bit generator's own 32- and 64-bit
+# outputs, by numpy's algorithm (0.6 us a draw).
 
-def _bernoulli_exp_unit(rng: np.random.Generator, num: np.ndarray, den: int) -> np.ndarray:
-    """Bernoulli(exp(-num/den)) per entry, 0 <= num <= den (CKS Algorithm 1, vectorised).
+LIST_ROUND_MAX = 64
+FEW_DRAWS_MAX = 12
+_MASK32, _MASK64 = (1 << 32) - 1, (1 << 64) - 1
 
-    K = 1; while Bernoulli(gamma / K): K += 1; return K odd. Bernoulli(num / (den K)) is
-    ``uniform{0..den K - 1} < num``, exact in integers. Every entry still running in round K
-    has the same K, so each round is one bounded-integer draw.
-    """
-    num = np.asarray(num, dtype=np.int64)
-    result = np.zeros(num.size, dtype=bool)
-    active = np.arange(num.size)
-    k = 1
-    while active.size:
-        if den * k >= INT64_SAFE:  # never in practice: P(K > 2^29) is below 1 / (2^29)!
-            for i in active:
-                result[i] = _scalar_bernoulli_exp_unit(rng, int(num[i]), den, k)
-            break
-        success = _uniform_draws(rng, den * k, active.size) < num[active]
-        result[active[~success]] = k % 2 == 1
-        active = active[success]
-        k += 1
-    return result
+
+def _numpy_bounded(rng: np.random.Generator):
+    """A function ``high -> int(rng.integers(0, high))`` for 1 <= high <= 2^62: the same value,
+    the generator left in the same place, at a fifth of the cost.
+
+    It is numpy's bounded-integer algorithm (``random_bounded_uint64_fill``, numpy >= 1.17's
+    ``Generator``): nothing drawn for a range of one; a range of 2^32 is one 32-bit output;
+    otherwise Lemire's multiply-and-reject on 32-bit outputs below 2^32 and on 64-bit outputs
+    above. The outputs come from the bit generator's own ``next_uint32`` / ``next_uint64``
+    (numpy's ctypes interface), so its buffered half words are used as numpy uses them. A
+    generator without a numpy bit generator (a test's scripted one) gets its own
+    ``integers``. Not locked: a generator belongs to one stream, used by one thread."""
+    interface = getattr(getattr(rng, "bit_generator", None), "ctypes", None)
+    if interface is None:
+        return lambda high: int(rng.integers(0, high))
+    next32, next64, state = interface.next_uint32, interface.next_uint64, interface.state
+
+    def below(high: int) -> int:
+        if high == 1:
+            return 0
+        if high <= _MASK32:
+            m = next32(state) * high
+            if (m & _MASK32) < high:
+                threshold = (_MASK32 + 1 - high) % high
+                while (m & _MASK32) < threshold:
+                    m = next32(state) * high
+            return m >> 32
+        if high == _MASK32 + 1:
+            return next32(state)
+        m = next64(state) * high
+        if (m & _MASK64) < high:
+            threshold = (_MASK64 + 1 - high) % high
+            while (m & _MASK64) < threshold:
+                m = next64(state) * high
+        return m >> 64
+
+    below.keepalive = rng  # the state pointer lives as long as the generator
+    return below
+
+
+class _Uniforms:
+    """Bounded uniform integers from one generator: ``draws(high, count)`` is
+    ``rng.integers(0, high, count).tolist()``, the same values in the same order."""
+
+    __slots__ = ("below", "rng")
+
+    def __init__(self, rng: np.random.Generator) -> None:
+        self.rng = rng
+        self.below = _numpy_bounded(rng)
+
+    def draws(self, high: int, count: int) -> list[int]:
+        high = int(high)  # Python ints: a numpy integer would overflow in ``below``
+        if high == 1 or count == 0:  # numpy draws nothing for these
+            return [0] * count
+        if count <= FEW_DRAWS_MAX and high <= INT64_SAFE:
+            below = self.below
+            return [below(high) for _ in range(count)]
+        return self.rng.integers(0, high, count).tolist()
+
+    def one(self, high: int) -> int:
+        """One draw in [0, high) for any positive integer (raw bits above 2^62)."""
+        high = int(high)
+        if high <= INT64_SAFE:
+            return self.below(high)
+        return _uniform_below(self.rng, high)
 
 
 def _uniform_draws(rng: np.random.Generator, high: int, size: int) -> np.ndarray:
-    """``rng.integers(0, high, size)``, the same draws, without numpy's per-call cost where it
-    dominates: a range of one draws nothing (numpy consumes no randomness for it), and up to
-    four draws are scalar calls (4 us each against the sized call's 20 us; numpy's sized draws
-    are its scalar draws in order, so the stream is unchanged). The exact samplers make ~10^5
-    of these calls per step-audit design, most of them for a few entries."""
-    if high == 1:
+    """``rng.integers(0, high, size)``, the same draws (see ``_Uniforms``)."""
+    if high == 1:  # numpy draws nothing for a range of one
         return np.zeros(size, dtype=np.int64)
-    if size <= 4:
-        return np.array([rng.integers(0, high) for _ in range(size)], dtype=np.int64)
+    if size <= FEW_DRAWS_MAX:
+        return np.array(_Uniforms(rng).draws(high, size), dtype=np.int64)
     return rng.integers(0, high, size)
 
 
@@ -209,35 +273,121 @@ def _uniform_below(rng: np.random.Generator, n: int) -> int:
             return value
 
 
-def _scalar_bernoulli_exp_unit(rng: np.random.Generator, num: int, den: int, k: int = 1) -> bool:
+# -- exact Bernoulli(exp(-gamma)) ------------------------------------------------------------
+
+def _bernoulli_exp_unit_list(uniforms: _Uniforms, nums: list[int], den: int,
+                             k: int = 1) -> list[bool]:
+    """Bernoulli(exp(-num/den)) per entry of ``nums``, 0 <= num <= den, from round ``k`` on
+    (CKS Algorithm 1: K = 1; while Bernoulli(gamma / K): K += 1; return K odd).
+
+    Bernoulli(num / (den K)) is ``uniform{0..den K - 1} < num``, exact in integers; every entry
+    still running in round K draws once, in entry order. A range that reaches 2^62 (never in
+    practice: P(K > 2^29) is below 1 / (2^29)!) finishes each remaining entry on its own."""
+    result = [False] * len(nums)
+    active = list(range(len(nums)))
+    while active:
+        high = den * k
+        if high >= INT64_SAFE:
+            for i in active:
+                result[i] = _scalar_bernoulli_exp_unit(uniforms, nums[i], den, k)
+            break
+        odd = k % 2 == 1
+        survivors = []
+        for i, draw in zip(active, uniforms.draws(high, len(active)), strict=True):
+            if draw < nums[i]:
+                survivors.append(i)
+            else:
+                result[i] = odd
+        active = survivors
+        k += 1
+    return result
+
+
+def _bernoulli_exp_unit(rng: np.random.Generator, num: np.ndarray, den: int) -> np.ndarray:
+    """Bernoulli(exp(-num/den)) per entry, 0 <= num <= den (CKS Algorithm 1, vectorised).
+
+    The rounds of many entries are numpy operations; once at most ``LIST_ROUND_MAX`` entries
+    run, the remaining rounds go on in ``_bernoulli_exp_unit_list`` (the same draws)."""
+    num = np.asarray(num, dtype=np.int64)
+    if num.size <= LIST_ROUND_MAX:
+        return np.array(_bernoulli_exp_unit_list(_Uniforms(rng), num.tolist(), den),
+                        dtype=bool)
+    result = np.zeros(num.size, dtype=bool)
+    active = np.arange(num.size)
+    k = 1
+    while active.size > LIST_ROUND_MAX and den * k < INT64_SAFE:
+        success = _uniform_draws(rng, den * k, active.size) < num[active]
+        result[active[~success]] = k % 2 == 1
+        active = active[success]
+        k += 1
+    if active.size:
+        result[active] = _bernoulli_exp_unit_list(_Uniforms(rng), num[active].tolist(), den, k)
+    return result
+
+
+def _scalar_bernoulli_exp_unit(uniforms: _Uniforms, num: int, den: int, k: int = 1) -> bool:
     """Bernoulli(exp(-num/den)) for one rational in [0, 1], continuing from counter ``k``."""
-    while _uniform_below(rng, den * k) < num:
+    while uniforms.one(den * k) < num:
         k += 1
     return k % 2 == 1
+
+
+def _bernoulli_exp(uniforms: _Uniforms, gamma: Fraction) -> bool:
+    whole = math.floor(gamma)
+    for _ in range(whole):
+        if not _scalar_bernoulli_exp_unit(uniforms, 1, 1):
+            return False
+    rest = gamma - whole
+    return _scalar_bernoulli_exp_unit(uniforms, rest.numerator, rest.denominator)
 
 
 def bernoulli_exp(rng: np.random.Generator, gamma: Fraction) -> bool:
     """Exact Bernoulli(exp(-gamma)) for a rational gamma >= 0 (CKS: whole part, then fraction)."""
     if gamma < 0:
         raise ValueError("gamma must be >= 0")
-    whole = math.floor(gamma)
-    for _ in range(whole):
-        if not _scalar_bernoulli_exp_unit(rng, 1, 1):
-            return False
-    rest = gamma - whole
-    return _scalar_bernoulli_exp_unit(rng, rest.numerator, rest.denominator)
+    return _bernoulli_exp(_Uniforms(rng), gamma)
 
 
 # -- discrete Laplace --------------------------------------------------------------------------
 
+def _count_exp1_list(uniforms: _Uniforms, n: int) -> list[int]:
+    """Per entry, the number of Bernoulli(exp(-1)) successes before the first failure: in each
+    geometric round every entry still running flips one coin, all coins' rounds together.
+
+    A coin is CKS Algorithm 1 with gamma = 1: round K = 1 always goes on (uniform{0} < 1, which
+    draws nothing), round K >= 2 goes on on a draw of 0 from uniform{0..K-1}; the coin is a
+    success if it stops at an odd K (``_bernoulli_exp_unit_list`` with num = den = 1)."""
+    draws = uniforms.draws
+    count = [0] * n
+    active = list(range(n))
+    while active:
+        success = [False] * len(active)
+        running, k = list(range(len(active))), 2
+        while running:
+            going = []
+            for j, draw in zip(running, draws(k, len(running)), strict=True):
+                if draw == 0:
+                    going.append(j)
+                elif k % 2 == 1:
+                    success[j] = True
+            running = going
+            k += 1
+        active = [i for i, hit in zip(active, success, strict=True) if hit]
+        for i in active:
+            count[i] += 1
+    return count
+
+
 def _count_exp1_successes(rng: np.random.Generator, n: int) -> np.ndarray:
-    """Per entry, the number of Bernoulli(exp(-1)) successes before the first failure."""
+    """``_count_exp1_list`` as an array; numpy rounds while more than ``LIST_ROUND_MAX`` run."""
     count = np.zeros(n, dtype=np.int64)
     active = np.arange(n)
-    while active.size:
-        hit = _bernoulli_exp_unit(rng, np.ones(active.size, dtype=np.int64), 1)
-        active = active[hit]
+    while active.size > LIST_ROUND_MAX:
+        active = active[_bernoulli_exp_unit(rng, np.ones(active.size, dtype=np.int64), 1)]
         count[active] += 1
+    if active.size:
+        count[active] += np.array(_count_exp1_list(_Uniforms(rng), active.size),
+                                  dtype=np.int64)
     return count
 
 
@@ -251,16 +401,42 @@ def discrete_laplace(
     return (1 - 2B) Y. Unbounded support, symmetric, no floating point.
     """
     eps = noise_fraction(epsilon)
-    shape = (size,) if isinstance(size, (int, np.integer)) else tuple(size)
+    shape = (int(size),) if isinstance(size, (int, np.integer)) else tuple(size)
     return discrete_laplace_rational(rng, eps.numerator, eps.denominator,
-                                     int(np.prod(shape))).reshape(shape)
+                                     math.prod(shape)).reshape(shape)
+
+
+def _discrete_laplace_list(uniforms: _Uniforms, s: int, t: int, n: int) -> list[int]:
+    """n draws of ``discrete_laplace_rational`` in Python ints (exact at any size), the same
+    draws in the same order: all U, their acceptance coins, the accepted entries' counts, their
+    signs; then the retries, rejected U first, then the rejected negative zeros."""
+    out = [0] * n
+    todo = list(range(n))
+    while todo:
+        u = uniforms.draws(t, len(todo))
+        accepted = _bernoulli_exp_unit_list(uniforms, u, t)
+        kept = [(i, ui) for i, ui, ok in zip(todo, u, accepted, strict=True) if ok]
+        counts = _count_exp1_list(uniforms, len(kept))
+        signs = uniforms.draws(2, len(kept))
+        negative_zeros = []
+        for (i, ui), v, negative in zip(kept, counts, signs, strict=True):
+            y = (ui + t * v) // s
+            if negative and y == 0:
+                negative_zeros.append(i)
+            else:
+                out[i] = -y if negative else y
+        todo = [i for i, ok in zip(todo, accepted, strict=True) if not ok] + negative_zeros
+    return out
 
 
 def discrete_laplace_rational(rng: np.random.Generator, s: int, t: int, n: int) -> np.ndarray:
-    """n draws with P(Z = k) ∝ exp(-(s/t) |k|), s and t positive integers (CKS Algorithm 2)."""
+    """n draws with P(Z = k) ∝ exp(-(s/t) |k|), s and t positive integers (CKS Algorithm 2).
+
+    numpy rounds while more than ``LIST_ROUND_MAX`` entries are to do, then
+    ``_discrete_laplace_list`` for the rest, in the order they are retried."""
     out = np.zeros(n, dtype=np.int64)
     todo = np.arange(n)
-    while todo.size:
+    while todo.size > LIST_ROUND_MAX:
         u = rng.integers(0, t, todo.size)
         accepted = _bernoulli_exp_unit(rng, u, t)
         idx, u = todo[accepted], u[accepted]
@@ -270,10 +446,12 @@ def discrete_laplace_rational(rng: np.random.Generator, s: int, t: int, n: int) 
                          dtype=object)
         else:
             y = (u + t * v) // s
-        negative = rng.integers(0, 2, idx.size).astype(bool)
+        negative = _uniform_draws(rng, 2, idx.size).astype(bool)
         keep = ~(negative & (y == 0))
         out[idx[keep]] = np.where(negative[keep], -y[keep], y[keep]).astype(np.int64)
         todo = np.concatenate([todo[~accepted], idx[~keep]])
+    if todo.size:
+        out[todo] = _discrete_laplace_list(_Uniforms(rng), s, t, todo.size)
     return out
 
 
@@ -305,10 +483,12 @@ def exponential_mechanism(
         raise ValueError("exponential mechanism scores must be finite")
     scale = noise_fraction(epsilon) / (Fraction(sensitivity) * (1 if monotone else 2))
     top = Fraction(float(values.max()))
-    gammas = [scale * (top - Fraction(float(v))) for v in values]
+    uniforms, gammas = _Uniforms(rng), {}  # gamma_i computed when i is first proposed
     while True:
-        i = int(rng.integers(0, values.size))
-        if bernoulli_exp(rng, gammas[i]):
+        i = uniforms.below(values.size)
+        if i not in gammas:
+            gammas[i] = scale * (top - Fraction(float(values[i])))
+        if _bernoulli_exp(uniforms, gammas[i]):
             return i
 
 

@@ -24,8 +24,11 @@ import numpy as np
 from medrelease.errors import MedreleaseError
 from medrelease.privacy.randomness import (
     INT64_SAFE,
+    LIST_ROUND_MAX,
     _bernoulli_exp_unit,
+    _bernoulli_exp_unit_list,
     _scalar_bernoulli_exp_unit,
+    _Uniforms,
     discrete_laplace_rational,
 )
 
@@ -113,7 +116,28 @@ def _accept(rng: np.random.Generator, whole: np.ndarray, rest: np.ndarray, den: 
     if den < INT64_SAFE // 64:
         ok[todo] = _bernoulli_exp_unit(rng, rest[todo].astype(np.int64), den)
     else:  # an enormous sigma: exact, one entry at a time
-        ok[todo] = [_scalar_bernoulli_exp_unit(rng, int(r), den) for r in rest[todo]]
+        uniforms = _Uniforms(rng)
+        ok[todo] = [_scalar_bernoulli_exp_unit(uniforms, int(r), den) for r in rest[todo]]
+    return ok
+
+
+def _accept_list(uniforms: _Uniforms, whole: list[int], rest: list[int], den: int) -> list[bool]:
+    """``_accept`` in Python lists and ints for a few entries: the same draws, in the same
+    order (each round of Bernoulli(exp(-1)) over the entries still running and still owing
+    one, then the fractional coins of the survivors)."""
+    ok, remaining = [True] * len(whole), list(whole)
+    while running := [j for j, owed in enumerate(remaining) if owed > 0 and ok[j]]:
+        for j, hit in zip(running, _bernoulli_exp_unit_list(uniforms, [1] * len(running), 1),
+                          strict=True):
+            ok[j] = hit
+            remaining[j] -= 1
+    todo = [j for j, alive in enumerate(ok) if alive]
+    if den < INT64_SAFE // 64:
+        hits = _bernoulli_exp_unit_list(uniforms, [rest[j] for j in todo], den)
+    else:  # an enormous sigma: exact, one entry at a time
+        hits = [_scalar_bernoulli_exp_unit(uniforms, rest[j], den) for j in todo]
+    for j, hit in zip(todo, hits, strict=True):
+        ok[j] = hit
     return ok
 
 
@@ -128,7 +152,7 @@ def discrete_gaussian(rng: np.random.Generator, sigma_sq: Fraction, size: int) -
     den = 2 * p * q * t * t
     out = np.zeros(size, dtype=np.int64)
     todo = np.arange(size)
-    while todo.size:
+    while todo.size > LIST_ROUND_MAX:
         y = discrete_laplace_rational(rng, 1, t, todo.size)
         magnitude = np.abs(y)
         if (y.size and int(magnitude.max()) * t * q + p < EXACT_IN_INT64  # a^2 < 2^62
@@ -140,6 +164,14 @@ def discrete_gaussian(rng: np.random.Generator, sigma_sq: Fraction, size: int) -
         whole, rest = square // den, square % den
         accepted = _accept(rng, whole.astype(np.int64), rest, den)
         out[todo[accepted]] = y[accepted]
+        todo = todo[~accepted]
+    uniforms = _Uniforms(rng)
+    while todo.size:  # a few entries (the later passes): the same draws in Python ints
+        y = discrete_laplace_rational(rng, 1, t, todo.size).tolist()
+        square = [(abs(v) * t * q - p) ** 2 for v in y]
+        accepted = np.array(_accept_list(uniforms, [a // den for a in square],
+                                         [a % den for a in square], den), dtype=bool)
+        out[todo[accepted]] = np.array(y, dtype=np.int64)[accepted]
         todo = todo[~accepted]
     return out
 
