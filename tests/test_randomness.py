@@ -282,8 +282,10 @@ def test_the_discrete_gaussian_takes_python_ints_where_its_divisor_leaves_int64(
         return np.zeros(n, dtype=np.int64) if len(calls) == 1 else real(rng, s, t, n)
 
     monkeypatch.setattr(zcdp, "discrete_laplace_rational", zeros_first)
-    out = zcdp.discrete_gaussian(np.random.default_rng(1), Fraction(2147395601, 16), 3)
-    assert out.shape == (3,)
+    for n in (3, 100):  # a pass kept in Python ints (a few entries), and one in numpy
+        calls.clear()
+        out = zcdp.discrete_gaussian(np.random.default_rng(1), Fraction(2147395601, 16), n)
+        assert out.shape == (n,) and calls[0] == n
 
 
 def test_the_samplers_fast_draws_are_numpys_draws() -> None:
