@@ -160,16 +160,25 @@ def _domain_checked(config: DatasetConfig, report: CheckReport) -> DatasetConfig
 
 def _input_checked(config: DatasetConfig, input_path: str | None, report: CheckReport) -> None:
     """The extract's files, then the input schema on each, as a release reads them."""
-    from medrelease.data.aggregate import check_drop_limit
     from medrelease.data.extract import resolve_extract
-    from medrelease.storage.io import counting_positions, read_input
-    from schemas.input import fill_missing_categories, missing_rows, validate_input
 
     try:
         extract = resolve_extract(config, input_path)
     except MedreleaseError as exc:
         report.findings.append(Finding("input file", str(exc)))
         return
+    try:  # the snapshots resolution took are raw data: removed when the check ends
+        report.rows = _rows_checked(config, extract, report)
+    finally:
+        extract.discard()
+
+
+def _rows_checked(config: DatasetConfig, extract, report: CheckReport) -> int:
+    """Each file of ``extract`` read and validated; the findings go to ``report``."""
+    from medrelease.data.aggregate import check_drop_limit
+    from medrelease.storage.io import counting_positions, read_input
+    from schemas.input import fill_missing_categories, missing_rows, validate_input
+
     several = len(extract.files) > 1
     total = 0
     for path in extract.paths:
@@ -192,7 +201,7 @@ def _input_checked(config: DatasetConfig, input_path: str | None, report: CheckR
                     check_drop_limit(len(missing_rows(filled, needed)), len(filled), config)
         except MedreleaseError as exc:
             report.findings.append(Finding(where, str(exc)))
-    report.rows = total
+    return total
 
 
 def _input_findings(exc: InputValidationError, where: str, word: str) -> list[Finding]:

@@ -143,8 +143,9 @@ def test_the_count_takes_the_row_digest_bit_for_bit(tmp_path: Path, rows: pd.Dat
     extract = resolve_extract(config, rows_by_count=True)
     try:
         assert extract.files[0].rows_sha256 is None
-        with pytest.raises(RuntimeError, match="taken by its count"):
-            _ = extract.claims
+        for reading in ("claims", "rows_digest"):  # neither is read before the count
+            with pytest.raises(RuntimeError, match="taken by its count"):
+                getattr(extract, reading)
         counted = extract.counted(from_the_count(config, extract.files[0].read_from))
         assert counted.claims[1] == "rows:" + row_digest(config, plain)
     finally:
@@ -169,8 +170,10 @@ def test_weighted_row_sums_are_the_sums_over_every_row() -> None:
     assert sums.rows == sum(int(w) for w in weights)
     assert sums.high == sum(int(w) * int(h) for w, h in zip(weights, high, strict=True))
     assert sums.low == sum(int(w) * int(v) for w, v in zip(weights, low, strict=True))
-    with pytest.raises(ValueError):
-        weighted_row_sums(np.array([2**47], dtype=np.int64), high[:1], low[:1])
+    for beyond in ([2**46], [2**62] * 3, [2**63 - 1, 2**63 - 1, 2], [-1]):  # int64 wraps
+        with pytest.raises(ValueError):
+            weighted_row_sums(np.array(beyond, dtype=np.int64), high[:len(beyond)],
+                              low[:len(beyond)])
 
 
 # -- case 5: the same rows in another file are the same content ------------------------------

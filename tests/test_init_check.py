@@ -212,6 +212,8 @@ def test_check_shows_the_release_it_would_run(home: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "no problems" in result.output and "aim" in result.output
     assert "workload marginals" in result.output and "nothing spent" in result.output
+    snapshots = home / "steward" / "snapshots"  # the copies it read are raw data: gone
+    assert not snapshots.exists() or not any(snapshots.iterdir())
 
 
 def test_check_holds_the_plan_to_the_flows_work_limits(home: Path) -> None:

@@ -102,11 +102,14 @@ def weighted_row_sums(weights: np.ndarray, high: np.ndarray, low: np.ndarray) ->
 
     Integer arithmetic throughout: each 64-bit half is cut into four 16-bit limbs, and a
     limb's weighted sum is at most 65,535 x the row count, which int64 holds for any extract
-    under 2^47 rows (checked); the limbs are then combined as Python integers."""
+    under 2^46 rows (checked); the limbs are then combined as Python integers."""
     weights = np.asarray(weights, dtype=np.int64)
-    rows = int(weights.sum())
-    if rows >= 1 << 47 or (weights.size and int(weights.min()) < 0):
+    # checked before the int64 sum, which could wrap: a float sum of non-negative weights is
+    # within a relative 2^-40 of the exact one here, so under 2^46 means under 2^47
+    if weights.size and (int(weights.min()) < 0
+                         or float(weights.sum(dtype=np.float64)) >= 2.0 ** 46):
         raise ValueError("row weights out of the exact range of the limb sums")
+    rows = int(weights.sum())
 
     def total(halves: np.ndarray) -> int:
         halves = np.asarray(halves, dtype=np.uint64)

@@ -87,6 +87,9 @@ class ResolvedExtract:
     def rows_digest(self) -> str | None:
         """The extract's row digest (a one-file extract's own; several files' digests hashed
         in name order), for the steward record."""
+        if any(f.rows_by_count for f in self.files):
+            raise RuntimeError("the extract's row digest is taken by its count: read it after "
+                               "the count (ResolvedExtract.counted)")
         digests = [f.rows_sha256 for f in self.files]
         if not digests or None in digests:
             return None

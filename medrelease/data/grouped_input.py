@@ -113,7 +113,7 @@ def grouped_count(config: DatasetConfig, source: Path, threads: int | None = Non
     counts = _count_table(config, grouped, weights)
     if counts is not None and report is not None:
         counts = replace(counts, unit_bound=report)
-    return GroupedCount(counts, sums if counts is not None else None)
+    return GroupedCount(counts, sums)  # the sums of a file read strictly, counted or not
 
 
 GROUP_BATCH = 1_000_000  # groups fetched from DuckDB at a time
