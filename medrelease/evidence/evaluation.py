@@ -261,9 +261,12 @@ def evaluate_release(release_dir: str | Path, original: pd.DataFrame | InputRows
                                            released, config) if caps.raw_values else None)
         _other_sections(evaluation, given, released, config, mechanism, details, caps, query,
                         candidates)  # (an error here waits for the thread, then is raised)
-        accuracy = (Accuracy.of(workload.result(), informative_accuracy(
-            given.table, given.weights, released, config, caps.loss_reason))
-            if workload is not None else not_comparable())
+        if workload is None:
+            accuracy = not_comparable()
+        else:  # this thread's share first: ``workload.result()`` waits for the other's
+            informative = informative_accuracy(given.table, given.weights, released, config,
+                                               caps.loss_reason)
+            accuracy = Accuracy.of(workload.result(), informative)
     evaluation.accuracy = accuracy.as_json()
     return evaluation
 
