@@ -19,16 +19,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import multiprocessing
-import multiprocessing.forkserver
 import os
 import threading
 import warnings
 from pathlib import Path
+from typing import Any
 
 from prefect.events import DeploymentEventTrigger
+from prefect.logging import get_logger
 from prefect.runner import Runner
 
+from deployments.served_runs import (
+    SPAWN_ASKED,
+    fork_runs_from_a_preloaded_process,
+    tell_the_runner_the_flows,
+)
 from flows.arrival import arrival_release_flow
 from flows.release import release_flow
 from flows.request_form import DATASET_DEFAULT
@@ -136,78 +141,32 @@ def serve_all(inbox: Path | None = None, dataset: str = "nps-sample",
     # so runs waited for the default 10 s poll; measured Submit -> run start 5.5-8 s.)
     poll = float(os.environ.get("MEDRELEASE_RUNNER_POLL_SECONDS", "1"))
     runner = Runner(pause_on_shutdown=False, limit=2, query_seconds=poll)
-    forked = start_runs_from_a_preloaded_process()
-    for deployment in build_deployments(with_inbox=inbox is not None):
-        deployment_id = runner.add_deployment(deployment)
-        if forked:
-            _run_in_a_subprocess(runner, deployment_id, deployment.flow_name)
+    served = [(runner.add_deployment(deployment), deployment.flow_name)
+              for deployment in build_deployments(with_inbox=inbox is not None)]
+    get_logger("medrelease.serve").info("served runs start %s", start_served_runs(runner, served))
     runner.handle_sigterm = _stop_on_sigterm(runner)
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(runner.start())
 
 
 SERVED_FLOWS = {f.name: f for f in (release_flow, arrival_release_flow, watch_inbox_flow)}
-
-
-def _run_in_a_subprocess(runner: Runner, deployment_id, flow_name: str) -> None:
-    """Tell the runner which flow object a deployment runs, as ``Runner.add_flow`` does (a
-    deployment added as such is run by ``python -m prefect.engine``, a new interpreter that
-    loads the flow from its entrypoint; with the flow known, by ``run_flow_in_subprocess``,
-    which ``start_runs_from_a_preloaded_process`` turns into a fork of the preloaded process).
-    Prefect 3.8 has no public call for a deployment built with ``to_deployment``; where its
-    registry is not there, runs keep the entrypoint's way."""
-    registry = getattr(runner, "_deployment_registry", None)
-    if registry is not None and hasattr(registry, "register_flow"):
-        registry.register_flow(deployment_id, SERVED_FLOWS[flow_name])
-
-
-# What a served run's process needs before it can start: the served flows' modules (and through
-# them Prefect, pandas, numpy, DuckDB, the engine), imported once in the fork server.
+# What a served run's process needs before its first line: the served flows' modules (and
+# through them Prefect, pandas, pandera, the engine), imported once in the fork server.
 PRELOADED = sorted({f.fn.__module__ for f in SERVED_FLOWS.values()})
 
 
-class _ForkServerForSpawn:
-    """``multiprocessing`` as ``prefect.flow_engine`` sees it, but whose "spawn" context is a
-    fork server with the flows preloaded (every other attribute: the real module)."""
-
-    def __init__(self, context: multiprocessing.context.BaseContext) -> None:
-        self._context = context
-
-    def get_context(self, method: str | None = None):
-        return self._context if method == "spawn" else multiprocessing.get_context(method)
-
-    def __getattr__(self, name: str):
-        return getattr(multiprocessing, name)
-
-
-def start_runs_from_a_preloaded_process() -> bool:
-    """Served runs forked from a process that has imported the flows once, instead of each
-    run's process importing them afresh.
-
-    Prefect's runner starts every served run with ``multiprocessing``'s "spawn" context, fixed
-    in ``prefect.flow_engine.run_flow_in_subprocess``: a new interpreter that imports
-    ``flows.release`` (Prefect, pandas, pandera, the form's schema: 2.2-3.5 s of CPU) before
-    the run's first line, for every run a steward starts from the form. A fork server
-    (``multiprocessing``'s "forkserver": a clean process, no threads, started at the first run)
-    imports them once and forks each run from it; the run still gets Prefect's payload, its
-    environment and its settings exactly as under "spawn" (Prefect sends them to the child), and
-    stays a process of its own that the runner joins, cancels and kills by pid as before. The
-    flows are the code ``serve`` started with: a new version is served after a restart (as the
-    deployments' form already was). Returns False, leaving Prefect's "spawn", where this Prefect
-    does not start runs that way (a later version that changed it) or
-    ``MEDRELEASE_SERVED_RUN_START=spawn`` asks for it.
-    """
-    import prefect.flow_engine as flow_engine
-
-    if (os.environ.get("MEDRELEASE_SERVED_RUN_START", "forkserver") == "spawn"
-            or getattr(flow_engine, "multiprocessing", None) is not multiprocessing
-            or "forkserver" not in multiprocessing.get_all_start_methods()):
-        return False
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(PRELOADED)
-    flow_engine.multiprocessing = _ForkServerForSpawn(context)
-    multiprocessing.forkserver.ensure_running()  # now, not at the first run: it imports for it
-    return True
+def start_served_runs(runner: Runner, served: list[tuple[Any, str]]) -> str:
+    """How this ``serve`` starts its runs (``deployments/served_runs.py``): as forks of one
+    process that imported the flows, or Prefect's way; said in one line of its log."""
+    if os.environ.get(SPAWN_ASKED) == "spawn":
+        return f"each in a new interpreter, Prefect's way ({SPAWN_ASKED}=spawn)"
+    if not tell_the_runner_the_flows(runner, [(i, SERVED_FLOWS[name]) for i, name in served]):
+        return "each in a new interpreter, Prefect's way (this Prefect's runner was not told " \
+               "the flows)"
+    if not fork_runs_from_a_preloaded_process(PRELOADED):
+        return "each in a new interpreter, Prefect's way (this Prefect does not take its " \
+               "process context from multiprocessing)"
+    return f"as forks of one process that imported {', '.join(PRELOADED)}"
 
 
 def _stop_on_sigterm(runner: Runner):

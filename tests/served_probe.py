@@ -9,6 +9,7 @@ import importlib
 import json
 import os
 import sys
+import time
 
 from prefect import flow
 
@@ -16,8 +17,12 @@ IMPORTED_BY = os.getpid()
 
 
 @flow(name="served-run-probe")
-def probe(out: str) -> None:
+def probe(out: str, hold_s: float = 0.0) -> None:
+    seen = {"imported_by": importlib.import_module(__name__).IMPORTED_BY,
+            "run_by": os.getpid(), "parent": os.getppid(),
+            "release_flow_loaded": "flows.release" in sys.modules}
+    with open(f"{out}.started", "w", encoding="utf-8") as file:
+        json.dump(seen, file)
+    time.sleep(hold_s)
     with open(out, "w", encoding="utf-8") as file:
-        json.dump({"imported_by": importlib.import_module(__name__).IMPORTED_BY,
-                   "run_by": os.getpid(), "parent": os.getppid(),
-                   "release_flow_loaded": "flows.release" in sys.modules}, file)
+        json.dump(seen, file)
