@@ -29,6 +29,7 @@ from multiprocessing import popen_forkserver
 from typing import Any
 
 SPAWN_ASKED = "MEDRELEASE_SERVED_RUN_START"  # "spawn": Prefect's own way
+FROZEN_AFTER_IMPORTS = "deployments.fork_server_ready"  # imported last: gc.freeze()
 
 
 def tell_the_runner_the_flows(runner: Any, served: Iterable[tuple[Any, Any]]) -> bool:
@@ -60,7 +61,7 @@ def fork_runs_from_a_preloaded_process(preload: list[str]) -> bool:
             or "forkserver" not in multiprocessing.get_all_start_methods()):
         return False
     context = _RunContext()
-    context.set_forkserver_preload(preload)
+    context.set_forkserver_preload([*preload, FROZEN_AFTER_IMPORTS])
     flow_engine.multiprocessing = _ForkServerForSpawn(context)
     multiprocessing.forkserver.ensure_running()
     return True

@@ -5,6 +5,7 @@ with the globals it names as they were where it was pickled: it looks the module
 
 from __future__ import annotations
 
+import gc
 import importlib
 import json
 import os
@@ -20,7 +21,8 @@ IMPORTED_BY = os.getpid()
 def probe(out: str, hold_s: float = 0.0) -> None:
     seen = {"imported_by": importlib.import_module(__name__).IMPORTED_BY,
             "run_by": os.getpid(), "parent": os.getppid(),
-            "release_flow_loaded": "flows.release" in sys.modules}
+            "release_flow_loaded": "flows.release" in sys.modules,
+            "frozen_objects": gc.get_freeze_count()}
     with open(f"{out}.started", "w", encoding="utf-8") as file:
         json.dump(seen, file)
     time.sleep(hold_s)

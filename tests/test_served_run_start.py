@@ -53,6 +53,7 @@ def test_a_served_run_forks_from_the_preloaded_process(tmp_path, forked_runs) ->
     # the module came with the fork: imported by the fork server, before this run existed
     assert seen["imported_by"] == seen["parent"] != seen["run_by"]
     assert not seen["release_flow_loaded"]  # only what was asked for is preloaded
+    assert seen["frozen_objects"] > 10_000  # the imports' objects, out of the collector's way
 
 
 def test_a_run_whose_fork_server_dies_is_not_taken_for_ended(tmp_path, forked_runs) -> None:
