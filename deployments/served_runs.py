@@ -74,7 +74,7 @@ class _RunPopen(popen_forkserver.Popen):
     end for the process's (status 255 at once, the process still running). The runner would
     then mark a live run Crashed and start another in its slot. Here a 255 whose process still
     runs is reported only once the process is gone (as 255: its own status went with the
-    server)."""
+    server); a join then waits for that, whatever its timeout (the runner's has none)."""
 
     def poll(self, flag: int = os.WNOHANG) -> int | None:
         code = super().poll(flag)
