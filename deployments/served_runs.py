@@ -28,6 +28,8 @@ from collections.abc import Iterable
 from multiprocessing import popen_forkserver
 from typing import Any
 
+from medrelease.storage.store import process_running
+
 SPAWN_ASKED = "MEDRELEASE_SERVED_RUN_START"  # "spawn": Prefect's own way
 FROZEN_AFTER_IMPORTS = "deployments.fork_server_ready"  # imported last: gc.freeze()
 
@@ -78,12 +80,12 @@ class _RunPopen(popen_forkserver.Popen):
 
     def poll(self, flag: int = os.WNOHANG) -> int | None:
         code = super().poll(flag)
-        if code != 255 or not _running(self.pid):
+        if code != 255 or not process_running(self.pid):
             return code
         if flag == os.WNOHANG:
             self.returncode = None  # asked again later
             return None
-        while _running(self.pid):
+        while process_running(self.pid):
             time.sleep(0.5)
         return code
 
@@ -110,21 +112,3 @@ class _ForkServerForSpawn:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(multiprocessing, name)
-
-
-def _running(pid: int) -> bool:
-    """Whether ``pid`` is a process that has not ended (a zombie, ended but not yet reaped by
-    whoever inherited it, has ended)."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-    except OSError:  # no /proc: ask the kernel
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True

@@ -323,6 +323,24 @@ def partial_folder(parent: Path, release_id: str) -> Path:
                      f"{uuid.uuid4().hex[:6]}")
 
 
+def process_running(pid: int) -> bool:
+    """Whether ``pid`` is a process of this machine that has not ended (a zombie, ended but
+    not yet reaped by whoever inherited it, has ended; another user's process counts)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc: ask the kernel
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+
 def _still_being_written(partial: Path) -> bool:
     """Whether a partial release folder belongs to a publish still in progress."""
     parts = partial.name.rsplit("@", 3)
@@ -330,13 +348,7 @@ def _still_being_written(partial: Path) -> bool:
         return False  # an older version's leftover
     _, host, pid, _ = parts
     if host == _this_host():
-        try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True  # alive, another user's
-        return True
+        return process_running(int(pid))
     try:
         touched = max([partial.stat().st_ctime,
                        *(p.stat().st_ctime for p in partial.rglob("*"))])
