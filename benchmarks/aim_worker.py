@@ -36,8 +36,10 @@ def main() -> None:
 
         table = validate_input(read_input(config), config)
     started = time.perf_counter()
-    result = release(table, config, "aim", {"epsilon": job["epsilon"], "delta": job["delta"]},
-                     seed=job["seed"])
+    params = {"epsilon": job["epsilon"], "delta": job["delta"]}
+    if job.get("workload_degree"):
+        params["workload_degree"] = job["workload_degree"]
+    result = release(table, config, "aim", params, seed=job["seed"])
     seconds = time.perf_counter() - started
     frame = result.table.to_frame() if hasattr(result.table, "to_frame") else result.table
     from benchmarks.peers import public_domains

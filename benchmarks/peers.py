@@ -70,6 +70,9 @@ SYNTHETIC = {"shuffled", *OWN_PROCESS}
 REFERENCE = Path(__file__).resolve().parent / "reference_mbi.py"
 REFERENCES = {"aim-ref", "aim-ref-literal", "mst-ref"}
 RATIO_TO = "aim-ref"  # own-process tools' time as a ratio to it, seed by seed, same run
+# The workload aim and the references fit: every marginal of 2 up to this many columns, as
+# aim's default (``--workload-degree`` sets it for both; main() fills it in).
+WORKLOAD_DEGREE = [0]
 
 
 @dataclass
@@ -201,7 +204,7 @@ def release_own_process(tool: str, table: Table, epsilon: float, delta: float, s
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
     if tool == "aim":
         job = {"dataset": table.dataset, "rows": table.rows, "epsilon": epsilon, "delta": delta,
-               "seed": seed, "out": str(out)}
+               "seed": seed, "out": str(out), "workload_degree": WORKLOAD_DEGREE[0]}
         command = [sys.executable, "-m", "benchmarks.aim_worker", json.dumps(job)]
     else:
         job_file = _reference_job(tool, table, epsilon, delta, seed, work, out)
@@ -235,7 +238,8 @@ def _reference_job(tool: str, table: Table, epsilon: float, delta: float, seed: 
         np.savez(data, **{c: pd.Categorical(table.raw[c], categories=v).codes.astype(np.int64)
                           for c, v in table.domain.items()})
     columns = list(table.domain)
-    workload = [list(c) for k in (2, 3) for c in itertools.combinations(columns, k)]
+    workload = [list(c) for k in range(2, max(2, WORKLOAD_DEGREE[0]) + 1)
+                for c in itertools.combinations(columns, k)]
     job = {"tool": tool, "codes": str(data), "sizes": {c: len(v) for c, v in table.domain.items()},
            "workload": workload, "epsilon": epsilon, "delta": delta, "seed": seed,
            "out": str(out)}
@@ -373,8 +377,15 @@ def main() -> None:
                              "aim-ref-literal takes about 13 minutes a run on Adult here")
     parser.add_argument("--peer-timeout", type=float, default=1800.0,
                         help="seconds before a peer run is given up (reported as such)")
+    parser.add_argument("--workload-degree", type=int, default=None,
+                        help="aim's and the references' workload: every marginal of 2 up to "
+                             "this many columns (default: aim's default workload_degree)")
     parser.add_argument("--write", type=Path, help="also write the table (markdown) here")
     args = parser.parse_args()
+    from medrelease.mechanisms.aim import AIMParams
+
+    WORKLOAD_DEGREE[0] = (args.workload_degree if args.workload_degree is not None
+                          else AIMParams.model_fields["workload_degree"].default)
 
     lines = [HEADER]
     print(HEADER, flush=True)

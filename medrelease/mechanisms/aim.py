@@ -62,7 +62,9 @@ class AIMParams(MechanismParams):
                              description="mirror-descent steps of the final estimate")
     workload_degree: int = Field(default=3, ge=1, le=4,
                                  description="without a declared workload: every marginal of "
-                                             "2 up to this many columns")
+                                             "2 up to this many columns (2: lower error on "
+                                             "Adult-like tables, but no published error bar "
+                                             "for any 3-way marginal; docs/results/peers.md)")
     max_synthetic_rows: int = Field(
         default=5_000_000, ge=1, le=50_000_000,
         description="at most this many synthetic rows are sampled: the noisy total is clipped "
