@@ -70,9 +70,6 @@ SYNTHETIC = {"shuffled", *OWN_PROCESS}
 REFERENCE = Path(__file__).resolve().parent / "reference_mbi.py"
 REFERENCES = {"aim-ref", "aim-ref-literal", "mst-ref"}
 RATIO_TO = "aim-ref"  # own-process tools' time as a ratio to it, seed by seed, same run
-# The workload aim and the references fit: every marginal of 2 up to this many columns, as
-# aim's default (``--workload-degree`` sets it for both; main() fills it in).
-WORKLOAD_DEGREE = [0]
 
 
 @dataclass
@@ -198,16 +195,19 @@ def release_peer(tool: str, table: Table, epsilon: float, delta: float, seed: in
 
 
 def release_own_process(tool: str, table: Table, epsilon: float, delta: float, seed: int,
-                        timeout: float, work: Path) -> tuple[pd.DataFrame | None, float]:
-    """``aim`` (ours) or a reference on mbi in a fresh process: (released rows, seconds)."""
+                        timeout: float, work: Path,
+                        workload_degree: int) -> tuple[pd.DataFrame | None, float]:
+    """``aim`` (ours) or a reference on mbi in a fresh process: (released rows, seconds); both
+    fit every marginal of 2 up to ``workload_degree`` columns."""
     out = work / f"{tool}-{seed}.npz"
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
     if tool == "aim":
         job = {"dataset": table.dataset, "rows": table.rows, "epsilon": epsilon, "delta": delta,
-               "seed": seed, "out": str(out), "workload_degree": WORKLOAD_DEGREE[0]}
+               "seed": seed, "out": str(out), "workload_degree": workload_degree}
         command = [sys.executable, "-m", "benchmarks.aim_worker", json.dumps(job)]
     else:
-        job_file = _reference_job(tool, table, epsilon, delta, seed, work, out)
+        job_file = _reference_job(tool, table, epsilon, delta, seed, work, out,
+                                  workload_degree)
         command = [sys.executable, str(REFERENCE), str(job_file)]
     try:
         done = subprocess.run(command, check=True, timeout=timeout, capture_output=True,
@@ -229,17 +229,17 @@ LAST_PEAK_GB = [float("nan")]
 
 
 def _reference_job(tool: str, table: Table, epsilon: float, delta: float, seed: int,
-                   work: Path, out: Path) -> Path:
-    """The input as leaf codes per column (the same domains ``aim`` uses) and the workload."""
-    import itertools
+                   work: Path, out: Path, workload_degree: int) -> Path:
+    """The input as leaf codes per column (the same domains ``aim`` uses) and the workload
+    ``aim`` fits without a declared one (``default_workload``)."""
+    from medrelease.synthetic.release import default_workload
 
     data = work / "codes.npz"
     if not data.exists():
         np.savez(data, **{c: pd.Categorical(table.raw[c], categories=v).codes.astype(np.int64)
                           for c, v in table.domain.items()})
     columns = list(table.domain)
-    workload = [list(c) for k in range(2, max(2, WORKLOAD_DEGREE[0]) + 1)
-                for c in itertools.combinations(columns, k)]
+    workload = [list(c) for c, _ in default_workload(columns, workload_degree)]
     job = {"tool": tool, "codes": str(data), "sizes": {c: len(v) for c, v in table.domain.items()},
            "workload": workload, "epsilon": epsilon, "delta": delta, "seed": seed,
            "out": str(out)}
@@ -303,7 +303,8 @@ def run_once(tool: str, table: Table, epsilon: float, args, work: Path, run: int
                                 args.peer_timeout, work)
     elif tool in OWN_PROCESS:
         released, seconds = release_own_process(tool, table, epsilon, default_delta(None),
-                                                seed, args.peer_timeout, work)
+                                                seed, args.peer_timeout, work,
+                                                args.workload_degree)
         outcome.peak_gb.append(LAST_PEAK_GB[0])
     elif tool == "shuffled":
         released = shuffled(table, seed)
@@ -384,8 +385,8 @@ def main() -> None:
     args = parser.parse_args()
     from medrelease.mechanisms.aim import AIMParams
 
-    WORKLOAD_DEGREE[0] = (args.workload_degree if args.workload_degree is not None
-                          else AIMParams.model_fields["workload_degree"].default)
+    if args.workload_degree is None:
+        args.workload_degree = AIMParams.model_fields["workload_degree"].default
 
     lines = [HEADER]
     print(HEADER, flush=True)
