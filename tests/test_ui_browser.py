@@ -16,8 +16,10 @@ import re
 import shutil
 import time
 from pathlib import Path
+from uuid import UUID
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import (
     FlowRunFilter,
@@ -136,12 +138,33 @@ def _submit_each(browser, ui: str, deployment_id: str, shots: Path, log: Path,
 
 def _submit(page, name: str, problems: list[str]) -> None:
     """Click Submit; click it again, as a steward would, if Prefect's SQLite server answered
-    503 "database is locked" (its UI shows "Oops. Something went wrong"; README)."""
+    503 "database is locked" (its UI shows "Oops. Something went wrong"; README).
+
+    The run is known by the id in the server's answer to the form's ``create_flow_run``: a
+    served run renames itself as it starts (``_SUBMITTED``), and one forked from the preloaded
+    process can start, rename itself and finish between two polls by the proposed name."""
     for _attempt in range(6):  # runs submitted before are running: the server is busy
         seen = len(problems)
-        page.get_by_role("button", name=re.compile("^Submit")).click()
+        try:
+            with page.expect_response(_creates_flow_run, timeout=30_000) as answer:
+                page.get_by_role("button", name=re.compile("^Submit")).click()
+            _note_created(name, answer.value)
+        except PlaywrightTimeoutError:  # no request sent: the checks below say what happened
+            pass
         if not _answered_503(page, name, problems, seen):
             return
+
+
+def _creates_flow_run(response) -> bool:
+    return response.request.method == "POST" and response.url.endswith("/create_flow_run")
+
+
+def _note_created(name: str, response) -> None:
+    """The run the server created for the form, by id, when it carries the proposed name."""
+    if response.ok:
+        created = response.json()
+        if created.get("name") == name:
+            _SUBMITTED[name] = UUID(created["id"])
 
 
 def _answered_503(page, name: str, problems: list[str], seen: int, wait_s: float = 30) -> bool:
@@ -163,6 +186,8 @@ _SUBMITTED: dict[str, object] = {}
 
 def _run_created(name: str, timeout_s: float = 90) -> bool:
     """The server has the run the form submitted (checked by its name, not by the page URL)."""
+    if name in _SUBMITTED:
+        return True
     deadline = time.monotonic() + timeout_s
     with get_client(sync_client=True) as client:
         while True:
