@@ -99,19 +99,23 @@ class PublicFacts:
     unit_column: str | None = None  # the declared unit's identifier column
     unit_relation: str | None = None  # the neighbouring relation in words, for that unit
     domain_from_data: str | None = None  # informative column whose domain was read from data
+    taxonomies_from_data: tuple[str, ...] = ()  # dimensions whose taxonomy was read from data
     row_noun: str | None = None  # the config's word for one row (the row note; none: generic)
     unit_noun: str | None = None  # the config's word for whom rows describe
+    declared_analyses: int = 0  # how many analyses the config declares (aim measures each)
 
     @classmethod
     def of(cls, config: DatasetConfig) -> PublicFacts:
         privacy, unit = config.privacy, config.unit_column
         return cls(public_domain=config.informative_domain is not None,
                    domain_from_data=config.domain_read_from_data,
+                   taxonomies_from_data=tuple(config.taxonomies_read_from_data),
                    n_numeric=numeric_predictors(config), max_rows=privacy.max_rows,
                    unit_rows=privacy.max_rows_per_unit if unit else 1, unit_column=unit,
                    unit_relation=unit_relation(privacy.unit_words, privacy.row_words, unit,
                                                privacy.max_rows_per_unit) if unit else None,
-                   row_noun=privacy.row_noun, unit_noun=privacy.unit_noun)
+                   row_noun=privacy.row_noun, unit_noun=privacy.unit_noun,
+                   declared_analyses=len(config.analyses))
 
 
 PUBLIC_FACTS = tuple(f.name for f in fields(PublicFacts))  # set from the config, never by a request

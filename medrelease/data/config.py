@@ -69,9 +69,10 @@ class ColumnSpec(_Strict):
                                   "value becomes (a leaf of the dimension's taxonomy, a value "
                                   "of the informative column's domain)")
     domain_reviewed: bool = Field(
-        default=False, description="informative column: a steward has reviewed a domain file "
-                                   "that 'medrelease init' read from the data (its values are "
-                                   "now public knowledge, not the table's); init never sets it")
+        default=False, description="a steward has reviewed a domain or taxonomy file that "
+                                   "'medrelease init' read from the data (its values or range "
+                                   "are now public knowledge, not the table's); init never "
+                                   "sets it")
     description: str = ""
 
     @model_validator(mode="after")
@@ -98,9 +99,10 @@ class ColumnSpec(_Strict):
             raise ValueError("'missing' names the category a missing value becomes, so it "
                              "cannot be an empty text; to drop rows with missing values use "
                              "the dataset-wide 'missing: drop_rows' instead")
-        if self.domain_reviewed and not self.domain:
-            raise ValueError("'domain_reviewed' marks a reviewed 'domain' file; this column "
-                             "declares none")
+        if self.domain_reviewed and not (self.domain or (self.role == "dimension"
+                                                          and self.taxonomy)):
+            raise ValueError("'domain_reviewed' marks a reviewed 'domain' file, or a "
+                             "dimension's reviewed 'taxonomy'; this column declares neither")
         return self
 
 
@@ -159,6 +161,76 @@ class WorkloadSet(_Strict):
 
     columns: list[str] = Field(min_length=1, max_length=6)
     weight: float = Field(default=1.0, gt=0, le=1000, allow_inf_nan=False)
+
+
+class AnalysisSpec(_Strict):
+    """A table researchers need, declared so that the release is judged on it first (e.g. the
+    outcome rate by treatment): released columns, each optionally at a taxonomy level (0 = its
+    leaves, the default). ``aim`` measures every declared analysis early with a stated share of
+    its budget; the other mechanisms say how they serve it (kept, coarsened, generalized away).
+
+    YAML: ``- [rx, status]`` or ``- {columns: [chapter, age], levels: {age: 1}}``."""
+
+    columns: list[str] = Field(min_length=1, max_length=4)
+    levels: dict[str, int] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _short_form(cls, data: Any) -> Any:
+        if isinstance(data, (list, tuple)):
+            return {"columns": list(data)}
+        if isinstance(data, str):
+            return {"columns": [c.strip() for c in data.split(",") if c.strip()]}
+        return data
+
+    @model_validator(mode="after")
+    def _levels_of_its_columns(self) -> AnalysisSpec:
+        if len(set(self.columns)) != len(self.columns):
+            raise ValueError(f"analysis {self.columns}: a column is named twice")
+        stray = sorted(set(self.levels) - set(self.columns))
+        if stray:
+            raise ValueError(f"analysis {self.columns}: 'levels' names column(s) "
+                             f"{', '.join(stray)} that the analysis does not list")
+        if any(level < 0 for level in self.levels.values()):
+            raise ValueError(f"analysis {self.columns}: a taxonomy level is 0 (the values "
+                             "themselves) or more (coarser)")
+        return self
+
+    def level_of(self, column: str) -> int:
+        return self.levels.get(column, 0)
+
+    @property
+    def name(self) -> str:
+        """How reports name it: ``rx × status`` (a level other than 0 in brackets)."""
+        return " × ".join(c + (f" (level {self.levels[c]})" if self.levels.get(c) else "")
+                          for c in self.columns)
+
+
+class ImpossibleSpec(_Strict):
+    """A combination of values no real row can hold (e.g. a cause of death for a person alive
+    at follow-up): per column, the values (labels of any taxonomy level, or domain values) that
+    cannot occur together. No released row of a mechanism that draws rows holds one.
+
+    YAML: ``- {when: {status: ["0"], cause: [cancer, heart]}, reason: "alive, with a cause"}``
+    (or the ``when`` mapping alone)."""
+
+    when: dict[str, list[str]] = Field(min_length=1, max_length=6)
+    reason: str = Field(default="", max_length=300)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _short_form(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "when" not in data:
+            return {"when": data}
+        return data
+
+    @field_validator("when")
+    @classmethod
+    def _values_as_text(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:
+        for column, values in value.items():
+            if not values:
+                raise ValueError(f"impossible combination: column {column!r} lists no value")
+        return {c: [str(v) for v in values] for c, values in value.items()}
 
 
 class MechanismSpec(_Strict):
@@ -230,6 +302,19 @@ class DatasetConfig(_Strict):
     workload: list[WorkloadSet] | None = Field(
         default=None, max_length=500,
         description="the marginals researchers need (aim); default: every 2- and 3-way")
+    analyses: list[AnalysisSpec] = Field(
+        default_factory=list, max_length=50,
+        description="the tables researchers need (column sets, optionally at a taxonomy "
+                    "level): aim measures them first, every release says how it serves them, "
+                    "and the publication verdict judges the release on them")
+    impossible: list[ImpossibleSpec] = Field(
+        default_factory=list, max_length=200,
+        description="combinations of values no real row holds: never released")
+    expected_rows: int | None = Field(
+        default=None, ge=1, le=10**12,
+        description="the steward's expected size of an extract (rows), for choosing epsilon "
+                    "before spending ('medrelease check --epsilon / --target-error'); never "
+                    "read from the data, never used by a release")
     base_dir: str = "."
     config_file: str = Field(default="", description="set when loaded: the YAML it came from")
 
@@ -260,6 +345,23 @@ class DatasetConfig(_Strict):
                 raise ValueError(
                     f"workload entry {entry.columns}: every column must be a distinct "
                     f"dimension or informative column (not: {', '.join(unknown) or 'repeated'})")
+        return self
+
+    @model_validator(mode="after")
+    def _analyses_and_impossible_name_released_columns(self) -> DatasetConfig:
+        released = set(self.dimensions + self.informative)
+        for analysis in self.analyses:
+            unknown = sorted(set(analysis.columns) - released)
+            if unknown:
+                raise ValueError(
+                    f"analysis {analysis.columns}: {', '.join(unknown)} is not a dimension or "
+                    f"informative column (released: {', '.join(sorted(released))})")
+        for combination in self.impossible:
+            unknown = sorted(set(combination.when) - released)
+            if unknown:
+                raise ValueError(
+                    f"impossible combination {sorted(combination.when)}: {', '.join(unknown)} "
+                    "is not a dimension or informative column")
         return self
 
     @model_validator(mode="after")
@@ -446,6 +548,33 @@ class DatasetConfig(_Strict):
         comments, _ = domain_file_lines(self.resolve(spec.domain or ""), columns[0])
         marked = any(line.startswith(READ_FROM_DATA_MARK) for line in comments)
         return columns[0] if marked and not spec.domain_reviewed else None
+
+    @cached_property
+    def taxonomies_read_from_data(self) -> list[str]:
+        """The dimensions whose taxonomy file says it was read from the data (a value list or
+        bands from the data's minimum to its maximum, written by ``medrelease init``) and that
+        no steward has marked reviewed (``domain_reviewed: true``), in the config's order.
+
+        Such a taxonomy holds the values this table happens to hold, or its exact range:
+        releasing over it says which values occur, which no epsilon covers; the guarantee says
+        so in words until the steward reviews the file. Only the leading comment lines are
+        read; a file that cannot be read is left to the taxonomy loader to name."""
+        marked = []
+        for column in self.dimensions:
+            spec = self.columns[column]
+            if spec.domain_reviewed:
+                continue
+            try:
+                with self.resolve(spec.taxonomy or "").open(encoding="utf-8") as handle:
+                    for line in handle:
+                        if not line.lstrip().startswith("#"):
+                            break
+                        if line.strip().startswith(READ_FROM_DATA_MARK):
+                            marked.append(column)
+                            break
+            except (OSError, UnicodeDecodeError):
+                continue
+        return marked
 
     @cached_property
     def informative_taxonomy(self) -> Taxonomy | None:

@@ -27,6 +27,7 @@ from medrelease.plan import MaterializedRelease, ReleasePlan
 from medrelease.privacy.guarantee import ADD_REMOVE_ONE_ROW, BudgetStep, Guarantee
 from medrelease.privacy.randomness import MIN_NOISE_EPSILON
 from medrelease.synthetic.release import (
+    analysis_sigma,
     release_rho,
     release_synthetic,
     rounds_rho,
@@ -65,6 +66,11 @@ class AIMParams(MechanismParams):
                                              "2 up to this many columns (2: lower error on "
                                              "Adult-like tables, but no published error bar "
                                              "for any 3-way marginal; docs/results/peers.md)")
+    analyses_share: float = Field(
+        default=0.3, ge=0.05, le=0.8, allow_inf_nan=False,
+        description="share of the rounds' rho spent first on the dataset's declared analyses "
+                    "(each measured once at its levels, split evenly; public, stated in the "
+                    "manifest); unused when the dataset declares none")
     max_synthetic_rows: int = Field(
         default=5_000_000, ge=1, le=50_000_000,
         description="at most this many synthetic rows are sampled: the noisy total is clipped "
@@ -73,6 +79,7 @@ class AIMParams(MechanismParams):
     # Set by the release driver from the dataset config, never by users (hidden from forms).
     public_domain: SkipJsonSchema[bool] = True
     unit_rows: SkipJsonSchema[int] = 1  # m: marginals move by m in L2, scores by m * w_r
+    declared_analyses: SkipJsonSchema[int] = 0  # the config's analyses, measured first
 
 
 class AIM(MechanismBase):
@@ -115,11 +122,17 @@ class AIM(MechanismBase):
 
     def budget_steps(self, params: AIMParams) -> list[BudgetStep]:
         rho = self.rho(params)
+        analyses = ""
+        if params.declared_analyses:
+            sigma = analysis_sigma(params, params.declared_analyses)
+            analyses = (f"; first {params.analyses_share:.0%} of it on the "
+                        f"{params.declared_analyses} declared analyses, each measured once "
+                        f"with a discrete Gaussian of sigma {sigma:.3g}")
         return [BudgetStep(
             "rounds (zCDP)", params.epsilon, params.delta, self.name,
             f"rho = {rho:.6g} over AIM's rounds: leaf 1-way marginals, then per round an "
             "exponential-mechanism selection (eps_t^2/8) and a discrete Gaussian measurement "
-            "(1/(2 sigma_t^2)); rho's add up, the last round spends what is left")]
+            f"(1/(2 sigma_t^2)); rho's add up, the last round spends what is left{analyses}")]
 
     def row_bounds(self, params: AIMParams, shape: ReleaseShape) -> tuple[int, int]:
         """Plausible released rows (steward check): within 12 of the noisy total's sigmas of
@@ -145,6 +158,8 @@ class AIM(MechanismBase):
         (it was not last, so twice its cost was left), and that cost is at least rho_r / T.
         So every round's epsilon is at least min(eps_0, sqrt(0.8 rho_r (1 - 0.9 / rpc)))."""
         rho = self.rounds_rho(params)
+        if params.declared_analyses:  # the rounds plan with what the analyses leave
+            rho *= 1 - params.analyses_share
         rounds = params.rounds_per_column * max(n_columns, 1)
         first = math.sqrt(0.8 * rho / rounds)
         after_round_zero = math.sqrt(0.8 * rho * (1 - 0.9 / params.rounds_per_column))
@@ -153,7 +168,10 @@ class AIM(MechanismBase):
     def check_work(self, config: Any, params: AIMParams) -> None:
         """Before anything is read or spent: every round's selection epsilon must reach the
         samplers' floor 2^-20 (a run at eps 1e-6 was charged, then stopped at a round's
-        epsilon of 3.3e-7). The rows sampled are bounded by ``max_synthetic_rows``."""
+        epsilon of 3.3e-7). The rows sampled are bounded by ``max_synthetic_rows``. Every
+        declared analysis must have the levels it names and fit the model (its leaf table
+        within ``max_model_size``, its own cells within ``max_cells``): public sizes."""
+        check_analyses_fit(config, params)
         columns = len(config.dimensions) + len(config.informative)
         smallest = self.smallest_round_epsilon(params, columns)
         if smallest < MIN_NOISE_EPSILON:
@@ -164,3 +182,42 @@ class AIM(MechanismBase):
                 f"{params.rounds_per_column} rounds); use a larger epsilon or fewer rounds "
                 "(parameter 'rounds_per_column'). Nothing was read or spent.")
 
+
+
+def check_analyses_fit(config: Any, params: AIMParams) -> None:
+    """Refuse, before anything is read or spent, a declared analysis aim cannot measure: a
+    level its taxonomy lacks, a leaf table larger than the model-size limit, or more cells
+    than ``max_cells`` (the message names the analysis and the parameter to change)."""
+    from medrelease.data.constraints import (
+        analysis_problems,
+        column_taxonomy,
+        impossible_problems,
+    )
+
+    problems = analysis_problems(config) + impossible_problems(config)
+    if problems:
+        raise ParameterError("; ".join(problems) + ". Nothing was read or spent.")
+    for analysis in config.analyses:
+        leaves, cells = 1, 1
+        for column in analysis.columns:
+            taxonomy = column_taxonomy(config, column)
+            domain = (config.informative_domain if column in config.informative else None)
+            size = len(domain) if domain is not None else (
+                taxonomy.n_leaves if taxonomy is not None else 0)
+            if not size:
+                continue  # an informative column without a declared domain: its values
+                # come from the data, sized when read
+            leaves *= size
+            level = analysis.level_of(column)
+            cells *= taxonomy.cardinality(level) if (taxonomy is not None and level) else size
+        if leaves * 8 / 2**20 > params.max_model_size:
+            raise ParameterError(
+                f"aim: declared analysis {analysis.name} has {leaves:,} cells at its columns' "
+                f"values, more than the model-size limit max_model_size {params.max_model_size:g} "
+                "MB holds; declare it at coarser levels or raise 'max_model_size'. Nothing was "
+                "read or spent.")
+        if cells > params.max_cells:
+            raise ParameterError(
+                f"aim: declared analysis {analysis.name} has {cells:,} cells, more than "
+                f"max_cells {params.max_cells:,}; declare it at coarser levels. Nothing was "
+                "read or spent.")

@@ -21,11 +21,12 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from medrelease.data.constraints import ImpossibleCombos
 from medrelease.privacy.randomness import exponential_mechanism
 from medrelease.privacy.zcdp import (
     RhoFilter,
@@ -36,11 +37,20 @@ from medrelease.privacy.zcdp import (
 )
 from medrelease.synthetic import pgm
 from medrelease.synthetic.axis_sums import marginal_of_subset
-from medrelease.synthetic.space import Columns, Levels, MarginalSpace, RollUps
+from medrelease.synthetic.space import (
+    Columns,
+    Levels,
+    MarginalSpace,
+    RollUps,
+    merge_rare,
+    rare_groups,
+    shrunk_weights,
+)
 
 EXPECTED_ABS = math.sqrt(2.0 / math.pi)  # E|N(0, 1)|
 MEASURE_SHARE = 0.9  # of a round's rho: the measurement (the rest: selection), as in AIM
 MERGE_SIGMAS = 3.0   # a value whose round-0 noisy count is below this many sigmas is merged
+MAX_REDRAWS = 30     # batches drawn again to replace rows holding an impossible combination
 
 
 @dataclass(frozen=True)
@@ -62,6 +72,12 @@ class Settings:
     final_iters: int
     tolerance: float | None = None  # stop a fit early below this relative loss improvement
     max_rows: int | None = None     # the public ceiling on the rows sampled (and the total)
+    analyses_rho: float = 0.0       # of ``rho``: the declared analyses' measurements, first
+
+    @property
+    def rounds_rest(self) -> float:
+        """The rho the rounds plan with once the declared analyses have theirs."""
+        return self.rho - self.analyses_rho
 
 
 @dataclass(frozen=True)
@@ -84,12 +100,16 @@ class RoundRecord:
     weight: float = 0.0          # the selected candidate's weight w_sel
     planned_sigma: float = 0.0   # sigma before the grid: the expected-noise term of the quality
     fit_gap: float = 0.0         # ||y_t - M_sel(p_{t-1})||_1: the noisy vector vs the prior model
+    analysis: bool = False       # a declared analysis, measured in round 0 (no selection)
 
     def as_dict(self) -> dict:
-        return {"round": self.round, "columns": list(self.columns), "levels": list(self.levels),
-                "cells": self.cells, "sigma": self.sigma,
-                "selection_epsilon": self.selection_epsilon, "rho": self.rho,
-                "rho_used": self.rho_used, "annealed": self.annealed}
+        out = {"round": self.round, "columns": list(self.columns), "levels": list(self.levels),
+               "cells": self.cells, "sigma": self.sigma,
+               "selection_epsilon": self.selection_epsilon, "rho": self.rho,
+               "rho_used": self.rho_used, "annealed": self.annealed}
+        if self.analysis:
+            out["declared_analysis"] = True
+        return out
 
 
 def workload_closure(workload: list[tuple[Columns, float]]) -> dict[Columns, float]:
@@ -115,11 +135,15 @@ def build_candidates(space: MarginalSpace, workload: list[tuple[Columns, float]]
     return out
 
 
-def noisy_total(oneway: list[np.ndarray], sigma: float) -> tuple[float, float]:
-    """Inverse-variance mean of the noisy 1-way sums (each has variance sigma^2 x its cells),
-    at least 1, and its standard deviation."""
-    precision = np.array([1.0 / (sigma ** 2 * y.size) for y in oneway])
-    sums = np.array([float(y.sum()) for y in oneway])
+def noisy_total(oneway: list[np.ndarray], sigma: float,
+                more: Sequence[tuple[np.ndarray, float]] = ()) -> tuple[float, float]:
+    """Inverse-variance mean of the noisy 1-way sums (each has variance sigma^2 x its cells)
+    and of the sums of ``more`` measurements (noisy vector, its sigma: the declared analyses,
+    whose small sigma makes them the best estimates of the total), at least 1, and its
+    standard deviation."""
+    vectors = [(y, sigma) for y in oneway] + list(more)
+    precision = np.array([1.0 / (s ** 2 * y.size) for y, s in vectors])
+    sums = np.array([float(y.sum()) for y, _ in vectors])
     total = float((precision * sums).sum() / precision.sum())
     return max(1.0, total), math.sqrt(1.0 / float(precision.sum()))
 
@@ -189,7 +213,9 @@ class AIMRounds:
 
     def __init__(self, space: MarginalSpace, workload: list[tuple[Columns, float]],
                  settings: Settings, rng: np.random.Generator,
-                 log: Callable[[str], None] | None = None) -> None:
+                 log: Callable[[str], None] | None = None,
+                 analyses: Sequence[tuple[Columns, Levels]] = (),
+                 impossible: ImpossibleCombos | None = None) -> None:
         self.space, self.workload, self.settings, self.rng = space, workload, settings, rng
         self.leaves = space.attributes  # the released domains (merging changes the model's)
         self.candidates: list[Candidate] = []  # built in ``start``, on the merged values
@@ -197,9 +223,17 @@ class AIMRounds:
         self.merges: list = []
         self.log = log or (lambda _message: None)
         self.domain = pgm.domain(space.names, tuple(a.size for a in space.attributes))
+        # declared analyses (ascending attribute indices, their levels): measured in round 0
+        self.analyses = tuple((tuple(c), tuple(lv)) for c, lv in analyses)
+        if self.analyses and not settings.analyses_rho > 0:
+            raise ValueError("declared analyses need a share of rho (analyses_rho)")
+        self.impossible = impossible
+        self.rejected = 0  # sampled rows dropped for an impossible combination (a count of
+        # post-processing draws, public)
         rounds = settings.rounds
-        self.state = AIMState(sigma=math.sqrt(rounds / (2 * MEASURE_SHARE * settings.rho)),
-                              epsilon=math.sqrt(8 * (1 - MEASURE_SHARE) * settings.rho / rounds),
+        rest = settings.rounds_rest
+        self.state = AIMState(sigma=math.sqrt(rounds / (2 * MEASURE_SHARE * rest)),
+                              epsilon=math.sqrt(8 * (1 - MEASURE_SHARE) * rest / rounds),
                               budget=RhoFilter(settings.rho))
         self.started: float | None = None  # perf_counter at round 0 (elapsed, estimates)
 
@@ -231,22 +265,27 @@ class AIMRounds:
                 self.rng, grid_sigma_sq(state.sigma), fine.size))
         state.one_way_noisy = [np.rint(y).astype(np.int64) for y in oneway]
         sigma = math.sqrt(float(grid_sigma_sq(state.sigma)))
-        state.total, state.total_sigma = noisy_total(oneway, sigma)
+        for c, noisy in enumerate(oneway):
+            self._record_one_way(c, noisy, sigma)
+        self._measure_analyses()
+        state.total, state.total_sigma = noisy_total(
+            oneway, sigma, [(y, r.sigma) for r, y in zip(state.records, state.noisy,
+                                                        strict=True) if r.analysis])
         ceiling = self.settings.max_rows
         if ceiling is not None and state.total > ceiling:  # post-processing of the DP total
             state.total, state.total_clipped = float(ceiling), True
-        for c, noisy in enumerate(oneway):
-            self._record_one_way(c, noisy, sigma)
         self.candidates = build_candidates(self.space, self.workload, self.settings)
         self.answers = true_answers(self.space, self.candidates)
         self.domain = pgm.domain(self.space.names, tuple(a.size for a in self.space.attributes))
         state.model = pgm.estimate(self.domain, state.measurements, self.settings.iters,
                                    state.total, tol=self.settings.tolerance)
         merged = sum(m.merged for m in self.merges)
+        declared = (f", then the {len(self.analyses)} declared analyses with noise sigma "
+                    f"{self.state.records[0].sigma:.1f}" if self.analyses else "")
         self.log(f"Round 0 of about {self.settings.rounds}: measured the "
                  f"{len(self.space.attributes)} columns' one-way marginals with noise sigma "
-                 f"{state.sigma:.1f} and merged {merged} rare values into their taxonomy "
-                 f"parents; {state.rho_used / self.settings.rho:.0%} of the rounds' rho used "
+                 f"{state.sigma:.1f}{declared} and merged {merged} rare values into groups; "
+                 f"{state.rho_used / self.settings.rho:.0%} of the rounds' rho used "
                  f"({state.rho_used:.4g} of {self.settings.rho:.4g}) after "
                  f"{self.elapsed():.1f} s.")
 
@@ -254,26 +293,55 @@ class AIMRounds:
         """``space`` (another table's, e.g. a neighbour's) with this run's merges applied: the
         merges are outputs of round 0, so the rest of the proof conditions on them."""
         for merge in self.merges:
-            space.merge(merge.column, merge.keep)
+            space.merge(merge.column, merge.keep, merge.groups, merge.weights)
         return space
 
     def _record_one_way(self, column: int, noisy: np.ndarray, sigma: float) -> None:
         """Merge the values whose noisy count is below ``MERGE_SIGMAS`` sigma (post-processing
         of this DP measurement, as MST compresses its domain) and re-express the measurement
-        on the merged values: a group's noisy sum scaled by 1/sqrt(its size)."""
+        on the merged values: a group's noisy sum scaled by 1/sqrt(its size). A column a
+        declared analysis reads at its leaves is never merged (its table is measured and
+        released value by value). A group's leaves weigh their noisy counts shrunk towards the
+        group's mean and held below their own 95 % upper ends (``shrunk_weights``): expanded
+        back to leaves, no merged value gets more rows than its measurement allows."""
         name = self.space.names[column]
         keep = noisy >= MERGE_SIGMAS * sigma
-        if keep.all() or self.space.attributes[column].size <= 2:
+        if (keep.all() or self.space.attributes[column].size <= 2
+                or column in self.leaf_columns):
             self.state.measurements.append(pgm.measurement(noisy, (name,), sigma, None))
             self.state.cliques.append((name,))
             return
-        merge = self.space.merge(column, keep)
+        groups = rare_groups(self.space.attributes[column], keep, noisy, MERGE_SIGMAS, sigma)
+        probe = merge_rare(self.space.attributes[column], keep, groups)[2]
+        weights = tuple(shrunk_weights(noisy[m], sigma) for m in probe.members)
+        merge = self.space.merge(column, keep, groups, weights)
         self.merges.append(merge)
         sums = np.array([noisy[m].sum() for m in merge.members], dtype=np.float64)
         scale = 1.0 / np.sqrt([m.size for m in merge.members])
         query = pgm.ScaledQuery(tuple(float(w) for w in scale))
         self.state.measurements.append(pgm.measurement(sums * scale, (name,), sigma, query))
         self.state.cliques.append((name,))
+
+    @property
+    def leaf_columns(self) -> set[int]:
+        """Columns a declared analysis reads at level 0 (never merged)."""
+        return {c for columns, levels in self.analyses
+                for c, level in zip(columns, levels, strict=True) if level == 0}
+
+    def _measure_analyses(self) -> None:
+        """Each declared analysis at its levels, once, with the analyses' share of rho split
+        evenly (sigma_a^2 = k / (2 rho_a)); recorded as round-0 records, published with the
+        other measurements. No selection: which marginals are measured is public."""
+        if not self.analyses:
+            return
+        sigma = math.sqrt(len(self.analyses) / (2 * self.settings.analyses_rho))
+        for columns, levels in self.analyses:
+            answer = self.space.roll_up(self.space.fine_marginal(columns), columns, levels)
+            rho = self._measure(columns, levels, answer, sigma)
+            self.state.records.append(RoundRecord(
+                0, tuple(self.space.names[c] for c in columns), levels, int(answer.size),
+                math.sqrt(float(grid_sigma_sq(sigma))), 0.0, rho, self.state.rho_used,
+                planned_sigma=sigma, analysis=True))
 
     def _measure(self, columns: Columns, levels: Levels, answer: np.ndarray,
                  sigma: float) -> float:
@@ -366,7 +434,7 @@ class AIMRounds:
         fit_gap = float(np.abs(self.state.noisy[-1] - before.reshape(-1)).sum())
         self._refit(indices)
         annealed = self._anneal(plan, cand, before)
-        record = RoundRecord(len(self.state.records) + 1,
+        record = RoundRecord(self.selection_rounds + 1,
                              tuple(self.space.names[c] for c in cand.columns), cand.levels,
                              int(before.size), math.sqrt(float(grid_sigma_sq(plan.sigma))),
                              plan.epsilon, rho, self.state.rho_used, annealed,
@@ -376,13 +444,18 @@ class AIMRounds:
         self.log(self.round_sentence(record))
         return record
 
+    @property
+    def selection_rounds(self) -> int:
+        """Rounds after round 0 so far (a declared analysis is measured in round 0)."""
+        return sum(1 for r in self.state.records if not r.analysis)
+
     def _select(self, plan: RoundPlan, indices: list[int], scores: np.ndarray
                 ) -> tuple[int, float]:
         """The round's private selection (charged before it is drawn): the chosen candidate's
         index and the mechanism's sensitivity (the largest weight among the eligible)."""
         sensitivity = max(self.candidates[i].weight for i in indices)
         self.state.budget.charge(exponential_rho(plan.epsilon),
-                                 f"selection of round {len(self.state.records) + 1}")
+                                 f"selection of round {self.selection_rounds + 1}")
         pick = exponential_mechanism(self.rng, scores, plan.epsilon, sensitivity)
         return indices[pick], sensitivity
 
@@ -439,15 +512,49 @@ class AIMRounds:
 
     def synthesize(self, seed: int) -> tuple[dict[str, np.ndarray], int]:
         """The final estimate (more iterations) and its synthetic rows, as many as the noisy
-        total of the leaf-level 1-way measurements; merged values become one of their leaves."""
+        total of the leaf-level 1-way measurements; merged values become leaves in proportion
+        to their weights (``Merge.expand``). A row holding a declared impossible combination
+        is dropped and drawn again from the model (``_without_impossible``): the rows follow
+        the model's law given that no impossible combination occurs (post-processing)."""
         model = pgm.estimate(self.domain, self.state.measurements, self.settings.final_iters,
                              self.state.total, warm_start=self.state.model)
         rows = max(1, round(float(model.total)))
         if self.settings.max_rows is not None:
             rows = min(rows, self.settings.max_rows)
+        codes = self._leaf_sample(model, rows, seed)
+        if self.impossible:
+            codes = self._without_impossible(model, codes, rows, seed)
+        return codes, len(next(iter(codes.values())))
+
+    def _leaf_sample(self, model: pgm.Model, rows: int, seed: int) -> dict[str, np.ndarray]:
         codes = pgm.sample(model, rows, seed)
         expand = np.random.default_rng(seed + 1)
         for merge in self.merges:
             name = self.space.names[merge.column]
             codes[name] = merge.expand(codes[name], expand)
-        return codes, rows
+        return codes
+
+    def _without_impossible(self, model: pgm.Model, codes: dict[str, np.ndarray], rows: int,
+                            seed: int) -> dict[str, np.ndarray]:
+        """Rejection sampling: drop the impossible rows, draw more from the model (a batch
+        sized by the share rejected so far) and keep the possible ones until ``rows`` are
+        possible. Exact for the model's law given the possible rows. If the model puts almost
+        all its mass on impossible rows (after ``MAX_REDRAWS`` batches), fewer rows are
+        released, and the details say how many were redrawn."""
+        assert self.impossible is not None
+        bad = self.impossible.leaf_rows(codes)
+        parts = [{k: v[~bad] for k, v in codes.items()}]
+        have, drawn, rejected = int((~bad).sum()), rows, int(bad.sum())
+        attempt = 0
+        while have < rows and attempt < MAX_REDRAWS:
+            attempt += 1
+            accept = max((drawn - rejected) / drawn, 0.01)
+            batch = math.ceil((rows - have) / accept * 1.2) + 16
+            more = self._leaf_sample(model, batch, seed + 7919 * attempt)
+            bad = self.impossible.leaf_rows(more)
+            drawn, rejected = drawn + batch, rejected + int(bad.sum())
+            keep = np.flatnonzero(~bad)[: rows - have]
+            parts.append({k: v[keep] for k, v in more.items()})
+            have += keep.size
+        self.rejected = rejected
+        return {k: np.concatenate([p[k] for p in parts]) for k in codes}

@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from statistics import NormalDist
 
 import numpy as np
 import pandas as pd
@@ -435,3 +436,74 @@ class _ErrorBars:
                   f"candidates: |source - model| <= {model_l1:.1f} (alpha {alpha:.1f}), "
                   f"|model - released| {gap:.1f}")
         return self.bound(columns, levels, "selection", model_l1 + gap, reason, "workload")
+
+
+# -- declared analyses and 1-way marginals: an interval per cell ------------------------------
+
+def analysis_tables(run: AIMRounds, released_codes: dict[str, np.ndarray],
+                    level: float = 0.95) -> list[dict]:
+    """Every declared analysis as a researcher reads it: per cell, the released rows' count,
+    the measurement (the true count + discrete Gaussian noise of the analysis's sigma) and the
+    95 % interval of the true count, [measured - z sigma, measured + z sigma] rounded inwards to
+    whole numbers (a count is whole) and cut at 0. The interval is about the table the rounds
+    measured: the input after the per-unit bound. ``simultaneous_half_width``: z for all of the
+    analysis's cells at once (Bonferroni). DP outputs and public labels only."""
+    names = run.space.names
+    out = []
+    records = [(r, y) for r, y in zip(run.state.records, run.state.noisy, strict=True)
+               if r.analysis]
+    normal = NormalDist()
+    z = normal.inv_cdf(0.5 + level / 2)
+    for record, noisy in records:
+        columns = tuple(names.index(n) for n in record.columns)
+        leaves = [run.leaves[c] for c in columns]
+        shape = tuple(a.cardinality(lv) for a, lv in zip(leaves, record.levels, strict=True))
+        flat = np.zeros(len(released_codes[names[columns[0]]]), dtype=np.int64)
+        for a, c, lv, size in zip(leaves, columns, record.levels, shape, strict=True):
+            flat = flat * size + a.level_maps[lv][np.asarray(released_codes[names[c]],
+                                                             dtype=np.int64)]
+        released = np.bincount(flat, minlength=math.prod(shape))
+        measured = np.asarray(noisy, dtype=np.int64).reshape(-1)
+        half = z * record.sigma
+        lower = np.maximum(0, np.ceil(measured - half)).astype(np.int64)
+        upper = np.maximum(0, np.floor(measured + half)).astype(np.int64)
+        labels = [a.level_labels[lv] for a, lv in zip(leaves, record.levels, strict=True)]
+        cells = np.unravel_index(np.arange(measured.size), shape)
+        rows = [{"cell": [labels[k][int(cells[k][i])] for k in range(len(columns))],
+                 "released": int(released[i]), "measured": int(measured[i]),
+                 "lower": int(lower[i]), "upper": int(upper[i])}
+                for i in range(measured.size)]
+        bonferroni = normal.inv_cdf(1 - (1 - level) / (2 * max(1, measured.size)))
+        out.append({"name": SEP.join(record.columns), "columns": list(record.columns),
+                    "levels": list(record.levels), "sigma": float(record.sigma),
+                    "level": level, "holds": "per estimate",
+                    "simultaneous_half_width": float(bonferroni * record.sigma),
+                    "about": "the true count of the input the rounds measured (after each "
+                             "privacy unit's rows were cut to the declared maximum, when a "
+                             "unit is declared)",
+                    "cells": rows})
+    return out
+
+
+def one_way_moves(run: AIMRounds, released_codes: dict[str, np.ndarray]) -> list[dict]:
+    """Per released column: how far the released rows' 1-way distribution (at the leaves) is
+    from its round-0 measurement made a distribution (the noisy counts projected on counts
+    >= 0 with the same sum), as a total variation distance ``moved_tvd``; and ``noise_tvd``,
+    about how far the measurement itself is expected to be from the source's distribution
+    (E|N(0, sigma^2)| per cell over the total, halved). DP outputs only."""
+    from medrelease.synthetic.space import projected_weights
+
+    out = []
+    sigma = float(run.state.measurements[0].stddev) if run.state.measurements else 0.0
+    for c, noisy in enumerate(run.state.one_way_noisy):
+        name = run.space.names[c]
+        released = np.bincount(np.asarray(released_codes[name], dtype=np.int64),
+                               minlength=run.leaves[c].size).astype(np.float64)
+        measured = projected_weights(np.asarray(noisy, dtype=np.float64))
+        if released.sum() <= 0 or measured.sum() <= 0:
+            continue
+        moved = 0.5 * float(np.abs(released / released.sum() - measured / measured.sum()).sum())
+        noise = min(1.0, 0.5 * EXPECTED_ABS * sigma * noisy.size / max(float(noisy.sum()), 1.0))
+        out.append({"column": name, "sigma": sigma, "moved_tvd": round(moved, 6),
+                    "noise_tvd": round(noise, 6)})
+    return out

@@ -10,6 +10,7 @@ declares the mechanism and calls it (its rho, its rounds' rho and its row range 
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable
 from typing import Protocol
 
@@ -18,16 +19,30 @@ import pandas as pd
 
 from medrelease.data.aggregate import CountTable
 from medrelease.data.config import DatasetConfig
+from medrelease.data.constraints import impossible_for
 from medrelease.errors import ParameterError
 from medrelease.plan import MaterializedRelease, ReleasePlan
 from medrelease.privacy.randomness import generator_for
 from medrelease.privacy.zcdp import rho_for
 from medrelease.storage.released_rows import ReleasedRows
 from medrelease.synthetic.aim_rounds import AIMRounds, Settings
-from medrelease.synthetic.error_bars import bounds_summary, marginal_bounds, measurements_frame
+from medrelease.synthetic.error_bars import (
+    analysis_tables,
+    bounds_summary,
+    marginal_bounds,
+    measurements_frame,
+    one_way_moves,
+)
 from medrelease.synthetic.space import MarginalSpace
 
 SYNTHETIC_NOTICE = "synthetic rows — no row describes a real patient"
+MERGED_VALUE_EXPANSION = (
+    "a merged group's sampled rows are shared among its values systematically (not at random) "
+    "in proportion to weights read from round 0's noisy counts: each count shrunk towards the "
+    "group's mean by the share of their spread the noise explains, and never above the upper "
+    "end of its own 95 % interval (noisy count + 1.96 sigma); so a merged value gets at most "
+    "ceil(that upper end x the group's sampled rows / the sum of the group's weights) rows of "
+    "a batch (rows drawn again to replace an impossible combination come in further batches)")
 
 
 class RoundsParams(Protocol):
@@ -44,6 +59,7 @@ class RoundsParams(Protocol):
     final_iters: int
     workload_degree: int
     max_synthetic_rows: int
+    analyses_share: float
 
 
 def release_rho(params: RoundsParams) -> float:
@@ -54,6 +70,22 @@ def release_rho(params: RoundsParams) -> float:
 def rounds_rho(params: RoundsParams) -> float:
     """The rho the rounds calibrate for at row sensitivity: rho / m^2 (``AIM.rounds_rho``)."""
     return release_rho(params) / params.unit_rows ** 2
+
+
+def analyses_rho(params: RoundsParams, n_analyses: int) -> float:
+    """The rounds' rho spent on the declared analyses (all of them), on the rounds' scale."""
+    return params.analyses_share * rounds_rho(params) if n_analyses else 0.0
+
+
+def analysis_sigma(params: RoundsParams, n_analyses: int) -> float:
+    """The discrete Gaussian's sigma of each declared analysis's measurement, in rows of the
+    table after the per-unit bound: the analyses' rho split evenly, rho_a = 1 / (2 sigma^2) at
+    L2 sensitivity 1 (the unit's m is in the rounds' rho). The sampler's grid rounds sigma^2
+    up by at most 2^-20 relative; what is charged and published is the rounded value. A
+    function of public parameters only: ``medrelease check --epsilon`` reads it."""
+    if n_analyses < 1:
+        raise ValueError("no declared analysis: nothing is measured for one")
+    return math.sqrt(n_analyses / (2 * analyses_rho(params, n_analyses)))
 
 
 def sampled_row_bounds(noisy_total: float, total_sigma: float,
@@ -82,16 +114,36 @@ def check_workload(workload: list[tuple[tuple[str, ...], float]], columns: list[
             raise ParameterError(f"aim: workload weight of {list(sets)} must be positive")
 
 
+ANALYSIS_WEIGHT = 2.0  # a declared analysis's weight in the workload (the default sets weigh 1)
+
+
 def workload_of(config: DatasetConfig | None, space: MarginalSpace,
                 params: RoundsParams) -> list[tuple[tuple[int, ...], float]]:
     """The steward's declared workload, else every 2- to ``workload_degree``-way marginal;
-    as attribute indices of the space."""
+    plus every declared analysis at ``ANALYSIS_WEIGHT`` (the rounds then favour marginals that
+    share its columns); as attribute indices of the space."""
     names = list(space.names)
     declared = (config.workload if config is not None else None) or []
     sets = ([(tuple(w.columns), w.weight) for w in declared] if declared
             else default_workload(names, params.workload_degree))
+    for analysis in (config.analyses if config is not None else []):
+        sets.append((tuple(analysis.columns), ANALYSIS_WEIGHT))
     check_workload(sets, names)
     return [(tuple(names.index(c) for c in cols), weight) for cols, weight in sets]
+
+
+def declared_analyses(config: DatasetConfig | None, space: MarginalSpace
+                      ) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """The config's analyses as (ascending attribute indices, their levels); an analysis of
+    one column is a 1-way table at its level (measured like the others)."""
+    if config is None:
+        return []
+    names = list(space.names)
+    out = []
+    for analysis in config.analyses:
+        pairs = sorted((names.index(c), analysis.level_of(c)) for c in analysis.columns)
+        out.append((tuple(c for c, _ in pairs), tuple(lv for _, lv in pairs)))
+    return out
 
 
 def aim_rounds(counts: CountTable, config: DatasetConfig | None, plan: ReleasePlan,
@@ -101,14 +153,19 @@ def aim_rounds(counts: CountTable, config: DatasetConfig | None, plan: ReleasePl
     params: RoundsParams = plan.params  # type: ignore[assignment]  (aim's AIMParams)
     taxonomy = config.informative_taxonomy if config is not None else None
     space = MarginalSpace(counts, taxonomy)
+    analyses = declared_analyses(config, space)
     settings = Settings(rho=rounds_rho(params),
                         rounds=params.rounds_per_column * len(space.attributes),
                         max_model_size=params.max_model_size, max_cells=params.max_cells,
                         iters=params.iters, final_iters=params.final_iters,
                         tolerance=params.tolerance or None,
-                        max_rows=params.max_synthetic_rows)
+                        max_rows=params.max_synthetic_rows,
+                        analyses_rho=analyses_rho(params, len(analyses)))
+    impossible = (impossible_for(config, {a.name: a.leaf_labels for a in space.attributes})
+                  if config is not None else None)
     rng = generator_for(plan.release_seed)
-    return AIMRounds(space, workload_of(config, space, params), settings, rng, log)
+    return AIMRounds(space, workload_of(config, space, params), settings, rng, log,
+                     analyses=analyses, impossible=impossible)
 
 
 def synthetic_release(run: AIMRounds, counts: CountTable, plan: ReleasePlan) -> MaterializedRelease:
@@ -144,7 +201,10 @@ def synthetic_release(run: AIMRounds, counts: CountTable, plan: ReleasePlan) -> 
         # the public ceiling on the rows sampled, and whether the noisy total reached it
         "synthetic_rows_ceiling": run.settings.max_rows,
         "noisy_total_clipped": state.total_clipped,
+        "merged_value_expansion": MERGED_VALUE_EXPANSION,
     }
+    if run.impossible:
+        details["impossible_rows_redrawn"] = int(run.rejected)
     return MaterializedRelease(
         index=-1, node=tuple(0 for _ in counts.dimensions), rows=released, il=None,
         row_bounds=sampled_row_bounds(state.total, state.total_sigma, run.settings.max_rows),
@@ -159,6 +219,10 @@ def researcher_error_bars(run: AIMRounds, released_codes: dict[str, np.ndarray])
     (AIM's paper §5), from the measurements, the selections and the sampled rows only."""
     summary = bounds_summary(marginal_bounds(run, released_codes, run.workload))
     summary["marginals"] = summary.pop("bounds")
+    analyses = analysis_tables(run, released_codes)
+    if analyses:
+        summary["analyses"] = analyses
+    summary["one_way"] = one_way_moves(run, released_codes)
     return summary
 
 
