@@ -115,6 +115,9 @@ def plan_release(
     if facts.domain_from_data and guarantee.epsilon is not None:
         guarantee = replace(guarantee, label=guarantee.label + domain_from_data_caveat(
             facts.domain_from_data))
+    if facts.taxonomies_from_data and guarantee.epsilon is not None:
+        guarantee = replace(guarantee, label=guarantee.label + taxonomies_from_data_caveat(
+            facts.taxonomies_from_data))
     _check_steps_make_the_guarantee(impl.name, steps, guarantee)
     accountant = PrivacyAccountant(guarantee.epsilon or 0.0, guarantee.delta or 0.0)
     # (syntactic models and pseudonymization spend nothing: no steps, no limit needed)
@@ -145,6 +148,22 @@ def domain_from_data_caveat(column: str) -> str:
     return (f"; the set of values of {column!r} was taken from the data (its domain file, "
             "drafted by medrelease init, is not marked domain_reviewed), so which values occur "
             "is disclosed and not covered by this guarantee")
+
+
+def taxonomies_from_data_caveat(columns: Sequence[str]) -> str:
+    """What the guarantee adds while dimension taxonomies read from the data are unreviewed
+    (one caveat naming them all): a value list is the table's own values, bands from its
+    minimum to its maximum its own range, so which values occur is disclosed, whatever
+    epsilon says."""
+    quoted = [repr(c) for c in columns]
+    names = quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} and {quoted[-1]}"
+    one = len(quoted) == 1
+    return (f"; the values of {names} were taken from the data ({'its' if one else 'their'} "
+            f"taxonomy file{'' if one else 's'}, drafted by medrelease init, "
+            f"list{'s' if one else ''} the values found or span{'s' if one else ''} the "
+            f"smallest to the largest found, and {'is' if one else 'are'} not marked "
+            "domain_reviewed), so which "
+            "values occur is disclosed and not covered by this guarantee")
 
 
 def lattice_size(config: DatasetConfig) -> int:

@@ -9,13 +9,23 @@ spaces) decide its role and its taxonomy:
 * an id-like column (named like an id, or unique) is an ``identifier``; the one with the fewest
   ids whose rows repeat becomes the privacy unit;
 * free text and very high cardinality are dropped, with the reason;
-* numbers get nested bands on round edges (1 -> 5 -> 10 -> 20 -> ``*``) that extend past the
-  data's range and never sit on its exact minimum or maximum;
+* whole numbers with few distinct values (flags, small codes: at most ``MAX_VALUE_LIST``) get
+  a value list of exactly the values found, not bands (a band 0-2 over a 0/1 flag lets a
+  mechanism that draws within bands write a 2);
+* other numbers get leaves from the data's minimum to its maximum (no leaf outside them: a
+  synthetic age is never below the youngest patient's) and nested round bands above them
+  (1 -> 5 -> 10 -> 20 -> ``*``);
 * code-like text (letters and digits, e.g. ICD) gets prefix levels, or the shipped ICD-9
   taxonomy when every code is an ICD-9 code; ISO dates get month -> year; the rest is flat;
 * the informative column's domain is the shipped ICD-9 list where that fits, else the values
   found, in a file whose first line marks it as read from the data (the guarantee says so
-  until the steward sets ``domain_reviewed: true``, which this module never writes);
+  until the steward sets ``domain_reviewed: true``, which this module never writes); every
+  dimension taxonomy that lists values found or spans the data's range carries the same mark,
+  with the same consequence (``DatasetConfig.taxonomies_read_from_data``);
+* ``--analysis`` column lists become ``analyses:`` (a column the table lacks, or one drafted as
+  an identifier or dropped, is refused before anything is written); without them the informative
+  column against each dimension is suggested, commented out, with an ``impossible:`` example
+  and ``expected_rows`` (the row count to two significant digits: a planning figure);
 * blanks: a ``(blank)`` category in a dimension; in the informative column ``missing:
   drop_rows`` when they are few, else a ``(blank)`` value of its domain.
 
@@ -29,6 +39,7 @@ import csv
 import math
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import date, timedelta
 from decimal import Decimal
@@ -48,6 +59,13 @@ ID_NAME = re.compile(r"(?i)(^id$|[_\- ]id$|^id[_\- ]|[a-z]Id$|(^|[_\- ])(key|no|
                      r"ssn)$|^(subject|patient|person|hadm|encounter|visit|case)(_?id)?$)")
 MAX_FINE_LEAVES = 200          # a numeric column's finest level: at most about this many bins
 MAX_FLAT_VALUES = 500          # more distinct text values than this, and not a code: dropped
+# A whole-number column with at most this many distinct values is a flag or a code (0/1, sex
+# 1/2, a stage 1..4, a month 1..12): a value list of exactly the values found, not bands. Twelve
+# keeps a month; a measurement (an age, a count of days) has more values in any real table.
+MAX_VALUE_LIST = 12
+MAX_ANALYSIS_COLUMNS = 4       # columns of one declared analysis (AnalysisSpec)
+MAX_ANALYSES = 50              # declared analyses (DatasetConfig.analyses)
+RELEASED_ROLES = ("dimension", "informative")
 MAX_DOMAIN_VALUES = 20_000     # an informative column with more distinct values is refused
 LATTICE_LIMIT = 20_000         # the policy's default max_lattice_nodes
 FEW_BLANKS = 0.03              # informative blanks up to this share: missing: drop_rows
@@ -167,6 +185,7 @@ class DatasetDraft:
     row_noun: str
     review: list[str]
     lattice_nodes: int
+    analyses: list[list[str]] = field(default_factory=list)  # --analysis, checked
 
     def yaml_text(self) -> str:
         return _yaml_text(self)
@@ -426,39 +445,77 @@ def _number_text(value: Decimal) -> str:
     return text
 
 
+def _read_from_data_header(column: str, what: str) -> str:
+    """The first lines of a taxonomy ``init`` filled from the data: the marker the config looks
+    for (``DatasetConfig.taxonomies_read_from_data``: the guarantee then says so) and what the
+    steward does about it. Comment lines, read by both taxonomy loaders as such."""
+    return (f"{READ_FROM_DATA_MARK} by medrelease init ({what} in column {column!r}).\n"
+            "# Until a steward reviews this file and sets domain_reviewed: true on the column, "
+            "the guarantee says its values were taken from the data.\n")
+
+
 def numeric_taxonomy(profile: ColumnProfile, most: int = 3
                      ) -> tuple[str, int, Decimal, Decimal]:
-    """A YAML numeric taxonomy: round bins and nested round bands whose edges extend past
-    the data's range (never its exact minimum or maximum). Returns the text, the number of
-    levels below ``*``, and the domain's edges (lower, upper exclusive)."""
+    """A YAML numeric taxonomy whose leaves run from the data's minimum to its maximum, with
+    nested round bands above them, marked as read from the data.
+
+    No leaf lies outside the values found, so a mechanism that draws leaves (``aim``) never
+    writes an age below the youngest patient's; the range is the data's, which is why the file
+    is marked (the guarantee says so until the steward reviews it). Leaves are the whole
+    numbers themselves over a short range, else bins of a round resolution (at most about
+    ``MAX_FINE_LEAVES``): the first starts at the minimum; when the maximum is not on the
+    bins' grid, the last leaf is the top-coded ``[x+]`` from the last grid point below it (a
+    whole bin there would reach past the maximum, and a bin cannot stop at it). Bands sit on
+    round edges (cut at both ends) when the minimum lies on the resolution's grid, else they
+    count from the minimum (bands must be unions of bins). Returns the text, the number of
+    levels below ``*``, and the leaves' span (lower, upper exclusive; the maximum when
+    top-coded)."""
     low, high = Decimal(str(profile.minimum)), Decimal(str(profile.maximum))
-    span = max(float(high - low), 1.0 if profile.kind == "integer" else 1e-6)
-    finest = Decimal(1).scaleb(-profile.decimal_places) if profile.kind == "decimal" \
-        else Decimal(1)
+    decimal = profile.kind == "decimal"
+    span = max(float(high - low), 1e-6 if decimal else 1.0)
+    finest = Decimal(1).scaleb(-profile.decimal_places) if decimal else Decimal(1)
+    # (never bins of exactly 1 for decimals: from a whole minimum the taxonomy would take them
+    # for whole numbers and refuse every decimal)
     resolution = next(w for w in round_widths()
-                      if w >= finest and Decimal(str(span)) / w <= MAX_FINE_LEAVES)
+                      if w >= finest and Decimal(str(span)) / w <= MAX_FINE_LEAVES
+                      and not (decimal and w == 1))
     widths = _nested_widths(resolution, span, most)
-    band = widths[-1] if widths else resolution
-    lower = (low / band).to_integral_value(rounding="ROUND_FLOOR") * band
-    upper = ((high / band).to_integral_value(rounding="ROUND_FLOOR") + 1) * band
-    if lower == low and low != 0:
-        lower -= band
-    if upper - resolution <= high:
-        upper += band
-    if low >= 0 > lower:
-        lower = Decimal(0)
-    lines = [f"# drafted by medrelease init from {profile.name!r}: bands on round edges "
-             f"({', '.join(_number_text(w) for w in [resolution, *widths])}) that extend past "
-             "the values found. Review them.",
+    anchor = Decimal(0) if low % resolution == 0 else low
+    last = low + ((high - low) // resolution) * resolution  # the grid point below the maximum
+    binned = resolution != 1 or decimal or bool(profile.blanks)
+    edges = "round edges" if anchor == 0 else "edges counted from the smallest value"
+    top = (f"; the last leaf, [{_number_text(last)}+], holds the largest values"
+           if last < high else "")
+    lines = [_read_from_data_header(profile.name, "the smallest to the largest value found")
+             + f"# Leaves: {'bins of ' + _number_text(resolution) if binned else 'the values'} "
+             f"from the smallest value found to the largest{top}; bands of "
+             f"{', '.join(_number_text(w) for w in widths) or 'none'} on {edges}. Widen the "
+             "domain to what any such table could hold, or confirm it.",
              f"attribute: {_yaml_key(profile.name)}",
-             f"domain: {{min: {_number_text(lower)}, max: {_number_text(upper - resolution)}}}"]
-    if resolution != 1 or profile.kind == "decimal" or profile.blanks:
+             f"domain: {{min: {_number_text(low)}, max: {_number_text(high)}}}"]
+    if binned:
         lines.append(f"resolution: {_number_text(resolution)}")
+    if last < high:
+        lines.append(f"top_code: {_number_text(last)}")
     if profile.blanks:
         lines.append(f"missing: {_yaml_scalar(BLANK)}")
     lines.append("levels:" if widths else "levels: []")
-    lines += [f"  - {{width: {_number_text(w)}, anchor: 0}}" for w in widths]
-    return "\n".join(lines) + "\n", len(widths) + 1, lower, upper
+    lines += [f"  - {{width: {_number_text(w)}, anchor: {_number_text(anchor)}}}"
+              for w in widths]
+    return "\n".join(lines) + "\n", len(widths) + 1, low, (
+        last + resolution if last == high else high)
+
+
+def value_list_taxonomy(profile: ColumnProfile) -> tuple[str, int]:
+    """A flag or a small code (few whole numbers): exactly the values found, as the file writes
+    them (matched as text), one leaf each, then ``*``; marked as read from the data. Sorted as
+    numbers, so 2 comes before 10."""
+    values = sorted(profile.values or (), key=lambda v: (Decimal(v), v))
+    lines = [f"{v};*" for v in values]
+    if profile.blanks:
+        lines.append(f"{BLANK};*")
+    return (_read_from_data_header(profile.name, f"the {len(values)} values found")
+            + "\n".join(lines) + "\n", 1)
 
 
 def _icd9_leaves() -> frozenset[str]:
@@ -477,7 +534,8 @@ def code_taxonomy(profile: ColumnProfile) -> tuple[str, int]:
     lines = [f"{v};{v[:3]};{v[:1]};*" for v in profile.values or ()]
     if profile.blanks:
         lines.append(f"{BLANK};{BLANK};{BLANK};*")
-    return "\n".join(lines) + "\n", 3
+    header = _read_from_data_header(profile.name, f"the {len(profile.values or ())} codes found")
+    return header + "\n".join(lines) + "\n", 3
 
 
 def date_taxonomy(profile: ColumnProfile) -> tuple[str, int]:
@@ -497,10 +555,12 @@ def date_taxonomy(profile: ColumnProfile) -> tuple[str, int]:
 
 
 def flat_taxonomy(profile: ColumnProfile) -> tuple[str, int]:
+    """Categories as found, one leaf each, then ``*``; marked as read from the data."""
     lines = [f"{v};*" for v in profile.values or ()]
     if profile.blanks:
         lines.append(f"{BLANK};*")
-    return "\n".join(lines) + "\n", 1
+    header = _read_from_data_header(profile.name, f"the {len(profile.values or ())} values found")
+    return header + "\n".join(lines) + "\n", 1
 
 
 def _file_stem(name: str) -> str:
@@ -518,18 +578,36 @@ def _relative(target: Path, folder: Path) -> str:
     return relative if relative.count("..") <= 3 else str(target)
 
 
+def _value_list(profile: ColumnProfile) -> bool:
+    """Whole numbers with at most ``MAX_VALUE_LIST`` distinct spellings, each one a taxonomy
+    line can hold as it is (no spaces around it): a flag or a code, listed, not banded."""
+    return (profile.kind == "integer" and profile.values is not None
+            and profile.distinct <= MAX_VALUE_LIST
+            and not any(_unfit_leaf(v) for v in profile.values))
+
+
 def _dimension(profile: ColumnProfile, folder: Path) -> ColumnDraft:
     kind, stem = profile.kind, _file_stem(profile.name)
     missing = BLANK if profile.blanks else None
+    # ``type: integer`` makes the input check refuse the (blank) category blanks become; the
+    # taxonomy still holds every value to its form (a value list to its lines, bins to numbers)
+    declared = "string" if kind == "integer" and profile.blanks else kind
     if _is_icd9(profile) and not profile.blanks:
         icd9 = project_root() / "taxonomies" / "icd9" / "icd9.csv"
         return ColumnDraft(profile.name, "dimension", "ICD-9 codes: the shipped ICD-9 "
                            "taxonomy (public)", taxonomy=_relative(icd9, folder), levels=3)
+    if _value_list(profile):
+        text, levels = value_list_taxonomy(profile)
+        return ColumnDraft(profile.name, "dimension", f"{profile.distinct} whole-number values "
+                           "(a flag or a code): the values found, no bands",
+                           type=declared, taxonomy=f"{stem}.csv", missing=missing,
+                           files={f"{stem}.csv": text}, levels=levels, read_from_data=True)
     if kind in ("integer", "decimal"):
         text, levels, *_ = numeric_taxonomy(profile)
-        return ColumnDraft(profile.name, "dimension", f"{kind}s: nested round bands",
-                           type=kind, taxonomy=f"{stem}.yaml", missing=missing,
-                           files={f"{stem}.yaml": text}, levels=levels)
+        return ColumnDraft(profile.name, "dimension", f"{kind}s: bands from the smallest to "
+                           "the largest value found", type=declared, taxonomy=f"{stem}.yaml",
+                           missing=missing, files={f"{stem}.yaml": text}, levels=levels,
+                           read_from_data=True)
     if kind == "date":
         text, levels = date_taxonomy(profile)
         return ColumnDraft(profile.name, "dimension", "dates: day -> month -> year",
@@ -601,9 +679,11 @@ def noun_for(column: str, fallback: str) -> str:
 
 
 def draft_dataset(profile: TableProfile, name: str, root: Path, informative: str | None = None,
-                  unit: str | None = None) -> DatasetDraft:
-    """Decide every column's role, taxonomy and domain, the missing-value rule, the unit and
-    the nouns; nothing is written (``write_draft``)."""
+                  unit: str | None = None,
+                  analyses: Sequence[str | Sequence[str]] = ()) -> DatasetDraft:
+    """Decide every column's role, taxonomy and domain, the missing-value rule, the unit, the
+    nouns and the declared analyses (``analyses``: column lists, or ``"a,b"`` texts as
+    ``--analysis`` gives them); nothing is written (``write_draft``)."""
     if not DATASET_NAME.match(name):
         raise DraftError(f"dataset name {name!r}: use lower-case letters, digits, '-' or '_' "
                          "(at most 64), it becomes a folder name")
@@ -642,6 +722,7 @@ def draft_dataset(profile: TableProfile, name: str, root: Path, informative: str
     if not any(d.role == "dimension" for d in drafts):
         raise DraftError("no column can be a dimension (every other column is an id, free "
                          "text or empty): a release needs at least one")
+    declared = _declared_analyses(analyses, drafts, profile.path.name)
     chosen_unit, bound = _unit(profile, drafts, unit, review)
     lattice = _fit_lattice(drafts, profile, review)
     _review_notes(profile, drafts, rule, review)
@@ -654,7 +735,42 @@ def draft_dataset(profile: TableProfile, name: str, root: Path, informative: str
         name=name, folder=folder, input_path=_relative(profile.path, folder),
         delimiter=profile.delimiter, rows=profile.rows, columns=drafts, dataset_missing=rule,
         unit=chosen_unit, max_rows_per_unit=bound, unit_noun=unit_noun, row_noun=row_noun,
-        review=review, lattice_nodes=lattice)
+        review=review, lattice_nodes=lattice, analyses=declared)
+
+
+def _declared_analyses(asked: Sequence[str | Sequence[str]], drafts: list[ColumnDraft],
+                       file: str) -> list[list[str]]:
+    """The ``--analysis`` column lists, each held to what was drafted, so that the config
+    passes its own check: a column the table lacks, or one drafted as an identifier or
+    dropped (never released, so no analysis can hold it), is refused in one sentence naming
+    it and its drafted role, before anything is written."""
+    by_name = {d.name: d for d in drafts}
+    declared: list[list[str]] = []
+    for given in asked:
+        parts = given.split(",") if isinstance(given, str) else list(given)
+        columns = [str(c).strip() for c in parts if str(c).strip()]
+        if not columns:
+            raise DraftError("--analysis names no column: give the columns of one table "
+                             "researchers need, separated by commas (e.g. --analysis "
+                             "treatment,outcome); nothing was written")
+        for column in columns:
+            draft = by_name.get(column)
+            if draft is None:
+                raise DraftError(f"--analysis: {column!r} is not a column of {file} (columns: "
+                                 f"{', '.join(by_name)}); nothing was written")
+            if draft.role not in RELEASED_ROLES:
+                raise DraftError(f"--analysis: {column!r} is drafted as {draft.role} "
+                                 f"({draft.reason}), and an analysis holds only released "
+                                 "columns (dimension or informative); nothing was written")
+        if len(set(columns)) != len(columns) or len(columns) > MAX_ANALYSIS_COLUMNS:
+            raise DraftError(f"--analysis {','.join(columns)}: name each column once, at most "
+                             f"{MAX_ANALYSIS_COLUMNS} columns; nothing was written")
+        if columns not in declared:
+            declared.append(columns)
+    if len(declared) > MAX_ANALYSES:
+        raise DraftError(f"{len(declared)} analyses: at most {MAX_ANALYSES}; nothing was "
+                         "written")
+    return declared
 
 
 def _unit(profile: TableProfile, drafts: list[ColumnDraft], asked: str | None,
@@ -686,7 +802,7 @@ def _fit_lattice(drafts: list[ColumnDraft], profile: TableProfile, review: list[
     dims = [d for d in drafts if d.role == "dimension"]
     nodes = math.prod(d.levels + 1 for d in dims)
     while nodes > LATTICE_LIMIT:
-        numeric = [d for d in dims if d.type in ("integer", "decimal") and d.levels > 1]
+        numeric = [d for d in dims if (d.taxonomy or "").endswith(".yaml") and d.levels > 1]
         if not numeric:
             review.append(f"the lattice has {nodes:,} nodes, over the default limit "
                           f"{LATTICE_LIMIT:,}: drop some columns (role: drop) or raise "
@@ -710,16 +826,26 @@ def _review_notes(profile: TableProfile, drafts: list[ColumnDraft], rule: str,
                           f"{draft.name!r}, read from the data; the guarantee says so until "
                           "you check the list is what any such table could hold and set "
                           "domain_reviewed: true")
+        elif draft.read_from_data and (draft.taxonomy or "").endswith(".yaml"):
+            review.append(f"{draft.taxonomy}: bands from the smallest to the largest value "
+                          f"found in {draft.name!r}, read from the data; the guarantee says so "
+                          "until you widen the domain to what any such table could hold (or "
+                          "confirm it) and set domain_reviewed: true")
         elif draft.read_from_data:
-            review.append(f"{draft.taxonomy}: lists the values found in {draft.name!r}; a "
-                          "value only this table holds is disclosed if released: add the "
-                          "values any such table could hold, remove rare ones")
-        if column.kind in ("integer", "decimal") and column.numbers < column.distinct:
+            review.append(f"{draft.taxonomy}: lists the values found in {draft.name!r}, read "
+                          "from the data; a value only this table holds is disclosed if "
+                          "released: add the values any such table could hold, remove rare "
+                          "ones, then set domain_reviewed: true (the guarantee says so until "
+                          "then)")
+        if column.kind in NUMERIC_TYPES and column.numbers < column.distinct \
+                and draft.role in RELEASED_ROLES:
+            how = (f"one value each (type: {draft.type}: the domain and the release write "
+                   "each number one way)" if draft.role == "informative"
+                   else "each spelling its own value (a value list matches text)"
+                   if (draft.taxonomy or "").endswith(".csv")
+                   else "one leaf each in its numeric taxonomy")
             review.append(f"{draft.name!r}: {column.distinct - column.numbers} number(s) "
-                          "written in more than one way (as 3 and 3.0): "
-                          + ("one leaf each in its numeric taxonomy" if draft.role ==
-                             "dimension" else f"one value each (type: {draft.type}: the "
-                             "domain and the release write each number one way)"))
+                          f"written in more than one way (as 3 and 3.0): {how}")
         if column.blanks and draft.role in ("dimension", "informative"):
             how = (f"the category {BLANK!r}" if draft.missing else
                    "their rows are dropped (missing: drop_rows)")
@@ -789,6 +915,7 @@ def _yaml_text(draft: DatasetDraft) -> str:
               "which)."]
     if draft.lattice_nodes > LATTICE_LIMIT:
         lines += ["policy:", f"  max_lattice_nodes: {draft.lattice_nodes}"]
+    lines += _analyses_lines(draft)
     lines += ["# Review before publishing: uncomment to have every release built into a staging "
               "area with its",
               "# evidence and wait for a steward's approve / reject (in the Prefect UI, or "
@@ -797,6 +924,64 @@ def _yaml_text(draft: DatasetDraft) -> str:
               "# review: required",
               "# review_timeout_hours: 168   # left open this long: the run ends 'Not published'"]
     return "\n".join(lines) + "\n"
+
+
+def _yaml_word(text: str) -> str:
+    """A column name as a YAML plain word where it reads back as the same text, else quoted
+    (``no``, ``on`` or ``1`` would read as a boolean or a number)."""
+    import yaml
+
+    if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_\-]*", text) and yaml.safe_load(text) == text:
+        return text
+    return _yaml_scalar(text)
+
+
+def _flow_list(columns: Sequence[str]) -> str:
+    return "[" + ", ".join(_yaml_word(c) for c in columns) + "]"
+
+
+def two_significant_digits(count: int) -> int:
+    """A count rounded to two significant digits (3,141 -> 3,100): a planning figure, not the
+    table's size to the row."""
+    if count < 100:
+        return count
+    scale = 10 ** (len(str(count)) - 2)
+    return (count + scale // 2) // scale * scale
+
+
+def _analyses_lines(draft: DatasetDraft) -> list[str]:
+    """``analyses:`` as declared with ``--analysis``, else the informative column against each
+    dimension, commented out; then an ``impossible:`` example and ``expected_rows``, commented
+    out (what each does is said above it, so the steward decides with the file open)."""
+    dimensions = [c.name for c in draft.columns if c.role == "dimension"]
+    informative = next(c.name for c in draft.columns if c.role == "informative")
+    lines = ["# Analyses: the tables researchers came for (e.g. the outcome by treatment: "
+             "- [treatment, outcome];",
+             "# at a coarser taxonomy level: - {columns: [age, outcome], levels: {age: 1}}). "
+             "Declared, aim measures",
+             "# them first with a share of its budget, every release says how it serves them, "
+             "and the publication",
+             "# verdict judges the release on them."]
+    if draft.analyses:
+        lines += ["analyses:", *(f"  - {_flow_list(a)}" for a in draft.analyses)]
+    else:
+        lines += ["# Uncomment those researchers need (or draft with medrelease init "
+                  "--analysis a,b):", "# analyses:",
+                  *(f"#   - {_flow_list([d, informative])}" for d in dimensions)]
+    lines += ["# Combinations of values no real row can hold (values: leaves or taxonomy labels "
+              "of any level); aim",
+              "# rejects such rows when it samples, so no released row holds one. For example:",
+              "# impossible:",
+              f"#   - {{when: {{{_yaml_word(dimensions[0])}: [VALUE], "
+              f"{_yaml_word(informative)}: [VALUE, VALUE]}}, reason: \"why no real row holds "
+              "this\"}",
+              "# The number of rows you expect an extract to have, for choosing epsilon before "
+              "spending",
+              "# (medrelease check --epsilon); drafted from this file's rows, to two "
+              "significant digits:",
+              f"# expected_rows: {two_significant_digits(draft.rows)}   # check this: it is a "
+              "planning figure, never read by a release"]
+    return lines
 
 
 def write_draft(draft: DatasetDraft) -> list[Path]:
@@ -814,12 +999,14 @@ def write_draft(draft: DatasetDraft) -> list[Path]:
 
 
 def init_dataset(csv_path: Path, name: str, root: Path, informative: str | None = None,
-                 unit: str | None = None, delimiter: str | None = None) -> DatasetDraft:
+                 unit: str | None = None, delimiter: str | None = None,
+                 analyses: Sequence[str | Sequence[str]] = ()) -> DatasetDraft:
     """Profile, draft and write (the CLI asks for the informative column first, if it can)."""
     if (root / name / "dataset.yaml").exists():
         raise DraftError(f"{root / name / 'dataset.yaml'} exists: init never overwrites a "
                          "config; pick another --name")
-    draft = draft_dataset(profile_csv(csv_path, delimiter), name, root, informative, unit)
+    draft = draft_dataset(profile_csv(csv_path, delimiter), name, root, informative, unit,
+                          analyses)
     write_draft(draft)
     return draft
 

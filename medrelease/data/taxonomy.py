@@ -284,13 +284,21 @@ def _check_tree(attribute: str, where: str, leaves: list, paths: list[list[str]]
 
 def load_arx_csv(path: Path, attribute: str, delimiter: str = ";",
                  max_leaves: int = DEFAULT_MAX_LEAVES) -> Taxonomy:
-    """Read an ARX hierarchy file (``raw;level1;...;*``)."""
+    """Read an ARX hierarchy file (``raw;level1;...;*``).
+
+    Lines starting with ``#`` at the top are comments (``medrelease init`` marks a list of
+    values it read from the data there, as in a domain file); further down, a line starting
+    with ``#`` is a value, as ever."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise TaxonomyError(f"cannot read taxonomy {path}: {exc}") from exc
     check_leaf_count(attribute, text.count("\n") + 1, max_leaves, str(path))
-    rows = [line.rstrip("\r").split(delimiter) for line in text.splitlines() if line.strip()]
+    lines = text.splitlines()
+    header = 0
+    while header < len(lines) and lines[header].lstrip().startswith("#"):
+        header += 1
+    rows = [line.rstrip("\r").split(delimiter) for line in lines[header:] if line.strip()]
     if not rows:
         raise TaxonomyError(f"taxonomy file {path} is empty")
     leaves = [r[0].strip() for r in rows]
