@@ -103,7 +103,7 @@ def write_evaluation_report(evaluation: Evaluation, target: str) -> str:
     if evaluation.accuracy:
         markdown_artifact(accuracy_markdown(evaluation.accuracy, evaluation.release_id),
                           key=artifact_key(evaluation.dataset, "accuracy"),
-                          description=(("WARNING: values lost or shrunk; "
+                          description=(("WARNING (steward's raw-data evaluation): "
                                         if evaluation.warnings else "")
                                        + evaluation.verdict)[:500])
     lines = [f"# Evaluation of {evaluation.release_id}", "", f"_{INTERNAL}_", "",

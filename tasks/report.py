@@ -7,6 +7,7 @@ import pandas as pd
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from medrelease.evidence.accuracy import STEWARD_BASIS
 from medrelease.privacy.publication import render_public_report
 from medrelease.storage.links import evidence_link, release_link
 from tasks.artifacts import markdown_artifact, table_artifact
@@ -15,13 +16,17 @@ from tasks.budget import artifact_key
 
 def steward_summary_markdown(manifest: dict, record: dict, candidates: pd.DataFrame,
                              evaluated: dict | None = None) -> str:
-    """What only stewards see first — the accuracy verdict and its warnings — then the public
-    report and the rest of the steward's facts (input, information loss, selection)."""
+    """What only stewards see first — the accuracy verdict, what it is no basis for, and its
+    warnings (values lost, shrunk or inflated; distributions collapsed, associations erased,
+    impossible rows: what researchers need) — then the public report and the rest of the
+    steward's facts (input, information loss, selection)."""
     title, _, public = render_public_report(manifest).partition("\n")
     lines = [title, ""]
     if evaluated and evaluated.get("verdict"):
         lines += ["## Accuracy (steward only: compares with the input)", "",
-                  f"**{evaluated['verdict']}**", ""]
+                  f"**{evaluated['verdict']}**", "",
+                  f"_Not a basis for publishing: {evaluated.get('basis') or STEWARD_BASIS}._",
+                  ""]
         lines += [f"- **{line}**" for line in evaluated.get("warnings", [])]
         lines += ["", "Evidence report (steward area of the release portal): "
                       f"[open it]({evidence_link(manifest['dataset'], manifest['release_id'])})",
@@ -115,10 +120,19 @@ def publish_release_summary(manifest: dict, record: dict, candidates: pd.DataFra
         markdown=steward_summary_markdown(manifest, record, candidates, evaluated),
         key=artifact_key(manifest["dataset"], "release-summary"),
         # the card in the UI shows the description's start: the warning, then the verdict
-        description=(("WARNING: values lost or shrunk; " if (evaluated or {}).get("warnings")
-                      else "") + (verdict or manifest["guarantee"]["statement"])
+        description=(_warning_head((evaluated or {}).get("warnings") or [])
+                     + (verdict or manifest["guarantee"]["statement"])
                      + f" (release {manifest['release_id']})")[:500],
     )
+
+
+def _warning_head(warnings: list[str]) -> str:
+    """The card's first words: how many accuracy warnings (lost, shrunk or inflated values,
+    collapsed distributions, erased associations, impossible rows), or nothing."""
+    if not warnings:
+        return ""
+    return f"WARNING: {len(warnings)} accuracy finding(s) (values lost, shrunk or inflated, " \
+           "or what researchers need); "
 
 
 @task(name="budget-and-catalogue", cache_policy=NO_CACHE)

@@ -18,7 +18,8 @@ import pandas as pd
 import pytest
 
 from medrelease.data.config import load_config
-from medrelease.evidence.accuracy import SHRINK_WARNING, ValueCount, measure_accuracy
+from medrelease.evidence.accuracy import SHRINK_WARNING, ValueCount
+from medrelease.evidence.research import measure_accuracy
 from medrelease.evidence.risk import synthetic_match_risk
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
@@ -78,7 +79,8 @@ def test_ipa_dropping_a_rare_outcome_is_said_in_the_cli_the_log_and_the_report(
     assert shown.exit_code == 0, shown.output
     text = re.sub(r"\s+", " ", shown.output.replace("│", " "))
     # the verdict line, with the lost outcome named
-    assert re.search(r"accuracy 2-way error \d\.\d{3} \(mean TVD: 0 = the input's "
+    assert re.search(r"accuracy (\(the steward's raw-data evaluation\) )?2-way error \d\.\d{3} "
+                     r"\(mean TVD: 0 = the input's "
                      r"distributions, 1 = nothing in common\); worst 2-way: \S+ × \S+ "
                      r"\d\.\d{3}", text), text[-3000:]
     assert f"outcome value {RARE} not released" in text or \

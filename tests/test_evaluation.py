@@ -183,8 +183,8 @@ def test_the_evaluations_accuracy_is_measure_accuracys_whatever_runs_beside_it(
     thread, field for field (what does not apply, and in which order, included)."""
     import json
 
-    from medrelease.evidence.accuracy import measure_accuracy
     from medrelease.evidence.evaluation import InputRows, _released_rows, evaluate_release
+    from medrelease.evidence.research import measure_accuracy
     from medrelease.mechanisms import capabilities
     from medrelease.release import release
 

@@ -11,11 +11,16 @@ answered on the release's own columns for every dataset and every mechanism:
   lost (in the input, not released) and created, those shrunk by more than 10 %, and the
   column's rate by each dimension (an outcome's rate by age band) input against release;
 * **one verdict line** that comes first, and a WARNING line whenever a value shrinks by more
-  than 10 % or is dropped — the silent bias a default must never publish.
+  than 10 % or is dropped — the silent bias a default must never publish;
+* **what researchers need** (``research.py``, issue 53): collapsed 1-way distributions, values
+  inflated at least twofold (the informative column's here, next to lost, created and shrunk),
+  erased associations and rows holding a combination the config declares impossible, each a
+  WARNING line too.
 
 Everything here reads the raw input: the result belongs to the steward record, never to the
-published folder. Sections that do not apply (no informative column, pseudonyms that cannot be
-compared with raw values) are left out with one sentence saying why.
+published folder, and it is no basis for deciding whether to publish (``STEWARD_BASIS``).
+Sections that do not apply (no informative column, pseudonyms that cannot be compared with raw
+values) are left out with one sentence saying why.
 """
 
 from __future__ import annotations
@@ -39,6 +44,15 @@ RATE_GROUPS_MAX = 12    # a dimension's rates are shown at its finest level with
 RATE_VALUES_MAX = 12    # informative values whose rates are shown (the most frequent ones)
 RATE_MIN_ROWS = 30      # groups with fewer input rows are left out of the rate table (noise)
 RATE_ROWS_SHOWN = 15
+INFLATE_FACTOR = 2.0    # a value released at least this many times its input count ...
+INFLATE_MIN_ROWS = 5    # ... and at least this many rows more is inflated (research.py too)
+# Said wherever the evaluation's verdict is shown: the evaluation reads the raw input, so a
+# decision taken from it (publish, rerun until it looks right) would use the data outside the
+# privacy guarantee. The publication verdict (manifest, from DP outputs only) may gate.
+STEWARD_BASIS = ("steward's raw-data evaluation — it compares the release with the raw input, "
+                 "so deciding from it whether to publish (or to rerun) falls outside the DP "
+                 "guarantee; the publication verdict in the release's manifest is the one that "
+                 "may gate publication")
 
 
 @dataclass(frozen=True)
@@ -68,6 +82,21 @@ class ValueCount:
     def shrunk(self) -> bool:
         """Released, but more than ``SHRINK_WARNING`` below the input's count."""
         return self.input > 0 and 0 < self.released < (1 - SHRINK_WARNING) * self.input
+
+    @property
+    def inflated(self) -> bool:
+        """Released at least ``INFLATE_FACTOR`` times the input's count and at least
+        ``INFLATE_MIN_ROWS`` rows more: a rare value a researcher would take for a common one
+        (a value the input lacks is ``created`` instead). ``InformativeAccuracy.inflated`` also
+        asks for twice its share of the rows (a release of three times the input's rows does
+        not inflate every value)."""
+        return (self.input > 0 and self.released >= INFLATE_FACTOR * self.input
+                and self.released - self.input >= INFLATE_MIN_ROWS)
+
+    @property
+    def factor(self) -> float | None:
+        """Released count over input count (None for a value the input does not have)."""
+        return self.released / self.input if self.input else None
 
     def in_words(self) -> str:
         """'5: 1,200 in the input, 900 released (-25 %)'."""
@@ -119,6 +148,32 @@ class InformativeAccuracy:
     def shrunk(self) -> list[ValueCount]:
         """Released more than 10 % below the input's count, most rows lost first."""
         return sorted((v for v in self.values if v.shrunk), key=lambda v: v.released - v.input)
+
+    @property
+    def inflated(self) -> list[ValueCount]:
+        """Released at least twice the input's count (and 5 rows more) and at least twice its
+        share of the rows (``histogram``'s noise rows triple a table without inflating any
+        value in particular), largest factor first."""
+        total_in = sum(v.input for v in self.values)
+        total_out = sum(v.released for v in self.values)
+        return sorted((v for v in self.values if v.inflated
+                       and v.released * total_in >= INFLATE_FACTOR * v.input * total_out),
+                      key=lambda v: (-(v.factor or 0.0), v.input - v.released))
+
+    def inflated_warning(self, named: bool = True) -> str | None:
+        """One WARNING line naming the inflated values with their factor (3 -> 38, ×12.7);
+        ``named=False``: their number only (for logs, values not from a public domain)."""
+        inflated = self.inflated
+        if not inflated:
+            return None
+        head = (f"WARNING: {self.column}: {len(inflated):,} value(s) released at least "
+                f"{INFLATE_FACTOR:g}x their input count and share of the rows (and at least "
+                f"{INFLATE_MIN_ROWS} rows more)")
+        if not named:
+            return head + " (named in the evidence report)"
+        listed = ", ".join(f"{v.value} ({v.input:,} -> {v.released:,}, ×{v.factor or 0:.3g})"
+                           for v in inflated[:3])
+        return f"{head}: {listed}{_more(len(inflated), 3)}"
 
     def warning(self, named: bool = True) -> str | None:
         """One WARNING line naming the values dropped or shrunk by more than 10 %, with the size
@@ -176,6 +231,8 @@ class InformativeAccuracy:
             "created": [v.value for v in self.created],
             "shrunk": [{"value": v.value, "input": v.input, "released": v.released,
                         "change": v.change} for v in self.shrunk],
+            "inflated": [{"value": v.value, "input": v.input, "released": v.released,
+                          "factor": v.factor} for v in self.inflated],
             "rates": [{**asdict(r), "difference": r.difference} for r in self.rates],
             "rate_levels": self.rate_levels,
             "rates_note": self.rates_note,
@@ -232,13 +289,18 @@ class Accuracy:
     workload: WorkloadAccuracy | None
     informative: InformativeAccuracy | None
     not_applicable: dict[str, str] = field(default_factory=dict)
+    # research.ResearchAccuracy (research.py builds on this module: named, not imported)
+    research: Any = None
 
     @classmethod
     def of(cls, workload: tuple[WorkloadAccuracy | None, dict[str, str]],
-           informative: tuple[InformativeAccuracy | None, dict[str, str]]) -> Accuracy:
-        """The two halves (``workload_accuracy``, ``informative_accuracy``) as one accuracy;
-        what does not apply in the order the halves say it."""
-        return cls(workload[0], informative[0], {**workload[1], **informative[1]})
+           informative: tuple[InformativeAccuracy | None, dict[str, str]],
+           research: tuple[Any, dict[str, str]] = (None, {})) -> Accuracy:
+        """The halves (``workload_accuracy``, ``informative_accuracy``) and what researchers
+        need (``research.research_accuracy``) as one accuracy; what does not apply in the
+        order they say it."""
+        return cls(workload[0], informative[0], {**workload[1], **informative[1], **research[1]},
+                   research[0])
 
     @property
     def verdict(self) -> str:
@@ -251,8 +313,17 @@ class Accuracy:
         return self.informative is None or self.informative.public_values
 
     def verdict_text(self, named: bool) -> str:
-        """The verdict; ``named=False`` counts lost values instead of naming them."""
-        return "; ".join([self._workload_words(), *self._informative_words(named)])
+        """The verdict; ``named=False`` counts lost values instead of naming them. Findings
+        for researchers (collapsed, inflated, erased, impossible) are counted at its end."""
+        return "; ".join([self._workload_words(), *self._informative_words(named),
+                          *self._research_words()])
+
+    def _research_words(self) -> list[str]:
+        inflated = len(self.informative.inflated) if self.informative is not None else 0
+        if self.research is not None:
+            return self.research.verdict_words(inflated)
+        return ([f"for researchers: {inflated:,} value(s) inflated {INFLATE_FACTOR:g}x or more"]
+                if inflated else [])
 
     def _workload_words(self) -> str:
         if self.workload is None or not self.workload.marginals:
@@ -278,49 +349,51 @@ class Accuracy:
             v = info.shrunk[0]
             return [f"{info.column} value {v.value}: {v.input:,} -> {v.released:,} "
                     f"({100 * (v.change or 0):+.0f} %)"]
+        if info.inflated:  # (inflated values are counted in the research clause)
+            return [f"no {info.column} value lost or shrunk by more than "
+                    f"{100 * SHRINK_WARNING:.0f} %"]
         return [f"every {info.column} value kept within {100 * SHRINK_WARNING:.0f} % of its "
                 "input count"]
 
     @property
     def warnings(self) -> list[str]:
-        line = self.informative.warning() if self.informative is not None else None
-        return [line] if line else []
+        return self.warning_lines(named=True)
+
+    def warning_lines(self, named: bool) -> list[str]:
+        """The WARNING lines: the informative column's lost or shrunk values first, then its
+        inflated ones, then the findings for researchers. ``named=False`` (logs): informative
+        values named only from a public domain (``names_may_be_logged``), never a dimension's
+        value nor an input count of the research findings."""
+        lines: list[str | None] = []
+        if self.informative is not None:
+            public = named or self.informative.public_values
+            lines += [self.informative.warning(public), self.informative.inflated_warning(public)]
+        if self.research is not None:
+            lines += self.research.warnings(named)
+        return [line for line in lines if line]
 
     def as_json(self) -> dict[str, Any]:
         named = self.names_may_be_logged
-        log_warning = self.informative.warning(named) if self.informative is not None else None
         return {"verdict": self.verdict, "warnings": self.warnings,
                 # for Prefect's log (its database): value names only from a public domain
                 "log_verdict": self.verdict_text(named),
-                "log_warnings": [log_warning] if log_warning else [],
+                "log_warnings": self.warning_lines(named=False),
                 "workload": self.workload.as_json() if self.workload is not None else None,
                 "informative": (self.informative.as_json() if self.informative is not None
                                 else None),
-                "not_applicable": self.not_applicable}
+                "not_applicable": self.not_applicable,
+                # what researchers need (issue 53), and what the verdict is not a basis for
+                "research": self.research.as_json() if self.research is not None else None,
+                "basis": STEWARD_BASIS}
 
 
 # -- measuring ---------------------------------------------------------------------------------
-
-def measure_accuracy(frame: pd.DataFrame, weights: np.ndarray | None, released: pd.DataFrame,
-                     config: DatasetConfig, comparable: bool = True,
-                     loss_reason: str = "") -> Accuracy:
-    """Accuracy of ``released`` against the input rows ``frame`` (each standing for
-    ``weights`` rows, default one), on the columns both carry.
-
-    ``comparable`` is False for a release whose values cannot be read as raw values (keyed
-    pseudonyms); ``loss_reason`` is the mechanism's own sentence for why rows of a value may be
-    missing from the release (pooling, thresholds, suppression)."""
-    if not comparable:
-        return not_comparable()
-    return Accuracy.of(workload_accuracy(frame, weights, released, config),
-                       informative_accuracy(frame, weights, released, config, loss_reason))
-
 
 def not_comparable() -> Accuracy:
     """The accuracy of a release whose values are keyed pseudonyms: nothing to compare."""
     reason = ("every released value is a keyed pseudonym: it cannot be compared with the "
               "input's values (see the frequency-matching attack for what it keeps)")
-    return Accuracy(None, None, {"workload": reason, "informative": reason})
+    return Accuracy(None, None, {"workload": reason, "informative": reason, "research": reason})
 
 
 def workload_accuracy(frame: pd.DataFrame, weights: np.ndarray | None, released: pd.DataFrame,
@@ -333,12 +406,14 @@ def workload_accuracy(frame: pd.DataFrame, weights: np.ndarray | None, released:
 
 
 def informative_accuracy(frame: pd.DataFrame, weights: np.ndarray | None,
-                         released: pd.DataFrame, config: DatasetConfig, loss_reason: str = ""
+                         released: pd.DataFrame, config: DatasetConfig, loss_reason: str = "",
+                         coded: tuple[CodedColumns, CodedColumns] | None = None
                          ) -> tuple[InformativeAccuracy | None, dict[str, str]]:
     """The informative half of ``measure_accuracy`` (the column's values, counts and rates),
-    with why it does not apply when it does not."""
+    with why it does not apply when it does not. ``coded``: the input's and the release's
+    columns as codes, shared with ``research_accuracy`` (each column coded once)."""
     not_applicable: dict[str, str] = {}
-    return (_informative(frame, weights, released, config, loss_reason, not_applicable),
+    return (_informative(frame, weights, released, config, loss_reason, not_applicable, coded),
             not_applicable)
 
 
@@ -412,13 +487,15 @@ def _value_counts(coded: CodedColumns, column: str, weights: np.ndarray | None,
 
 def _informative(frame: pd.DataFrame, weights: np.ndarray | None, released: pd.DataFrame,
                  config: DatasetConfig, loss_reason: str,
-                 not_applicable: dict[str, str]) -> InformativeAccuracy | None:
+                 not_applicable: dict[str, str],
+                 coded: tuple[CodedColumns, CodedColumns] | None = None
+                 ) -> InformativeAccuracy | None:
     column = _informative_column(released, config)
     if column is None or column not in frame.columns:
         not_applicable["informative"] = ("the dataset declares no informative or class column "
                                          "that the release carries")
         return None
-    coded_in, coded_out = CodedColumns(frame), CodedColumns(released)
+    coded_in, coded_out = coded or (CodedColumns(frame), CodedColumns(released))
     before = _value_counts(coded_in, column, weights)
     after = _value_counts(coded_out, column, None)
     dims = [d for d in config.dimensions if d in released.columns]
@@ -586,10 +663,12 @@ def _percent(part: int, whole: int) -> str:
 # -- the steward's summary, as Markdown (Prefect artifact) -------------------------------------
 
 def accuracy_markdown(accuracy: dict[str, Any], release_id: str, values_shown: int = 15) -> str:
-    """The accuracy section as a steward reads it in Prefect's UI: verdict, warnings, the
-    mean errors, the worst marginals and the informative column's largest changes."""
+    """The accuracy section as a steward reads it in Prefect's UI: verdict (and what it is no
+    basis for), warnings, the mean errors, the worst marginals, the informative column's
+    largest changes and what researchers need."""
     lines = [f"# Accuracy of {release_id} (steward only: compares with the input)", "",
-             f"**{accuracy['verdict']}**", ""]
+             f"**{accuracy['verdict']}**", "", f"_Not a basis for publishing: {STEWARD_BASIS}._",
+             ""]
     lines += [f"- **{w}**" for w in accuracy.get("warnings", [])]
     workload = accuracy.get("workload")
     if workload:
@@ -609,6 +688,71 @@ def accuracy_markdown(accuracy: dict[str, Any], release_id: str, values_shown: i
             change = "new" if v["change"] is None else f"{100 * v['change']:+.1f} %"
             lines.append(f"| {v['value']} | {v['input']:,} | {v['released']:,} | {change} |")
         lines += [f"- {line}" for line in info.get("suppression", [])]
+    lines += research_markdown(accuracy.get("research"), info)
     for section, reason in accuracy.get("not_applicable", {}).items():
         lines.append(f"- {section}: not measured — {reason}")
     return "\n".join(lines)
+
+
+def research_markdown(research: dict[str, Any] | None, info: dict[str, Any] | None = None
+                      ) -> list[str]:
+    """What researchers need (``research.py``) as Markdown lines: each column's 1-way distance
+    and means, inflated values, associations input against release, impossible rows."""
+    if not research:
+        return []
+    lines = ["", "## What researchers need (steward only)", ""]
+    distributions = research["distributions"]
+    lines += [f"1-way distributions: {distributions['rule']}.", "",
+              "| column | TVD | input mean | released mean | generalized rows | |",
+              "|---|---|---|---|---|---|"]
+    for d in distributions["columns"]:
+        lines.append(f"| {d['column']} | {d['tvd']:.3f} | {_maybe(d['input_mean'])} | "
+                     f"{_maybe(d['released_mean'])} | {100 * d['generalized_share']:.0f} % | "
+                     f"{'**collapsed**' if d['collapsed'] else ''} |")
+    inflated = [(info["column"], v) for v in (info or {}).get("inflated", [])]
+    inflated += [(column, v) for column, values in research["inflated"]["values"].items()
+                 for v in values]
+    lines += ["", f"Inflated values: {len(inflated):,} listed — "
+                  f"{research['inflated']['rule']}.", ""]
+    if inflated:
+        lines += ["| column | value | input | released | factor |", "|---|---|---|---|---|"]
+        lines += [f"| {column} | {v['value']} | {v['input']:,} | {v['released']:,} | "
+                  f"{_factor(v['factor'])} |" for column, v in inflated]
+    associations = research["associations"]
+    lines += ["", f"Associations: {associations['rule']}.", "",
+              "| association | value | input rates (high, low group) | released rates | "
+              "spread input / released | largest difference | TVD | finding |",
+              "|---|---|---|---|---|---|---|---|"]
+    for a in associations["items"]:
+        if a["input_rates"] is None:
+            lines.append(f"| {a['name']} | | | | | | {_maybe(a['tvd'])} | {a['note']} |")
+            continue
+        finding = ("**erased**" if a["erased"] else "**reversed**" if a["reversed"]
+                   else "kept" if a["shows_association"] else "no association in the input")
+        lines.append(
+            f"| {a['name']} | {a['value']} | {a['input_rates'][0]:.3f} ({a['input_groups'][0]}), "
+            f"{a['input_rates'][1]:.3f} ({a['input_groups'][1]}) | "
+            f"{a['released_rates'][0]:.3f}, {a['released_rates'][1]:.3f} | "
+            f"{a['input_spread']:.3f} / {a['released_spread']:.3f} | "
+            f"{a['largest_difference']:.3f} | {_maybe(a['tvd'])} | {finding} |")
+    impossible = research.get("impossible")
+    if impossible:
+        lines += ["", f"Impossible combinations: {impossible['released_rows']:,} released "
+                      f"row(s), {impossible['input_rows']:,} input row(s) — "
+                      f"{impossible['rule']}.", "",
+                  "| combination | released rows | input rows |", "|---|---|---|"]
+        lines += [f"| {c['reason']} | {c['released_rows']:,} | {c['input_rows']:,} |"
+                  for c in impossible["combinations"]]
+    for section, reason in research.get("not_applicable", {}).items():
+        lines.append(f"- {section}: {reason}")
+    return lines
+
+
+def _factor(factor: float | None) -> str:
+    """'×12.7'; 'new' for a value the input does not have."""
+    return "new" if factor is None else f"×{factor:.3g}"
+
+
+def _maybe(value: float | None) -> str:
+    """A number to three decimals, '-' when it was not computable."""
+    return "-" if value is None or value != value else f"{value:.3f}"

@@ -1,13 +1,16 @@
 """Evidence for one published release, computed against its input (EVALUATION.md).
 
 Accuracy first (workload error of every 1-, 2- and 3-way marginal, the informative column value
-by value, a verdict and warnings: ``accuracy.py``), then utility (IL parts, the IPA paper's
-queries, classification, information gain), risk that fits the release (class sizes and
-prosecutor risk for real rows; matches of unique input records for synthetic rows; the
-frequency-matching attack for pseudonyms) and the IL of every lattice node by height. A section
-that does not apply is left out with one sentence saying why (``left_out``). Everything here
-looks at the raw input, so the result is for the steward and is written outside the release
-folder, never published with it.
+by value, what researchers need — collapsed distributions, inflated values, erased associations,
+impossible combinations: ``research.py`` — a verdict and warnings: ``accuracy.py``), then
+utility (IL parts, the IPA paper's queries, classification, information gain), risk that fits
+the release (class sizes and prosecutor risk for real rows; matches of unique input records for
+synthetic rows; the frequency-matching attack for pseudonyms) and the IL of every lattice node
+by height. A section that does not apply is left out with one sentence saying why
+(``left_out``). Everything here looks at the raw input, so the result is for the steward and is
+written outside the release folder, never published with it; and it is no basis for deciding
+whether to publish or to rerun (``accuracy.STEWARD_BASIS``): the publication verdict in the
+manifest is.
 """
 
 from __future__ import annotations
@@ -31,12 +34,14 @@ from medrelease.evidence.accuracy import (
     workload_accuracy,
 )
 from medrelease.evidence.classification import information_gain, model_scores, split
+from medrelease.evidence.research import research_accuracy
 from medrelease.evidence.risk import (
     frequency_attack,
     risk_of_sizes,
     risk_report,
     synthetic_match_risk,
 )
+from medrelease.evidence.text_codes import CodedColumns
 from medrelease.evidence.utility import AnalysisQuery, compare_queries
 from medrelease.mechanisms import capabilities, get_mechanism
 from medrelease.storage.store import find_data_file
@@ -137,6 +142,11 @@ class Evaluation:
     @property
     def warnings(self) -> list[str]:
         return list(self.accuracy.get("warnings", []))
+
+    @property
+    def basis(self) -> str:
+        """What the verdict is no basis for (``accuracy.STEWARD_BASIS``)."""
+        return str(self.accuracy.get("basis", ""))
 
     def as_json(self) -> dict[str, Any]:
         out = {k: v for k, v in asdict(self).items()
@@ -264,9 +274,14 @@ def evaluate_release(release_dir: str | Path, original: pd.DataFrame | InputRows
         if workload is None:
             accuracy = not_comparable()
         else:  # this thread's share first: ``workload.result()`` waits for the other's
+            # (the informative column and the research checks read the same columns as
+            # codes: each coded once)
+            coded = (CodedColumns(given.table), CodedColumns(released))
             informative = informative_accuracy(given.table, given.weights, released, config,
-                                               caps.loss_reason)
-            accuracy = Accuracy.of(workload.result(), informative)
+                                               caps.loss_reason, coded=coded)
+            research = research_accuracy(given.table, given.weights, released, config,
+                                         coded=coded)
+            accuracy = Accuracy.of(workload.result(), informative, research)
     evaluation.accuracy = accuracy.as_json()
     return evaluation
 

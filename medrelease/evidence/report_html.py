@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from medrelease.evidence.accuracy import STEWARD_BASIS
 from medrelease.evidence.evaluation import Evaluation
 from medrelease.evidence.svg_charts import (
     COLOURS,
@@ -226,7 +227,99 @@ def _accuracy_section(e: Evaluation) -> list[str]:
     elif "informative" in acc.get("not_applicable", {}):
         parts.append(f"<p class='left-out'>Informative column not measured: "
                      f"{html.escape(acc['not_applicable']['informative'])}.</p>")
+    if acc.get("research"):
+        parts += _research_section(acc["research"])
+    elif "research" in acc.get("not_applicable", {}):
+        parts.append(f"<p class='left-out'>What researchers need not measured: "
+                     f"{html.escape(acc['not_applicable']['research'])}.</p>")
     return parts
+
+
+def _research_section(research: dict) -> list[str]:
+    """What researchers need (``research.py``): each column's 1-way distance and means, the
+    dimensions' inflated values, the associations input against release, impossible rows."""
+    parts = ["<h3>What researchers need</h3>",
+             f"<p class='basis'><b>Not a basis for publishing:</b> "
+             f"{html.escape(STEWARD_BASIS)}.</p>"]
+    distributions = research["distributions"]
+    frame = pd.DataFrame(distributions["columns"])
+    if not frame.empty:
+        frame = frame.assign(
+            tvd=frame["tvd"].round(3),
+            generalized_share=(100 * frame["generalized_share"]).round(1),
+            collapsed=frame["collapsed"].map({True: "COLLAPSED", False: ""})).rename(columns={
+                "tvd": "1-way TVD", "generalized_share": "generalized rows %",
+                "input_mean": "input mean", "released_mean": "released mean",
+                "collapsed": "finding"})
+        parts += ["<h4>1-way distributions</h4>",
+                  f"<p>{html.escape(distributions['rule'][:1].upper() + distributions['rule'][1:])}"
+                  ".</p>", _table(_dashed(frame))]
+    inflated = research["inflated"]
+    rows = [{"column": column, **v} for column, values in inflated["values"].items()
+            for v in values]
+    parts += ["<h4>Inflated dimension values</h4>",
+              f"<p>{html.escape(inflated['rule'][:1].upper() + inflated['rule'][1:])}; "
+              "the informative column's inflated values are in its value-by-value "
+              "section.</p>"]
+    if rows:
+        table = pd.DataFrame(rows)
+        table["factor"] = [("new" if f is None or f != f else f"×{f:.3g}")
+                           for f in table["factor"]]
+        counts = ", ".join(f"{c}: {n:,}" for c, n in inflated["counts"].items())
+        parts += [f"<p>Inflated per column: {html.escape(counts)} (the worst listed).</p>",
+                  _table(table)]
+    else:
+        parts.append("<p>No dimension value inflated.</p>")
+    associations = research["associations"]
+    parts += ["<h4>Associations, input against release</h4>",
+              f"<p>{html.escape(associations['rule'][:1].upper() + associations['rule'][1:])}"
+              ".</p>"]
+    summary = []
+    for a in associations["items"]:
+        finding = ("ERASED" if a["erased"] else "REVERSED" if a["reversed"]
+                   else "kept" if a["shows_association"] else a["note"] or "-")
+        high, low = a["input_groups"] or ("", "")
+        summary.append({
+            "association": a["name"], "declared": "yes" if a["declared"] else "",
+            "value": a["value"] or "",
+            "input rates (high, low group)": (
+                f"{a['input_rates'][0]:.3f} ({high}), {a['input_rates'][1]:.3f} ({low})"
+                if a["input_rates"] else ""),
+            "released rates": (f"{a['released_rates'][0]:.3f}, {a['released_rates'][1]:.3f}"
+                               if a["released_rates"] else ""),
+            "spread input": a["input_spread"], "spread released": a["released_spread"],
+            "largest rate difference": a["largest_difference"], "joint TVD": a["tvd"],
+            "finding": finding})
+    if summary:
+        parts.append(_table(_dashed(pd.DataFrame(summary))))
+    for a in associations["items"]:
+        if a["declared"] and a["rates"]:
+            rates = pd.DataFrame(a["rates"])
+            rates = rates.assign(input_rate=(100 * rates["input_rate"]).round(2),
+                                 released_rate=(100 * rates["released_rate"]).round(2),
+                                 difference=(100 * rates["difference"]).round(2)).rename(
+                columns={"input_rate": "input %", "released_rate": "release %",
+                         "difference": "difference (points)",
+                         "group_rows": "input rows of the group"})
+            parts += [f"<h4>Declared analysis {html.escape(a['name'])}: rate of each "
+                      f"{html.escape(a['columns'][-1])} value by group</h4>", _table(rates)]
+    impossible = research.get("impossible")
+    if impossible:
+        parts += ["<h4>Impossible combinations</h4>",
+                  f"<p>{impossible['released_rows']:,} released row(s); "
+                  f"{impossible['input_rows']:,} input row(s) (a data-quality finding in the "
+                  f"input). {html.escape(impossible['rule'][:1].upper() + impossible['rule'][1:])}"
+                  ".</p>",
+                  _table(pd.DataFrame(impossible["combinations"]).assign(
+                      columns=lambda f: f["columns"].map(", ".join)))]
+    for section, reason in research.get("not_applicable", {}).items():
+        parts.append(f"<p class='left-out'>{html.escape(section)}: {html.escape(reason)}.</p>")
+    return parts
+
+
+def _dashed(frame: pd.DataFrame) -> pd.DataFrame:
+    """A table's missing numbers (a mean or a rate not computable) shown as '-'."""
+    return frame.astype(object).where(pd.notna(frame), "-")
 
 
 def _informative_section(info: dict) -> list[str]:
@@ -237,12 +330,21 @@ def _informative_section(info: dict) -> list[str]:
     shown = changed[["value", "input", "released", "pooled"]].assign(
         change=[("new" if c is None or c != c else f"{100 * c:+.1f} %")
                 for c in changed["change"]])
+    inflated = info.get("inflated", [])
     parts = [f"<h3>{column}, value by value</h3>",
              f"<p>{len(values):,} value(s); lost (in the input, not released): "
              f"{len(info['lost']):,}; created (released, not in the input): "
              f"{len(info['created']):,}; released more than 10 % below the input's count: "
-             f"{len(info['shrunk']):,}. The 20 largest changes in rows:</p>",
+             f"{len(info['shrunk']):,}; inflated (released at least twice the input's count "
+             f"and share of the rows, and 5 rows more): {len(inflated):,}. The 20 largest "
+             "changes in rows:</p>",
              _table(shown)]
+    if inflated:
+        listed = ", ".join(f"{v['value']} ({v['input']:,} -> {v['released']:,}, "
+                           f"×{v['factor']:.3g})" for v in inflated[:50])
+        parts.append(f"<p><b>Inflated:</b> {html.escape(listed)}"
+                     + (f" and {len(inflated) - 50:,} more" if len(inflated) > 50 else "")
+                     + "</p>")
     if info["lost"]:
         parts.append(f"<p><b>Not released:</b> {html.escape(', '.join(info['lost'][:50]))}"
                      + (f" and {len(info['lost']) - 50:,} more" if len(info["lost"]) > 50
@@ -292,6 +394,7 @@ def render(evaluation: Evaluation, plots: list[tuple[str, str]]) -> str:
         "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto}"
         ".internal{background:#fde;padding:.6em;border:1px solid #c66}"
         ".warning{background:#fff3cd;padding:.5em;border:1px solid #d9a400}"
+        ".basis{font-style:italic}"
         ".left-out{color:#555;font-style:italic}"
         "table.numbers{border-collapse:collapse}table.numbers td,table.numbers th"
         "{padding:2px 8px;border-bottom:1px solid #ddd;text-align:right}"
@@ -300,6 +403,7 @@ def render(evaluation: Evaluation, plots: list[tuple[str, str]]) -> str:
         f"<h1>Release {html.escape(e.release_id)} of {html.escape(e.dataset)}</h1>",
         f"<p class='internal'>{html.escape(INTERNAL)}</p>",
         f"<p class='verdict'><b>Verdict:</b> {html.escape(e.verdict or release_facts(e))}</p>",
+        f"<p class='basis'><b>Not a basis for publishing:</b> {html.escape(STEWARD_BASIS)}.</p>",
         *[f"<p class='warning'>{html.escape(w)}</p>" for w in e.warnings],
         *_accuracy_section(e),
         *[_figure(name, caption) for name, caption in plots if name.startswith("accuracy")],
