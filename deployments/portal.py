@@ -470,7 +470,24 @@ def _catalogue_row(manifest: dict[str, Any]) -> dict[str, Any]:
             "guarantee": _guarantee_short(guarantee), "proven": bool(guarantee.get("proven")),
             "statement": guarantee.get("statement", ""), "rows": manifest.get("released_rows"),
             "status": status, "test": test, "void": bool(lifetime.get("void")),
-            "lifetime": lifetime.get("statement", ""), "spent": _spent(lifetime)}
+            "lifetime": lifetime.get("statement", ""), "spent": _spent(lifetime),
+            **_verdict_badge(manifest)}
+
+
+# The publication verdict's level as a badge: its words and the badge's colour class.
+VERDICT_BADGES = {"fit": "ok", "use with care": "warn", "not fit": "bad"}
+
+
+def _verdict_badge(manifest: dict[str, Any]) -> dict[str, Any]:
+    """The release's publication verdict as the catalogue shows it: the level as a badge
+    (fit / use with care / not fit) and the headline; read from the manifest, which publishes
+    it (a manifest from before the verdict existed: no badge)."""
+    verdict = manifest.get("verdict")
+    level = verdict.get("level") if isinstance(verdict, dict) else None
+    if level not in VERDICT_BADGES:
+        return {"verdict": None, "verdict_class": "", "verdict_headline": ""}
+    return {"verdict": level, "verdict_class": VERDICT_BADGES[level],
+            "verdict_headline": str(verdict.get("headline") or "")}
 
 
 def _spent(lifetime: dict[str, Any]) -> str:

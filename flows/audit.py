@@ -25,6 +25,7 @@ from prefect.futures import as_completed
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows.progress import report_progress
+from medrelease.data.config import load_config
 from medrelease.evidence.audit import (
     DESIGNS,
     AuditResult,
@@ -127,7 +128,8 @@ def inspect_pair(workdir: Path, config_path: Path, design: str, mechanism: str,
     base = workdir / f"{design}-{seed}"
     folder_a = _release_in(base / "without", config_path, without, mechanism, epsilon, seed)
     folder_b = _release_in(base / "with", config_path, with_target, mechanism, epsilon, seed)
-    findings = compare_neighbours(folder_a, folder_b)
+    # the dataset config, for the publication verdict's re-derivation (its public declarations)
+    findings = compare_neighbours(folder_a, folder_b, load_config(config_path))
     if unique is not None:
         findings += value_leaks(folder_b, unique)
     return [Finding(f"{design}: {f.check}", f.where, f.detail) for f in findings]

@@ -25,7 +25,6 @@ from prefect import flow, get_run_logger, unmapped
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from prefect.futures import as_completed
 from prefect.runtime import flow_run
-from prefect.states import Completed
 from prefect.task_runners import ThreadPoolTaskRunner
 from prefect.utilities.annotations import quote
 from pydantic import (
@@ -40,7 +39,9 @@ from flows.request_form import (
 )
 from flows.review import await_review, summary_of
 from flows.states import REFUSALS, not_published, quiet_refusals, refused, skipped
+from flows.states import published as published_state
 from medrelease.errors import ParameterError
+from medrelease.evidence.verdict import verdict_of_manifest
 from medrelease.mechanisms import (
     capabilities,
     get_mechanism,
@@ -150,19 +151,19 @@ def release_flow(request: FormRequest) -> Any:
 
 
 def with_accuracy_message(result: Any) -> Any:
-    """A released run ends Completed with its accuracy verdict (and warnings) as the state's
-    message, which the run page shows beside the state; in the log-safe wording (values named
-    only from a declared public domain: Prefect stores the message)."""
+    """A released run ends 'Published' (publication verdict fit) or 'Published with warnings'
+    (``flows/states.published``), the verdict's headline in the state's message, which the run
+    page shows beside the state; then the steward's accuracy verdict (and warnings), labelled
+    as the raw-data evaluation, in the log-safe wording (values named only from a declared
+    public domain: Prefect stores the message)."""
     if not isinstance(result, dict) or not result.get("release_id"):
         return result
     manifest = result.get("manifest") or {}
     where = release_link(manifest.get("dataset", ""), result["release_id"])
     accuracy = result.get("accuracy") or {}
-    verdict = [accuracy["log_verdict"], *accuracy.get("log_warnings", [])] \
+    steward = [accuracy["log_verdict"], *accuracy.get("log_warnings", [])] \
         if accuracy.get("log_verdict") else []
-    message = "; ".join([f"Published: {where}", *verdict])
-    get_run_logger().info("published: %s", where)
-    return Completed(message=message[:2000], data=result)
+    return published_state(where, verdict_of_manifest(manifest), steward, result)
 
 
 def as_request(given: Any) -> ReleaseRequest:
@@ -457,11 +458,15 @@ def _reviewed(request: ReleaseRequest, budget: BudgetInView, facts: RunFacts, le
     """``review: required``: stage the release, write its evidence, pause for the decision;
     approve publishes the staged folder atomically, reject or a timeout publishes nothing.
     The spend stays counted either way (its noise was drawn); the decision and its reason go
-    to the steward record and the ledger's note."""
+    to the steward record and the ledger's note, with the publication verdict the reviewer
+    saw. The form shows that verdict and no raw-data evidence (``flows/review.py``): the
+    evaluation is written to the steward record before the pause, but the gate never reads
+    it, so the decision is post-processing of the release."""
     config, spend_id = facts.config, facts.charge.spend_id
     staged = stage_release(quote(facts))
     evaluated = _evaluate_after(request, staged.path, counts)
-    review = await_review(summary_of(staged, evaluated, config.review_timeout_hours))
+    summary = summary_of(staged, evaluated, config.review_timeout_hours)
+    review = {**await_review(summary), "publication_verdict": summary.verdict_level}
     if review["decision"] == "approve":
         published = publish_staged(staged, config.name, request.destination, review)
         finalize_spend(ledger, spend_id, "released", release_id=published.release_id,
@@ -476,7 +481,8 @@ def _reviewed(request: ReleaseRequest, budget: BudgetInView, facts: RunFacts, le
     return not_published(
         f"release {staged.release_id} of {config.name} was not published: {what} "
         f"({review['reason']}). Its spend (epsilon {facts.release_plan.guarantee.epsilon or 0:g})"
-        " stays counted: the noise was drawn.",
+        f" stays counted: the noise was drawn. Its publication verdict was: "
+        f"{summary.verdict_headline}",
         {"release_id": None, "staged_release_id": staged.release_id, "review": review,
          "flow_run_id": facts.flow_run_id, "evaluation": (evaluated or {}).get("report")})
 

@@ -6,6 +6,12 @@ The form says, before the choice, that the spend stays counted: the noise was dr
 release was built, so rejecting it gives no budget back. A review left open past the dataset's
 ``review_timeout_hours`` ends the run as *Not published*.
 
+What the form shows is the staged release's public facts and its **publication verdict**
+(``medrelease.evidence.verdict``: computed from the released rows, the mechanism's published
+outputs and public parameters), never the steward's accuracy report, which compares with the
+raw input: a decision taken on that report would choose which noisy run gets published with
+the true data, outside the guarantee (docs/PRIVACY.md, "What the review may look at").
+
 ``medrelease release`` answers the same pause from the terminal (or its ``--approve`` /
 ``--reject`` flags): it registers a *local reviewer* for the run it starts in-process, which
 resumes the paused run with its decision through Prefect's API, exactly as the UI's form does.
@@ -28,6 +34,7 @@ from prefect.flow_runs import pause_flow_run, resume_flow_run
 from prefect.input import RunInput
 from pydantic import Field
 
+from medrelease.evidence.verdict import verdict_of_manifest
 from medrelease.storage.links import staged_link
 
 POLL_S = 2  # how often the paused run looks for the decision (Prefect's default is 10 s)
@@ -48,10 +55,24 @@ class ReviewDecision(RunInput):
         description="Why (kept in the steward record and the ledger; never published)")
 
 
+# What the form says instead of the steward's raw-data evaluation (docs/PRIVACY.md).
+RAW_EVALUATION_NOTE = (
+    "The steward's raw-data evaluation is in the steward record; deciding from it whether to "
+    "publish, or rerunning after a rejection because of it, falls outside the guarantee "
+    "(docs: PRIVACY.md, 'What the review may look at').")
+
+
 @dataclass(frozen=True)
 class ReviewSummary:
-    """What the reviewer sees before choosing: public facts of the staged release and the
-    steward's evidence (accuracy verdict and warnings, where the report is)."""
+    """What the reviewer sees before choosing: public facts of the staged release and its
+    publication verdict — nothing computed from the raw input.
+
+    Why not the steward's accuracy report: it compares the release with the input, so a
+    decision taken on it chooses which noisy run gets published with the true data, which no
+    budget step pays for (docs/PRIVACY.md, "What the review may look at"). Every field here is
+    in the staged manifest (public parameters, DP outputs, the verdict computed from them and
+    the released rows) or names the staged folder: two neighbouring inputs that gave the same
+    release give the same summary, so deciding on it is post-processing."""
 
     dataset: str
     release_id: str
@@ -62,17 +83,20 @@ class ReviewSummary:
     lifetime: str
     staged_path: str
     staged_url: str
-    evidence_report: str | None
-    verdict: str | None
-    warnings: tuple[str, ...]
+    verdict_level: str
+    verdict_headline: str
+    verdict_analyses: tuple[str, ...]
     timeout_hours: float
     test_release: bool = False
 
+    def verdict_lines(self) -> list[str]:
+        """The verdict in plain text, for the terminal's reviewer (same words as the form)."""
+        return [f"publication verdict: {self.verdict_headline}",
+                *(f"  - {line}" for line in self.verdict_analyses)]
+
     def markdown(self) -> str:
         """The text above the form in Prefect's UI (Markdown)."""
-        evidence = (f"- evidence (steward only): `{self.evidence_report}`"
-                    if self.evidence_report else "- evidence: not written (evaluate was off)")
-        warnings = [f"  - {w}" for w in self.warnings]
+        analyses = [f"  - {_markdown(line)}" for line in self.verdict_analyses]
         return "\n".join([
             f"### Review release `{self.release_id}` of `{self.dataset}` before it is published",
             "",
@@ -81,24 +105,39 @@ class ReviewSummary:
             "release was built. *Approve* publishes it exactly as staged; *Reject* publishes "
             "nothing.",
             "",
+            f"**Publication verdict: {self.verdict_level}** — {_markdown(self.verdict_headline)}",
+            *(["", "Declared analyses:", *analyses] if analyses else []),
+            "",
+            "The verdict is computed from the staged release alone (its rows, the mechanism's "
+            "published outputs, public parameters and declarations), so deciding on it keeps "
+            "the guarantee.",
+            "",
             f"- mechanism: `{self.mechanism}` — {self.guarantee}",
             f"- rows released: {self.released_rows:,}",
-            f"- accuracy: {self.verdict or 'not evaluated'}",
-            *warnings,
             f"- staged release (data, manifest, report): [open it in the portal]"
             f"({self.staged_url})",
             f"- staged folder: `{self.staged_path}`",
-            evidence,
             f"- lifetime of the source: {self.lifetime}",
+            "",
+            RAW_EVALUATION_NOTE,
             "",
             f"Left open for {self.timeout_hours:g} h, the run ends *Not published*.",
         ])
 
 
+def _markdown(text: str) -> str:
+    """Verdict text shown as itself: '*' (the suppressed label) and '_' escaped."""
+    return text.replace("\\", "\\\\").replace("*", "\\*").replace("_", "\\_")
+
+
 def summary_of(staged: Any, evaluated: dict[str, Any] | None, timeout_hours: float
                ) -> ReviewSummary:
-    """``staged``: the ``PublishResult`` of ``stage_release``; ``evaluated``: the evidence."""
-    manifest, evaluated = staged.manifest, evaluated or {}
+    """``staged``: the ``PublishResult`` of ``stage_release``. The summary is read from its
+    manifest alone: ``evaluated`` (the steward's raw-data evaluation, which the run keeps in the
+    steward record) is accepted and deliberately not read — see ``ReviewSummary``."""
+    del evaluated  # raw-data evidence: never a publication criterion
+    manifest = staged.manifest
+    verdict = verdict_of_manifest(manifest) or {}
     return ReviewSummary(
         dataset=manifest["dataset"], release_id=staged.release_id,
         mechanism=manifest["mechanism"], guarantee=manifest["guarantee"]["statement"],
@@ -106,9 +145,11 @@ def summary_of(staged: Any, evaluated: dict[str, Any] | None, timeout_hours: flo
         released_rows=int(manifest["released_rows"]),
         lifetime=manifest["lifetime"]["statement"], staged_path=staged.path,
         staged_url=staged_link(manifest["dataset"], staged.release_id),
-        evidence_report=evaluated.get("report"), verdict=evaluated.get("verdict"),
-        warnings=tuple(evaluated.get("warnings") or ()), timeout_hours=timeout_hours,
-        test_release=bool(manifest["test_release"]))
+        verdict_level=str(verdict.get("level") or "not computed"),
+        verdict_headline=str(verdict.get("headline") or "no publication verdict in the manifest"),
+        verdict_analyses=tuple(f"{a['name']}: {a['status']} — {a['why']}"
+                               for a in verdict.get("analyses") or []),
+        timeout_hours=timeout_hours, test_release=bool(manifest["test_release"]))
 
 
 # medrelease release registers one for the run it starts in this process: given the summary,

@@ -4,6 +4,9 @@
   (bad input, policy, over budget, bad parameters). The run shows the reason, not a traceback;
   an in-process caller still gets the exception.
 * ``No new data`` / ``Duplicate`` (type COMPLETED): nothing to release, nothing spent.
+* ``Published`` / ``Published with warnings`` (type COMPLETED): released; the name follows the
+  release's publication verdict (fit, or not), its headline in the message.
+* ``Not published`` (type COMPLETED): a reviewed release rejected or left unreviewed.
 """
 
 from __future__ import annotations
@@ -80,6 +83,29 @@ def refused(exc: BaseException) -> State:
     # the sentence first: the run page's Details tab shows the message's start on one line,
     # and "BudgetExceededError: …" told a steward nothing (the exception is the state's data)
     return Failed(name="Refused", message=f"Nothing spent: {exc}"[:2000], data=exc)
+
+
+PUBLISHED = "Published"
+PUBLISHED_WITH_WARNINGS = "Published with warnings"
+
+
+def published(where: str, verdict: dict[str, Any] | None, steward_lines: list[str],
+              result: dict[str, Any]) -> State:
+    """A COMPLETED state named 'Published' when the publication verdict is *fit*, 'Published
+    with warnings' otherwise, with the verdict's headline after the link. The name follows the
+    verdict alone (computed from what is published: post-processing); the steward's raw-data
+    evaluation, in its log-safe wording, comes after it, labelled, and decides nothing."""
+    level = (verdict or {}).get("level")
+    name = PUBLISHED if level in (None, "fit") else PUBLISHED_WITH_WARNINGS
+    parts = [f"Published: {where}"]
+    if verdict:
+        parts.append(f"publication verdict: {verdict.get('headline') or level}")
+    if steward_lines:
+        parts.append("steward's raw-data evaluation: " + "; ".join(steward_lines))
+    get_run_logger().info("published: %s%s", where,
+                          f" — publication verdict: {verdict.get('headline') or level}"
+                          if verdict else "")
+    return Completed(name=name, message="; ".join(parts)[:2000], data=result)
 
 
 def not_published(reason: str, result: dict[str, Any]) -> State:

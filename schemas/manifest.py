@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -59,6 +59,25 @@ class ChecksRecord(BaseModel):
     checks: list[str]
 
 
+class VerdictRecord(BaseModel):
+    """``medrelease.evidence.verdict.PublicationVerdict.as_dict``: what the review gate, the
+    run's final state and the portal read."""
+
+    level: Literal["fit", "use with care", "not fit"]
+    headline: str
+    reasons: list[str]
+    analyses: list[dict[str, Any]] = Field(
+        description="per declared analysis: name, columns, levels, status, why, how each "
+                    "column is served (kept, coarser, generalized away, ...), figures")
+    domains: list[dict[str, Any]] = Field(
+        default_factory=list, description="per declared domain: values declared and released")
+    impossible_rows: int | None = Field(
+        default=None, description="released rows holding a declared impossible combination "
+                                  "(None: none declared)")
+    thresholds: dict[str, float]
+    basis: str
+
+
 class PublicManifest(BaseModel):
     """What researchers receive with the data (see docs/PRIVACY.md, "What is published")."""
 
@@ -93,6 +112,12 @@ class PublicManifest(BaseModel):
                     "outputs and public parameters only (docs/PRIVACY.md, \"Error bars\")")
     released_rows: int
     risk: dict[str, float | int]
+    verdict: VerdictRecord = Field(
+        description="the publication verdict: level (fit, use with care, not fit), headline, "
+                    "reasons, each declared analysis and how the release serves it, the "
+                    "thresholds; computed from the released rows, the mechanism's published "
+                    "outputs and public parameters only (docs/PRIVACY.md, \"What the review "
+                    "may look at\")")
 
 
 class StewardRecord(BaseModel):

@@ -4,8 +4,10 @@ The audit flow (``flows/audit.py``) runs the *whole release flow* on neighbourin
 same seed and hands the two published folders to ``compare_neighbours``:
 
 1. boundary — each folder holds exactly the allow-listed files, its manifest exactly the
-   ``PUBLISHED`` fields; ``released`` fields equal what the data file gives when recomputed;
-   the report is the manifest rendered, the CSV the Parquet written as CSV;
+   ``PUBLISHED`` fields; ``released`` fields equal what the data file gives when recomputed
+   (the publication verdict from the data, the published manifest and the dataset config's
+   public declarations); the report is the manifest rendered, the CSV the Parquet written as
+   CSV;
 2. neighbour diff — every ``public`` field is byte-identical between the two runs (anything
    computed from the input shows up here: the input's row count, hash, true-count bounds...);
 3. ``value_leaks`` — a value only the added person has appears in no published byte and in no
@@ -32,8 +34,10 @@ from typing import Any
 import pandas as pd
 from pydantic import ValidationError
 
-from medrelease.errors import ParameterError
+from medrelease.data.config import DatasetConfig, find_config
+from medrelease.errors import MedreleaseError, ParameterError
 from medrelease.evidence.audit import TIPPING_VALUE, UNIQUE_VALUE
+from medrelease.evidence.verdict import publication_verdict
 from medrelease.mechanisms import capabilities
 from medrelease.privacy.publication import (
     DETAILS,
@@ -65,8 +69,12 @@ def _manifest(folder: Path) -> dict[str, Any]:
     return json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
 
 
-def inspect_folder(folder: Path) -> list[Finding]:
-    """Checks one published folder against the boundary (files, fields, re-derivations)."""
+def inspect_folder(folder: Path, config: DatasetConfig | None = None) -> list[Finding]:
+    """Checks one published folder against the boundary (files, fields, re-derivations).
+
+    ``config``: the release's dataset config, whose public declarations (analyses, domains,
+    taxonomies, impossible combinations) the verdict is recomputed with; default: the dataset
+    of that name in the dataset roots."""
     from schemas.manifest import PublicManifest
 
     folder = Path(folder)
@@ -85,7 +93,7 @@ def inspect_folder(folder: Path) -> list[Finding]:
         findings.append(Finding("boundary", "manifest.json", f"does not validate: {exc}"[:300]))
     if findings:
         return findings
-    return _rederive(folder, manifest)
+    return _rederive(folder, manifest, config)
 
 
 def published_tables(manifest: dict[str, Any]) -> tuple[str, ...]:
@@ -112,9 +120,11 @@ def _tables_checked(folder: Path, manifest: dict[str, Any]) -> list[Finding]:
     return findings
 
 
-def _rederive(folder: Path, manifest: dict[str, Any]) -> list[Finding]:
+def _rederive(folder: Path, manifest: dict[str, Any], config: DatasetConfig | None = None
+              ) -> list[Finding]:
     """``released`` fields, the report, the CSV and the Parquet statistics must follow from the
-    published data alone."""
+    published data alone (the verdict: with the published manifest and the config's public
+    declarations)."""
     findings = _statistics_rederived(find_data_file(folder, ".parquet"))
     findings += _tables_checked(folder, manifest)
     for name in sorted(set(manifest.get("mechanism_details") or {}) - set(DETAILS)):
@@ -124,9 +134,16 @@ def _rederive(folder: Path, manifest: dict[str, Any]) -> list[Finding]:
     dims = [c for c, spec in manifest["columns"].items()
             if spec["role"] in ("dimension", "set_valued") and c in table.columns]
     figures = released_figures(table, dims)
+    config = config or _dataset_config(manifest)
+    if config is None:
+        findings.append(Finding("re-derivation", "manifest.verdict",
+                                f"cannot be recomputed: no dataset config named "
+                                f"{manifest.get('dataset')!r} in the dataset roots"))
+    else:
+        figures["verdict"] = publication_verdict(manifest, table, config).as_dict()
     for name, field in PUBLISHED.items():
-        if field.basis == Basis.RELEASED and _canonical(figures[name]) != _canonical(
-                manifest[name]):
+        if field.basis == Basis.RELEASED and name in figures and _canonical(
+                figures[name]) != _canonical(manifest[name]):
             findings.append(Finding("re-derivation", f"manifest.{name}",
                                     "differs from its value recomputed from the data file"))
     if (folder / "report.md").read_text(encoding="utf-8") != render_public_report(manifest):
@@ -140,9 +157,19 @@ def _rederive(folder: Path, manifest: dict[str, Any]) -> list[Finding]:
     return findings
 
 
-def compare_neighbours(without: Path, with_target: Path) -> list[Finding]:
-    """Boundary checks of both folders, then every ``public`` field compared byte for byte."""
-    findings = inspect_folder(without) + inspect_folder(with_target)
+def _dataset_config(manifest: dict[str, Any]) -> DatasetConfig | None:
+    """The dataset config a published manifest names, from the dataset roots (None: absent)."""
+    try:
+        return find_config(str(manifest.get("dataset") or ""))
+    except MedreleaseError:
+        return None
+
+
+def compare_neighbours(without: Path, with_target: Path, config: DatasetConfig | None = None
+                       ) -> list[Finding]:
+    """Boundary checks of both folders, then every ``public`` field compared byte for byte
+    (``config``: the neighbours' dataset config, for the verdict's re-derivation)."""
+    findings = inspect_folder(without, config) + inspect_folder(with_target, config)
     a, b = _manifest(without), _manifest(with_target)
     for name, field in PUBLISHED.items():
         if field.basis == Basis.PUBLIC and _canonical(a.get(name)) != _canonical(b.get(name)):
@@ -269,7 +296,10 @@ def decoded_texts(folder: Path, with_data: bool = True) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {"manifest.json": list(_strings(_manifest(folder))),
                                  "report.md": [(folder / "report.md").read_text("utf-8")]}
     parquet_path = find_data_file(folder, ".parquet")
-    out[f"{parquet_path.name} metadata and statistics"] = _metadata_texts(parquet_path)
+    # a row group's min and max are its values' own (``re-derivation`` checks it): with a
+    # declared public domain they are released values like the data's, exempt as the data is
+    out[f"{parquet_path.name} metadata and statistics"] = _metadata_texts(
+        parquet_path, statistics=with_data)
     for name in published_tables(_manifest(folder)):
         out[f"{name} metadata and statistics"] = _metadata_texts(folder / name)
         if with_data:
@@ -284,13 +314,14 @@ def decoded_texts(folder: Path, with_data: bool = True) -> dict[str, list[str]]:
     return out
 
 
-def _metadata_texts(path: Path) -> list[str]:
-    """A Parquet file's key-value metadata and every row group's min and max, as text."""
+def _metadata_texts(path: Path, statistics: bool = True) -> list[str]:
+    """A Parquet file's key-value metadata and (``statistics``) every row group's min and max,
+    as text."""
     import pyarrow.parquet as pq
 
     parquet = pq.ParquetFile(path)
     texts = [v.decode("utf-8", "replace") for v in (parquet.metadata.metadata or {}).values()]
-    for group in range(parquet.metadata.num_row_groups):
+    for group in range(parquet.metadata.num_row_groups if statistics else 0):
         for i in range(parquet.metadata.num_columns):
             stats = parquet.metadata.row_group(group).column(i).statistics
             if stats is not None and stats.has_min_max:

@@ -34,6 +34,7 @@ from medrelease.data.config import DatasetConfig
 from medrelease.data.extract import InputInfo
 from medrelease.errors import MedreleaseError
 from medrelease.evidence.risk import risk_of_cells
+from medrelease.evidence.verdict import analysis_entry, publication_verdict
 from medrelease.mechanisms import capabilities
 from medrelease.mechanisms.base import ReleaseContext
 from medrelease.plan import MaterializedRelease, ReleasePlan
@@ -98,6 +99,13 @@ PUBLISHED: dict[str, PublishedField] = {
                                                "measurements, model and sampled rows"),
     "released_rows": PublishedField(Basis.RELEASED, "rows of the data file"),
     "risk": PublishedField(Basis.RELEASED, "re-identification figures of the released rows"),
+    "verdict": PublishedField(Basis.RELEASED, "the publication verdict (fit / use with care / "
+                                              "not fit for the declared analyses), computed "
+                                              "from the released rows, the mechanism's "
+                                              "published outputs and public parameters and "
+                                              "config facts, never the input, so acting on it "
+                                              "(publishing, rejecting, rerunning) is "
+                                              "post-processing; the audit recomputes it"),
 }
 
 # The entries of ``mechanism_details`` that may be published, each with its basis: outputs of
@@ -118,6 +126,8 @@ DETAILS: dict[str, Basis] = {
     "merged_rare_values": Basis.OUTPUT,    # aim: from the noisy 1-way marginals
     "synthetic_rows_ceiling": Basis.PUBLIC,  # aim: the parameter max_synthetic_rows
     "noisy_total_clipped": Basis.OUTPUT,   # aim: whether the noisy total reached the ceiling
+    "merged_value_expansion": Basis.PUBLIC,  # aim: how merged values become leaves (a constant)
+    "impossible_rows_redrawn": Basis.OUTPUT,  # aim: rows drawn again (model + sampler draws)
 }
 
 # Tables a mechanism publishes beside its data (``Capabilities.published_tables``), column by
@@ -233,7 +243,8 @@ def public_columns(config, columns: list[str]) -> dict[str, dict[str, Any]]:
 def render_public_report(manifest: dict[str, Any]) -> str:
     """report.md: the public manifest in plain words (a function of the manifest alone)."""
     guarantee = manifest["guarantee"]
-    lines = [f"# Release {manifest['release_id']} of `{manifest['dataset']}`", ""]
+    lines = [f"# Release {manifest['release_id']} of `{manifest['dataset']}`", "",
+             *_verdict_line(manifest)]
     if manifest["test_release"]:
         lines += ["> **TEST RELEASE — NOT FOR PUBLICATION**: made with a fixed seed; anyone "
                   "who knows the seed can remove the noise. It lives in the test store only.",
@@ -267,6 +278,7 @@ def render_public_report(manifest: dict[str, Any]) -> str:
         f"- random source: {manifest.get('randomness', 'not recorded')}",
         f"- text cells: {manifest['text_safety']['csv']}",
         "",
+        *render_analyses(manifest),
         *render_error_bars(manifest.get("error_bars") or {}),
         "## Re-identification risk of the released rows",
         *_risk_lines(manifest["risk"], synthetic),
@@ -282,6 +294,85 @@ def render_public_report(manifest: dict[str, Any]) -> str:
     lines += [f"- {_markdown_text(check)}" for check in manifest["checks"]["checks"]]
     lines.append("")
     return "\n".join(lines)
+
+
+# The cells of one declared analysis report.md lists (the manifest's error bars hold them all).
+REPORT_ANALYSIS_CELLS = 100
+
+
+def _verdict_line(manifest: dict[str, Any]) -> list[str]:
+    """The report's first line: the publication verdict, what a researcher reads first."""
+    verdict = manifest.get("verdict") or {}
+    if not verdict.get("level"):
+        return []
+    return [f"**Publication verdict:** {_markdown_text(verdict.get('headline', ''))}", ""]
+
+
+def render_analyses(manifest: dict[str, Any]) -> list[str]:
+    """Each declared analysis: its verdict, how the release serves each of its columns (kept,
+    coarser, generalized away at the chosen node) and, where the error bars carry it (aim),
+    its released table with the 95 % interval of the true count per cell."""
+    analyses = (manifest.get("verdict") or {}).get("analyses") or []
+    if not analyses:
+        return []
+    tables = (manifest.get("error_bars") or {}).get("analyses") or []
+    lines = ["## Declared analyses",
+             "The tables the dataset's steward declared that researchers need, and how this "
+             "release serves each (the verdict's rules: docs/PRIVACY.md, \"What the review may "
+             "look at\").", ""]
+    for analysis in analyses:
+        served = "; ".join(_served_words(s) for s in analysis.get("served") or [])
+        lines.append(f"- **{_markdown_text(analysis['name'])}**: {analysis['status']} — "
+                     f"{_markdown_text(analysis['why'])}"
+                     + (f" (served: {_markdown_text(served)})" if served else ""))
+        entry = analysis_entry(analysis["name"], analysis.get("columns") or [],
+                               analysis.get("levels") or [], tables)
+        if entry:
+            lines += ["", *_analysis_table(entry), ""]
+    lines.append("")
+    return lines
+
+
+def _served_words(served: dict[str, Any]) -> str:
+    column, how = served.get("column", ""), served.get("how", "")
+    released, declared = served.get("released_level"), served.get("declared_level", 0)
+    if how == "kept" and released is not None:
+        return f"{column} at level {released}"
+    if how == "coarser":
+        return f"{column} at level {released}, declared {declared}"
+    if how == "synthetic":
+        return f"{column} synthetic, at its finest level"
+    return f"{column} {how}"
+
+
+def _analysis_table(entry: dict[str, Any]) -> list[str]:
+    """One declared analysis's released table with its 95 % intervals (aim's error bars)."""
+    cells = entry.get("cells") or []
+    shown = cells[:REPORT_ANALYSIS_CELLS]
+    level, sigma = entry.get("level"), entry.get("sigma")
+    about = [f"{len(cells):,} cells"]
+    if isinstance(sigma, int | float):
+        about.append(f"measured with sigma {sigma:.3g}")
+    if isinstance(level, int | float):
+        about.append(f"each interval holds with probability {level:.0%} "
+                     f"({entry.get('holds', 'per estimate')})")
+    columns = " × ".join(str(c) for c in entry.get("columns") or []) or "cell"
+    lines = [_markdown_text("; ".join(about)), "",
+             f"| {_table_text(columns)} | released | 95 % interval of the true count |",
+             "|---|---|---|"]
+    for cell in shown:
+        label = " × ".join(str(v) for v in cell.get("cell") or [])
+        lines.append(f"| {_table_text(label)} | {cell.get('released', '')} | "
+                     f"[{cell.get('lower', '')}, {cell.get('upper', '')}] |")
+    if len(cells) > len(shown):
+        lines += ["", f"{len(cells) - len(shown):,} more cells: manifest.json, "
+                      "error\\_bars.analyses"]
+    return lines
+
+
+def _table_text(text: str) -> str:
+    """Text in a Markdown table cell: escaped, and its '|' kept from ending the cell."""
+    return _markdown_text(text).replace("|", "\\|")
 
 
 def _synthetic_lines(manifest: dict[str, Any]) -> list[str]:
@@ -442,7 +533,7 @@ def public_facts(run: RunFacts, release_id: str) -> dict[str, Any]:
     dims = [c for c in config.dimensions + config.set_valued if c in columns]
     node = (dict(zip(run.context.counts.dimensions, map(int, chosen.node), strict=True))
             if run.context is not None else {})
-    return {
+    facts = {
         "release_id": release_id,
         # the day only: a time of day would tell how long the run took (it grows with n)
         "created_at": (run.requested_at or datetime.now(UTC)).date().isoformat(),
@@ -466,6 +557,10 @@ def public_facts(run: RunFacts, release_id: str) -> dict[str, Any]:
         "error_bars": chosen.error_bars or no_error_bars(plan.mechanism),
         **released_figures(chosen.rows, dims),
     }
+    # from the facts above that are published (never the input), the released rows and the
+    # config's public declarations: the audit recomputes it from the published folder
+    facts["verdict"] = publication_verdict(facts, chosen.rows, config).as_dict()
+    return facts
 
 
 def declared_tables(chosen: MaterializedRelease, mechanism: str) -> dict[str, pd.DataFrame]:
