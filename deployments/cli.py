@@ -178,7 +178,8 @@ def _show_result(result: dict[str, Any], seconds: float) -> None:
         body.append(f"[red bold]{details['degenerate']}[/]")
     accuracy = result.get("accuracy") or {}
     if accuracy.get("verdict"):  # steward only: it compares with the input
-        body.insert(4, f"[bold]accuracy[/]  {escape(accuracy['verdict'])}")
+        body.insert(4, "[bold]accuracy[/]  (the steward's raw-data evaluation) "
+                       f"{escape(accuracy['verdict'])}")
         for line in accuracy.get("warnings", []):
             body.insert(5, f"[yellow bold]{escape(line)}[/]")
     if result.get("evaluation"):
@@ -186,7 +187,20 @@ def _show_result(result: dict[str, Any], seconds: float) -> None:
     if manifest["test_release"]:
         body.append("[red bold]TEST RELEASE — NOT FOR PUBLICATION[/] (fixed seed; kept in the "
                     "test store)")
+    body[0:0] = _verdict_lines(manifest)  # first: what the release is fit for (public)
     console.print(Panel("\n".join(body), title=f"released {manifest['dataset']}"))
+
+
+def _verdict_lines(manifest: dict[str, Any]) -> list[str]:
+    """The publication verdict (published in the manifest: computed from the release alone),
+    coloured by its level, then one line per declared analysis."""
+    verdict = manifest.get("verdict") or {}
+    if not verdict.get("level"):
+        return []
+    colour = {"fit": "green", "use with care": "yellow"}.get(verdict["level"], "red")
+    return [f"[bold]verdict[/]   [{colour} bold]{escape(verdict.get('headline', ''))}[/]",
+            *(f"            {escape(a['name'])}: {escape(a['status'])} — {escape(a['why'])}"
+              for a in verdict.get("analyses") or [])]
 
 
 def _fail(exc: BaseException, what: str = "release refused") -> None:
@@ -291,20 +305,22 @@ def _local_reviewer(approve: bool, reject: str | None) -> Any:
 
 
 def _ask_in_the_terminal(summary: Any) -> Any:
-    """The evidence summary, then approve / reject and a reason (the progress bar paused)."""
-    from flows.review import ReviewDecision
+    """The review form's text (``ReviewSummary``: the publication verdict, never the raw-data
+    evaluation), then approve / reject and a reason (the progress bar paused)."""
+    from flows.review import RAW_EVALUATION_NOTE, ReviewDecision
 
     live = _LiveProgress.current
     if live is not None:
         live.stop()
-    body = [f"[bold]release[/]   {summary.release_id} (staged: {summary.staged_path})",
+    colour = {"fit": "green", "use with care": "yellow"}.get(summary.verdict_level, "red")
+    body = [f"[bold]verdict[/]   [{colour} bold]{escape(summary.verdict_headline)}[/]",
+            *(f"            {escape(line)}" for line in summary.verdict_analyses),
+            f"[bold]release[/]   {summary.release_id} (staged: {summary.staged_path})",
             f"[bold]mechanism[/] {summary.mechanism} — {escape(summary.guarantee)}",
             f"[bold]rows[/]      {summary.released_rows:,}",
-            f"[bold]accuracy[/]  {escape(summary.verdict or 'not evaluated')}",
-            *(f"[yellow bold]{escape(w)}[/]" for w in summary.warnings),
-            f"[bold]evidence[/]  {summary.evidence_report or 'not written'}",
             f"[bold]budget[/]    epsilon {summary.epsilon_spent:g} is spent and stays counted "
-            "whichever you choose (the noise was drawn)"]
+            "whichever you choose (the noise was drawn)",
+            escape(RAW_EVALUATION_NOTE)]
     console.print(Panel("\n".join(body), title=f"review {summary.dataset} before publishing"))
     choice = typer.prompt("approve or reject", type=click_choice(["approve", "reject"]))
     reason = typer.prompt("reason (kept in the steward record and the ledger)", default="",
@@ -334,6 +350,11 @@ def init(
         None, help="the dataset root to write under (default: the first; must be one of "
                    "them: datasets/, the data home's datasets/, MEDRELEASE_DATASETS)"),
     delimiter: str | None = typer.Option(None, help="the CSV's delimiter (default: sniffed)"),
+    analysis: list[str] | None = typer.Option(
+        None, "--analysis", metavar="COL,COL",
+        help="a table researchers need, as its columns (e.g. treatment,outcome); repeat for "
+             "more. Written as analyses: aim measures them first, every release says how it "
+             "serves them. Without it, suggestions are written commented out"),
 ) -> None:
     """Draft datasets/NAME/dataset.yaml and its taxonomies from one pass over CSV (never
     overwrites); prints what it decided and what to review. No Prefect, no budget."""
@@ -357,13 +378,13 @@ def init(
                                   "overwrites a config; pick another --name")
         profile = profile_csv(csv_file, delimiter)
         try:
-            draft = draft_dataset(profile, name, target, informative, unit)
+            draft = draft_dataset(profile, name, target, informative, unit, analysis or ())
         except InformativeNeeded as exc:
             if not (sys.stdin.isatty() and exc.candidates):
                 raise
             chosen = typer.prompt(f"informative column ({', '.join(exc.candidates)})",
                                   type=click_choice(exc.candidates))
-            draft = draft_dataset(profile, name, target, chosen, unit)
+            draft = draft_dataset(profile, name, target, chosen, unit, analysis or ())
         written = write_draft(draft)
     except MedreleaseError as exc:
         _fail(exc, "init refused")
@@ -390,6 +411,14 @@ def _show_draft(draft: Any, written: list[Path]) -> None:
     console.print(f"[bold]privacy unit[/] {escape(unit)}   [bold]missing values[/] "
                   f"{draft.dataset_missing}   [bold]lattice[/] {draft.lattice_nodes:,} nodes   "
                   f"[bold]files[/] {len(written)}", soft_wrap=True)
+    if draft.analyses:
+        console.print("[bold]analyses[/] " + escape("; ".join(" × ".join(a)
+                                                                for a in draft.analyses)),
+                      soft_wrap=True, highlight=False)
+    else:
+        console.print("[bold]analyses[/] none declared: dataset.yaml suggests the informative "
+                      "column against each dimension, commented out (--analysis a,b declares "
+                      "one)", soft_wrap=True, highlight=False)
     if draft.review:
         console.print("[yellow bold]review before a release that matters:[/]")
         for line in draft.review:
@@ -403,14 +432,25 @@ def check(
     dataset: str = typer.Argument(..., help="dataset name or path to its dataset.yaml"),
     input_path: Path | None = typer.Option(None, "--input", help="check this file instead"),
     mechanism: str | None = typer.Option(None, help="check the plan for this mechanism"),
-    epsilon: float | None = typer.Option(None, help="check the plan at this epsilon"),
+    epsilon: float | None = typer.Option(
+        None, help="check the plan at this epsilon, and show each declared analysis's "
+                   "expected 95 % error there (from expected_rows, never the input)"),
+    target_error: float | None = typer.Option(
+        None, "--target-error",
+        help="print the smallest epsilon (up to the policy's max_epsilon) at which every "
+             "declared analysis is within this share of an average cell: the 95 % half-width "
+             "per cell, e.g. 0.1 = ±10 % (aim; needs expected_rows)"),
 ) -> None:
     """Validate the config, its taxonomies and the input, list every problem at once, and
-    show the release that would run. No Prefect, nothing spent."""
+    show the release that would run, with its declared analyses' expected errors. No Prefect,
+    nothing spent."""
     from medrelease.checkup import check_dataset
 
+    if target_error is not None and not 0 < target_error < float("inf"):
+        raise typer.BadParameter("a positive share of an average cell, e.g. 0.1 for ±10 %",
+                                 param_hint="--target-error")
     report = check_dataset(dataset, str(input_path.resolve()) if input_path else None,
-                           mechanism, epsilon)
+                           mechanism, epsilon, target_error)
     source = f" ({report.config_file})" if report.config_file else ""
     if report.findings:
         table = Table(title=f"{len(report.findings)} problem(s) in {report.dataset}{source}",
@@ -435,6 +475,24 @@ def check(
                                                if report.findings else "")
         console.print(Panel("\n".join(f"[bold]{k:<9}[/] {escape(v)}" for k, v in report.release),
                             title=title))
+    errors = report.errors
+    if isinstance(errors, str):
+        console.print(escape(errors), soft_wrap=True, highlight=False)
+    elif errors is not None and not errors.analyses:
+        console.print("; ".join(errors.notes), soft_wrap=True, highlight=False)
+    elif errors is not None:
+        header, rows = errors.table()
+        table = Table(title=errors.title, expand=True)
+        for column in header:
+            table.add_column(column, overflow="fold")
+        for row in rows:
+            table.add_row(*(escape(cell) for cell in row))
+        console.print(table)
+        for note in errors.notes:
+            console.print(f"  - {escape(note)}", soft_wrap=True, highlight=False)
+        if errors.target is not None:
+            console.print(f"[bold]--target-error {errors.target.target:g}[/]: "
+                          f"{escape(errors.target.message)}", soft_wrap=True, highlight=False)
     console.print(f"checked in {report.seconds:.1f} s; nothing spent", highlight=False)
     if report.findings:
         raise typer.Exit(1)
@@ -885,10 +943,15 @@ def show(release: Path = typer.Argument(..., help="a release folder or its manif
 
     folder = release.parent if release.name == "manifest.json" else release
     data = json.loads((folder / "manifest.json").read_text())
-    console.print_json(json.dumps({k: data[k] for k in (
+    verdict = data.get("verdict") or {}
+    console.print_json(json.dumps({**{k: data[k] for k in (
         "release_id", "dataset", "source", "mechanism", "guarantee", "epsilon_spent",
         "delta_spent", "lifetime", "chosen_node", "released_rows", "seed_policy",
-        "test_release")}))
+        "test_release")}, "verdict": {  # the publication verdict (published, post-processing)
+        "level": verdict.get("level"), "headline": verdict.get("headline"),
+        "reasons": verdict.get("reasons", []),
+        "analyses": [f"{a['name']}: {a['status']} — {a['why']}"
+                     for a in verdict.get("analyses") or []]} if verdict else None}))
     try:
         record = StewardRecords(steward_root()).read(data["dataset"], data["release_id"])
     except StoreError:

@@ -135,10 +135,15 @@ def _epsilon_help(schema: dict[str, Any]) -> None:
     """What epsilon means, then per bundled dataset its per-release cap and its source's
     budget left when the form was built (the '<dataset>-budget' artifact is current)."""
     _plain("number")(schema)
+    from medrelease.planning import form_epsilon_summary
     from medrelease.privacy.ledger_backends import epsilon_left_glance
 
-    per_dataset = []
+    per_dataset, errors = [], []
     for config in _bundled_configs():
+        try:  # the declared analyses' expected error at a few epsilons (public facts only)
+            errors.append(form_epsilon_summary(config))
+        except Exception:  # a broken config is reported when it is released, not in the form
+            errors.append(None)
         left = epsilon_left_glance(ledger_location(), config.source_id)
         budget = (f"{config.privacy.lifetime_epsilon:g} of {config.privacy.lifetime_epsilon:g}"
                   " left" if left is None else "lifetime guarantee VOID" if left[1]
@@ -152,7 +157,11 @@ def _epsilon_help(schema: dict[str, Any]) -> None:
         "models and pseudonymization take none. Per-release cap and budget left (when this "
         "form was built; each dataset's budget artifact, e.g. 'nps-sample-budget', is "
         "current): "
-        + "; ".join(per_dataset))
+        + "; ".join(per_dataset)
+        + ". Expected 95 % error of a dataset's declared analyses at an epsilon, before "
+        "spending: `medrelease check DATASET --epsilon E` (or `--target-error 0.1` for the "
+        "smallest epsilon within ±10 % of an average cell)"
+        + "".join(f"; {line}" for line in errors if line))
 
 
 def _parameters_help(schema: dict[str, Any]) -> None:

@@ -20,7 +20,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from medrelease.data.config import ColumnSpec, DatasetConfig, find_config, read_yaml
 from medrelease.data.taxonomy import load_taxonomy
@@ -31,6 +31,9 @@ from medrelease.errors import (
     write_steward_log,
 )
 from medrelease.settings import steward_log_dir
+
+if TYPE_CHECKING:
+    from medrelease.planning import ErrorPlan
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,9 @@ class CheckReport:
     steward_log: Path | None = None
     rows: int | None = None
     seconds: float = 0.0
+    # the declared analyses' expected errors at the release's epsilon (``medrelease.planning``:
+    # public parameters and the declared expected_rows, never ``rows``); a sentence if not
+    errors: ErrorPlan | str | None = None
 
     @property
     def ok(self) -> bool:
@@ -62,8 +68,11 @@ class CheckReport:
 
 
 def check_dataset(dataset: str, input_path: str | None = None, mechanism: str | None = None,
-                  epsilon: float | None = None) -> CheckReport:
-    """Every check a release runs before it spends, each stage's problems collected."""
+                  epsilon: float | None = None, target_error: float | None = None
+                  ) -> CheckReport:
+    """Every check a release runs before it spends, each stage's problems collected; then the
+    declared analyses' expected errors at the epsilon (and, with ``target_error``, the smallest
+    epsilon that meets it), so that epsilon is chosen before it is spent."""
     started = time.perf_counter()
     report = CheckReport(dataset)
     try:
@@ -79,8 +88,20 @@ def check_dataset(dataset: str, input_path: str | None = None, mechanism: str | 
     _input_checked(config, input_path, report)
     if usable:
         _plan(config, mechanism, epsilon, report)
+        report.errors = _expected_errors(config, mechanism, epsilon, target_error)
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _expected_errors(config: DatasetConfig, mechanism: str | None, epsilon: float | None,
+                     target_error: float | None) -> ErrorPlan | str:
+    """``planning.expected_errors``, or why it could not run (the plan's finding says more)."""
+    from medrelease.planning import expected_errors
+
+    try:
+        return expected_errors(config, mechanism, epsilon, target_error)
+    except (MedreleaseError, ValueError) as exc:
+        return f"expected errors not computed: {exc}"
 
 
 def _config_findings(message: str) -> list[Finding]:
