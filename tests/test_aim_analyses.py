@@ -15,7 +15,6 @@ import pytest
 from medrelease.data.aggregate import aggregate
 from medrelease.data.cohort import (
     OTHER_COLUMNS,
-    RARE_CAUSE,
     generate_cohort,
     write_cohort_dataset,
 )
@@ -242,3 +241,20 @@ def test_the_publication_verdict_says_fit_or_flags_an_analysis_the_noise_erases(
     verdict = verdict_of(chosen, config)
     assert verdict.level == "not fit"
     assert "not fit for: creat × death" in verdict.headline
+
+
+def test_an_analysis_is_published_in_the_order_the_steward_wrote_it(tmp_path, cohort):
+    """``[death, creat]`` (creat comes first in the table): its published table reads death
+    first, so the verdict and a researcher find it by the name they declared."""
+    frame = cohort.drop(columns=list(OTHER_COLUMNS))
+    path = write_cohort_dataset(tmp_path, frame, analyses=False, impossible=False)
+    path.write_text(path.read_text() + "analyses:\n  - [death, creat]\n")
+    config = load_config(path)
+    plan = plan_release("aim", {"epsilon": 1.0}, 0, seed=2, facts=PublicFacts.of(config))
+    run = aim_rounds(aggregate(frame, config), config, plan)
+    run.run()
+    [table] = synthetic_release(run, aggregate(frame, config), plan).error_bars["analyses"]
+    assert table["name"] == "death × creat" and table["columns"] == ["death", "creat"]
+    assert [c["cell"] for c in table["cells"][:2]] == [["0", "normal"], ["0", "raised"]]
+    verdict = verdict_of(synthetic_release(run, aggregate(frame, config), plan), config)
+    assert verdict.analyses[0].status == "fit"

@@ -30,6 +30,7 @@ portal read the verdict from the manifest.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -74,6 +75,13 @@ INTERVAL_NOT_FIT = 0.5
 # count lies outside the 95 % interval of the true count (the sampled rows drifted from the
 # measurement): "use with care". At 95 % per cell about 5 % would by chance.
 DRIFT_CARE = 0.10
+# aim, per declared analysis: the total variation distance its measurement's noise alone is
+# expected to put between the measured and the true table, sqrt(2/pi) sigma cells / (2 R) (R
+# its released rows). A large sparse table (440 cells, most below 10 rows, sigma 27: 0.24)
+# can read "fit" by the mass-weighted rule above while its small cells are mostly noise:
+# above 0.1 "use with care", above 0.25 "not fit".
+NOISE_TVD_CARE = 0.10
+NOISE_TVD_NOT_FIT = 0.25
 # aim, per released column: the released rows' 1-way distribution further than this (TVD)
 # from the column's noisy 1-way measurement: "use with care".
 MOVED_TVD_CARE = 0.05
@@ -85,6 +93,8 @@ THRESHOLDS: dict[str, float] = {
     "interval_care": INTERVAL_CARE,
     "interval_not_fit": INTERVAL_NOT_FIT,
     "drift_care": DRIFT_CARE,
+    "noise_tvd_care": NOISE_TVD_CARE,
+    "noise_tvd_not_fit": NOISE_TVD_NOT_FIT,
     "moved_tvd_care": MOVED_TVD_CARE,
 }
 
@@ -577,8 +587,11 @@ def _interval_findings(spec: AnalysisSpec, entries: Sequence[Mapping[str, Any]]
     total = float(released.sum())
     outside = (released < lower) | (released > upper)
     drift = float(released[outside].sum()) / total if total else 0.0
+    sigma = _number(entry.get("sigma")) or 0.0
+    noise_tvd = (math.sqrt(2 / math.pi) * sigma * len(cells) / (2 * total)) if total else 1.0
     figures = {"median_relative_half_width": round(float(width), 6),
-               "mass_outside_interval": round(drift, 6)}
+               "mass_outside_interval": round(drift, 6),
+               "noise_tvd": round(float(noise_tvd), 6)}
     findings: list[Finding] = []
     if width > INTERVAL_NOT_FIT:
         findings.append(Finding(NOT_FIT, f"intervals too wide to read (typical cell "
@@ -586,6 +599,14 @@ def _interval_findings(spec: AnalysisSpec, entries: Sequence[Mapping[str, Any]]
     elif width > INTERVAL_CARE:
         findings.append(Finding(CARE, f"wide intervals (typical cell +-{width:.0%})",
                                 "wide intervals"))
+    if noise_tvd > NOISE_TVD_NOT_FIT:
+        findings.append(Finding(NOT_FIT, f"its {len(cells):,} cells are mostly noise (the "
+                                         f"measurement alone: TVD about {noise_tvd:.2f})",
+                                "mostly noise"))
+    elif noise_tvd > NOISE_TVD_CARE:
+        findings.append(Finding(CARE, f"its small cells are mostly noise (the measurement "
+                                      f"alone: TVD about {noise_tvd:.2f} over {len(cells):,} "
+                                      "cells)", "small cells noisy"))
     if drift > DRIFT_CARE:
         findings.append(Finding(CARE, f"{drift:.0%} of its released rows lie in cells outside "
                                       "the 95 % interval of the true count (the rows drift "

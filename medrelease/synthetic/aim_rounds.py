@@ -228,6 +228,7 @@ class AIMRounds:
         if self.analyses and not settings.analyses_rho > 0:
             raise ValueError("declared analyses need a share of rho (analyses_rho)")
         self.impossible = impossible
+        self.analysis_orders: tuple[tuple[str, ...], ...] = ()  # the declared column orders
         self.rejected = 0  # sampled rows dropped for an impossible combination (a count of
         # post-processing draws, public)
         rounds = settings.rounds

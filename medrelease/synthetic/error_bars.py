@@ -468,14 +468,22 @@ def analysis_tables(run: AIMRounds, released_codes: dict[str, np.ndarray],
         lower = np.maximum(0, np.ceil(measured - half)).astype(np.int64)
         upper = np.maximum(0, np.floor(measured + half)).astype(np.int64)
         labels = [a.level_labels[lv] for a, lv in zip(leaves, record.levels, strict=True)]
+        names_in, levels_in = list(record.columns), list(record.levels)
+        order = _declared_order(run, record.columns)  # axes as the steward wrote them
+        arrays = [a.reshape(shape).transpose(order).reshape(-1)
+                  for a in (released, measured, lower, upper)]
+        released, measured, lower, upper = arrays
+        labels = [labels[k] for k in order]
+        shape = tuple(shape[k] for k in order)
+        names_in, levels_in = [names_in[k] for k in order], [levels_in[k] for k in order]
         cells = np.unravel_index(np.arange(measured.size), shape)
         rows = [{"cell": [labels[k][int(cells[k][i])] for k in range(len(columns))],
                  "released": int(released[i]), "measured": int(measured[i]),
                  "lower": int(lower[i]), "upper": int(upper[i])}
                 for i in range(measured.size)]
         bonferroni = normal.inv_cdf(1 - (1 - level) / (2 * max(1, measured.size)))
-        out.append({"name": SEP.join(record.columns), "columns": list(record.columns),
-                    "levels": list(record.levels), "sigma": float(record.sigma),
+        out.append({"name": SEP.join(names_in), "columns": names_in,
+                    "levels": levels_in, "sigma": float(record.sigma),
                     "level": level, "holds": "per estimate",
                     "simultaneous_half_width": float(bonferroni * record.sigma),
                     "about": "the true count of the input the rounds measured (after each "
@@ -483,6 +491,15 @@ def analysis_tables(run: AIMRounds, released_codes: dict[str, np.ndarray],
                              "unit is declared)",
                     "cells": rows})
     return out
+
+
+def _declared_order(run: AIMRounds, columns: tuple[str, ...]) -> list[int]:
+    """The axes of a measured analysis (columns in the space's order) in the order the
+    steward declared them (``run.analysis_orders``); the space's order if none matches."""
+    for declared in getattr(run, "analysis_orders", ()):
+        if sorted(declared) == sorted(columns):
+            return [columns.index(c) for c in declared]
+    return list(range(len(columns)))
 
 
 def one_way_moves(run: AIMRounds, released_codes: dict[str, np.ndarray]) -> list[dict]:

@@ -164,8 +164,11 @@ def aim_rounds(counts: CountTable, config: DatasetConfig | None, plan: ReleasePl
     impossible = (impossible_for(config, {a.name: a.leaf_labels for a in space.attributes})
                   if config is not None else None)
     rng = generator_for(plan.release_seed)
-    return AIMRounds(space, workload_of(config, space, params), settings, rng, log,
-                     analyses=analyses, impossible=impossible)
+    run = AIMRounds(space, workload_of(config, space, params), settings, rng, log,
+                    analyses=analyses, impossible=impossible)
+    # the order the steward wrote each analysis in: its published table reads the same way
+    run.analysis_orders = tuple(tuple(a.columns) for a in config.analyses) if config else ()
+    return run
 
 
 def synthetic_release(run: AIMRounds, counts: CountTable, plan: ReleasePlan) -> MaterializedRelease:
