@@ -1,5 +1,7 @@
 """Wall time of the commands that run nothing: ``--help``, ``release --help``, ``mechanisms``,
-``ledger``, ``init`` and ``check``.
+``ledger``, ``init`` and ``check``; then ``init``, ``check`` and ``release`` on two generated
+tables (issue 55): a 20-column, 20,000-row survey with nine continuous columns (released with
+its default mechanism, ``aim``) and an 8,000-row, 11-column cohort (``ipa`` and ``aim``).
 
 Each command runs in a fresh process, as a steward types it (the console entry point,
 ``deployments.entry:main``), ``--repeat`` times; the median and the fastest are printed.
@@ -10,6 +12,10 @@ a 26k-row table and the others within 1.5 s from a warm disk (none may start Pre
 
     python benchmarks/cli_timing.py                       # Adult (30,162 rows), occupation
     python benchmarks/cli_timing.py --csv FILE --informative COLUMN
+    python benchmarks/cli_timing.py --generated-only      # the two generated tables only
+
+A release is a TEST release (``--seed 1``) in the scratch home, through the Prefect flow with
+its ephemeral API, as ``medrelease release`` runs it; its time includes Prefect's start-up.
 """
 
 from __future__ import annotations
@@ -40,12 +46,55 @@ def timed(argv: list[str], env: dict[str, str], repeat: int) -> tuple[float, flo
     return statistics.median(seconds), min(seconds), code
 
 
+def generated_tables(repeat: int) -> None:
+    """init, check and release on the issue's two generated shapes, each command in a fresh
+    process (``medrelease.data.shapes``): a release with no edit of what init drafted."""
+    from medrelease.data.shapes import cohort_table, wide_survey
+
+    with tempfile.TemporaryDirectory(prefix="medrelease-cli-timing-") as scratch:
+        root = Path(scratch) / "datasets"
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "MEDRELEASE_DATASETS": str(root),
+               "MEDRELEASE_HOME": str(Path(scratch) / "home"), "COLUMNS": "160"}
+        for name, table, mechanisms in (
+                ("survey", wide_survey(20_000, 20, 9), [None]),
+                ("cohort", cohort_table(8_000, 11), ["ipa", None])):
+            csv = table.write(Path(scratch) / f"{name}.csv")
+            print(f"{name}: {len(table.frame):,} rows, {len(table.frame.columns)} columns "
+                  f"({table.shape}); load average {os.getloadavg()[0]:.1f}")
+            runs = [timed(["init", str(csv), "--name", f"{name}{i}", "--root", str(root),
+                           "--informative", table.informative], env, 1) for i in range(repeat)]
+            print(f"  {'medrelease init':<34} median {statistics.median(r[0] for r in runs):6.2f}"
+                  f" s   exit {max(r[2] for r in runs)}")
+            median, _, code = timed(["check", f"{name}0"], env, repeat)
+            print(f"  {'medrelease check':<34} median {median:6.2f} s   exit {code}")
+            for mechanism in mechanisms:
+                argv = ["release", f"{name}0", "--seed", "1",
+                        *(["--mechanism", mechanism] if mechanism else [])]
+                started = time.perf_counter()
+                done = subprocess.run([sys.executable, "-c", ENTRY, *argv], env=env,
+                                      capture_output=True, text=True)
+                seconds = time.perf_counter() - started
+                used = mechanism or "default (" + ("aim" if "aim" in done.stdout else "?") + ")"
+                refused = "Refusing to publish event" in done.stdout + done.stderr
+                print(f"  {'medrelease release ' + used:<34} {seconds:6.2f} s   exit "
+                      f"{done.returncode}{'   (Prefect refused an event)' if refused else ''}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--csv", type=Path, default=ADULT)
     parser.add_argument("--informative", default="occupation")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--generated-only", action="store_true",
+                        help="only the two generated tables of issue 55")
     args = parser.parse_args()
+    if not args.generated_only and args.csv.is_file():
+        commands(args)
+    generated_tables(args.repeat)
+
+
+def commands(args: argparse.Namespace) -> None:
+    """The commands that run nothing, and init/check on ``args.csv``."""
     with tempfile.TemporaryDirectory(prefix="medrelease-cli-timing-") as scratch:
         root = Path(scratch) / "datasets"
         env = {**os.environ, "PYTHONPATH": str(ROOT), "MEDRELEASE_DATASETS": str(root),

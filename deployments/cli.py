@@ -37,6 +37,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Differentially private microdata releases (IPA and friends) on Prefect.")
 console = Console()
 TASK_NAME = re.compile(r"Task run '([a-z-]+)-[0-9a-f]+'")
+LINE_EVERY_S = 5.0  # without a terminal: a step still going is printed again this often
 
 
 class _PrefectUse:
@@ -70,6 +71,7 @@ class _ProgressHandler(logging.Handler):
         self.started = time.perf_counter()
         self.lines = not progress.console.is_terminal
         self.last_line: tuple[str, bool] | None = None
+        self.last_print = 0.0
         # a step with a size keeps the bar until it is finished: the names of the tasks it
         # runs (aim's "score batch", "select measure" every round) would hide "round k of n"
         self.step_holds_the_bar = False
@@ -98,12 +100,15 @@ class _ProgressHandler(logging.Handler):
         self.progress.update(self.task_id, description=step.step, completed=step.completed,
                              total=step.total, detail=step.detail_with_estimate)
         line = (step.step, step.finished)
-        if self.lines and line != self.last_line:
-            self.last_line = line
+        now = time.perf_counter()
+        # a new step, or the same one still going after LINE_EVERY_S (issue 55: a long
+        # scoring said "0/17,496 nodes" and nothing more for 267 s)
+        if self.lines and (line != self.last_line or now - self.last_print >= LINE_EVERY_S
+                           or getattr(step, "headline", False)):
+            self.last_line, self.last_print = line, now
             self.progress.console.print(
-                f"{escape(step.step)}: {escape(step.detail)} "
-                f"({time.perf_counter() - self.started:.1f} s)", soft_wrap=True,
-                highlight=False)
+                f"{escape(step.step)}: {escape(step.detail_with_estimate)} "
+                f"({now - self.started:.1f} s)", soft_wrap=True, highlight=False)
 
 
 def _said_in_the_panel(record: logging.LogRecord) -> bool:
@@ -112,10 +117,12 @@ def _said_in_the_panel(record: logging.LogRecord) -> bool:
 
 
 def _run_flow(request: Any) -> dict[str, Any]:
-    """Run the release flow in-process with a progress bar instead of Prefect's log lines."""
+    """Run the release flow in-process with a progress bar instead of Prefect's log lines
+    (its state, read with ``result_of``: 'Not published' is a CANCELLED state)."""
     from flows.release import release_flow
+    from flows.states import result_of
 
-    return _with_progress(release_flow, request)
+    return result_of(_with_progress(release_flow, request, return_state=True))
 
 
 def _with_progress(flow_function: Any, *args: Any, **kwargs: Any) -> Any:
@@ -440,17 +447,31 @@ def check(
         help="print the smallest epsilon (up to the policy's max_epsilon) at which every "
              "declared analysis is within this share of an average cell: the 95 % half-width "
              "per cell, e.g. 0.1 = ±10 % (aim; needs expected_rows)"),
+    param: list[str] = typer.Option(
+        [], "--param", "-p", help="a mechanism parameter as name=value, as release takes it"),
+    seed: int | None = typer.Option(None, help="check the TEST release this seed would make "
+                                               "(its store)"),
+    destination: str | None = typer.Option(None, help="sub-folder of the release store"),
+    void_lifetime_guarantee: bool = typer.Option(
+        False, "--void-lifetime-guarantee",
+        help="the confirmation a mechanism without a proven DP guarantee needs, as release"),
 ) -> None:
     """Validate the config, its taxonomies and the input, list every problem at once, and
-    show the release that would run, with its declared analyses' expected errors. No Prefect,
-    nothing spent."""
-    from medrelease.checkup import check_dataset
+    show the release that would run, with its declared analyses' expected errors: whatever
+    the same release would refuse before its charge is a problem here (the same checks). No
+    Prefect, nothing spent."""
+    from medrelease.checkup import Request, check_dataset
 
     if target_error is not None and not 0 < target_error < float("inf"):
         raise typer.BadParameter("a positive share of an average cell, e.g. 0.1 for ±10 %",
                                  param_hint="--target-error")
-    report = check_dataset(dataset, str(input_path.resolve()) if input_path else None,
-                           mechanism, epsilon, target_error)
+    try:
+        params = dict(parse_param(p) for p in param)
+    except MedreleaseError as exc:
+        _fail(exc, "check refused")
+    request = Request(str(input_path.resolve()) if input_path else None, mechanism, epsilon,
+                      params, seed, destination, void_lifetime_guarantee)
+    report = check_dataset(dataset, target_error=target_error, request=request)
     source = f" ({report.config_file})" if report.config_file else ""
     if report.findings:
         table = Table(title=f"{len(report.findings)} problem(s) in {report.dataset}{source}",
@@ -580,7 +601,7 @@ def ledger_init() -> None:
         _fail(MedreleaseError(f"{len(records)} release(s) are on record under {steward_root()}: "
                               "a new empty ledger would restart their budgets; use "
                               "'medrelease ledger restore' instead"))
-    open_ledger(location)
+    open_ledger(location).forget_head()  # a new start: the journal this host saw is gone
     console.print(f"new empty ledger: {location}")
 
 
@@ -591,7 +612,7 @@ def ledger_restore(
                    "(ledger.sqlite.journal.jsonl), to move a ledger from SQLite to PostgreSQL"),
 ) -> None:
     """Rebuild a lost or emptied ledger: its journal replayed, then releases on record."""
-    from medrelease.privacy.ledger import read_journal
+    from medrelease.privacy.ledger import journal_chain, read_journal
     from medrelease.privacy.ledger_backends import restore_from_records
     from medrelease.privacy.ledger_url import is_database_url
     from medrelease.settings import steward_root, test_store_root
@@ -604,6 +625,11 @@ def ledger_restore(
         if is_database_url(location):
             from medrelease.privacy.ledger_pg import PostgresLedger
 
+            if from_journal:  # an altered journal is not moved into a new ledger
+                _, broken = journal_chain(from_journal)
+                if broken:
+                    _fail(MedreleaseError(f"the journal {from_journal} was altered "
+                                          f"({'; '.join(broken[:4])}); nothing was restored"))
             events = read_journal(from_journal) if from_journal else None
             restored = PostgresLedger(location).restore(records, manifests, events)
         elif from_journal is not None:
@@ -789,7 +815,7 @@ def _start_portal(host: str, port: int) -> Any:
     """The portal in a thread of ``serve``; its URL goes to the served runs' links
     (``MEDRELEASE_PORTAL_URL``, unless whoever deploys set it, e.g. behind a proxy). A portal
     that cannot start is a warning: the deployments are served all the same."""
-    from deployments.portal import PortalRefused, auth_secret, is_loopback, start_in_thread
+    from deployments.portal import PortalRefused, is_loopback, start_in_thread
 
     try:
         server = start_in_thread(host, port)
@@ -802,36 +828,132 @@ def _start_portal(host: str, port: int) -> Any:
         console.print(f"[yellow]the runs' links say {url}: set {PORTAL_URL_VARIABLE} to the "
                       "address stewards open (e.g. the TLS proxy's)[/]", soft_wrap=True)
     os.environ.setdefault(PORTAL_URL_VARIABLE, url)
+    logins = server.logins.describe()
     console.print(f"release portal: {url} "
-                  + ("(log in with the Prefect server's secret)" if auth_secret()
-                     else "(no secret set: open to this machine only)"), soft_wrap=True)
+                  + (f"({escape(logins)})" if logins else "(no secret and no account: open to this "
+                     "machine only)"), soft_wrap=True)
     return server
 
 
-@app.command()
+portal_app = typer.Typer(help="The release portal: serve it; its accounts (researchers, "
+                                "stewards).")
+app.add_typer(portal_app, name="portal")
+
+
+@portal_app.callback(invoke_without_command=True)
 def portal(
+    ctx: typer.Context,
     port: int = typer.Option(DEFAULT_PORTAL_PORT, help="port to listen on"),
     host: str = typer.Option(DEFAULT_PORTAL_HOST,
-                             help="address to listen on (beyond loopback only with a secret)"),
+                             help="address to listen on (beyond loopback only with a secret "
+                                  "or accounts)"),
 ) -> None:
-    """Serve the release portal: catalogue, release pages and downloads, and the steward area
-    (/steward), read-only, behind the Prefect server's secret. No Prefect, no flow."""
-    from deployments.portal import PortalRefused, auth_secret, is_loopback, portal_server
+    """Serve the release portal: catalogue, release pages and downloads for researchers, and
+    the steward area (/steward) for stewards, read-only, behind portal accounts and the Prefect
+    server's secret. No Prefect, no flow."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from deployments.portal import PortalRefused, is_loopback, portal_server
 
     try:
         server, sock = portal_server(host, port)
     except PortalRefused as exc:
         _fail(exc, "portal refused")
-    secret = auth_secret()
+    logins = server.logins.describe()
     console.print(f"release portal on http://{host}:{port} (steward area: /steward); "
-                  + ("log in with the Prefect server's secret" if secret else
-                     "[yellow]no secret set: open to anyone on this machine[/]"),
-                  soft_wrap=True)
-    if secret and not is_loopback(host):
-        console.print("[yellow]the secret travels in clear over HTTP: beyond loopback, put the "
-                      "portal behind a TLS reverse proxy[/]", soft_wrap=True)
+                  + (escape(logins) or "[yellow]no secret and no account: open to anyone on this "
+                               "machine[/]"), soft_wrap=True)
+    if logins and not is_loopback(host):
+        console.print("[yellow]passwords travel in clear over HTTP: beyond loopback, put the "
+                      "portal behind a TLS reverse proxy (docs/OPERATIONS.md)[/]",
+                      soft_wrap=True)
     with contextlib.suppress(KeyboardInterrupt):
         server.run(sockets=[sock])
+
+
+def _read_password(confirm: bool = True) -> str:
+    """The new password: from stdin when it is not a terminal (one line; never an argument,
+    which ``ps`` and shell history would show), else asked twice without echo."""
+    import getpass
+
+    if not sys.stdin.isatty():
+        return sys.stdin.readline().rstrip("\r\n")
+    password = getpass.getpass("password: ")
+    if confirm and getpass.getpass("again: ") != password:
+        _fail(MedreleaseError("the two passwords differ; nothing changed"), "add-user refused")
+    return password
+
+
+@portal_app.command("add-user")
+def portal_add_user(
+    name: str = typer.Argument(..., help="the account's name (lower-case letters, digits, "
+                                         "'.', '_', '-', '@')"),
+    role: str = typer.Option(..., help="researcher: releases and downloads; steward: "
+                                       "everything, the steward area included",
+                             case_sensitive=True),
+    admin_url: str | None = typer.Option(
+        None, help="PostgreSQL ledger only: postgresql://ADMIN@HOST/DB of the role that ran "
+                   "'ledger init-db' (the service role may only read accounts; the password "
+                   "from PGPASSWORD or ~/.pgpass)"),
+    replace: bool = typer.Option(False, "--replace",
+                                 help="replace an existing account's password and role"),
+    no_password: bool = typer.Option(
+        False, "--no-password", help="single sign-on only: no password opens the account "
+                                     "(MEDRELEASE_PORTAL_USER_HEADER, docs/OPERATIONS.md)"),
+) -> None:
+    """Add a portal account. The password is read from stdin (one line), or asked twice at a
+    terminal; only its scrypt hash is stored, beside the ledger."""
+    from medrelease.storage.accounts import check_role, open_accounts
+
+    try:
+        check_role(role)  # before a password is asked for
+        accounts = open_accounts(admin_url)
+        password = None if no_password else _read_password()
+        account = accounts.add(name, role, password, replace=replace)
+    except MedreleaseError as exc:
+        _fail(exc, "add-user refused")
+    how = "single sign-on only" if no_password else "password set"
+    console.print(f"portal account {account.name}: {account.role} ({how}) in "
+                  f"{accounts.location}", soft_wrap=True, highlight=False)
+
+
+@portal_app.command("remove-user")
+def portal_remove_user(
+    name: str = typer.Argument(..., help="the account's name"),
+    admin_url: str | None = typer.Option(
+        None, help="PostgreSQL ledger only: as for add-user"),
+) -> None:
+    """Remove a portal account: its next request is refused (a portal remembers no login)."""
+    from medrelease.storage.accounts import open_accounts
+
+    try:
+        accounts = open_accounts(admin_url)
+        removed = accounts.remove(name)
+    except MedreleaseError as exc:
+        _fail(exc, "remove-user refused")
+    if not removed:
+        _fail(MedreleaseError(f"no portal account {name} in {accounts.location}"),
+              "remove-user refused")
+    console.print(f"portal account {name} removed from {accounts.location}", soft_wrap=True,
+                  highlight=False)
+
+
+@portal_app.command("list-users")
+def portal_list_users() -> None:
+    """The portal's accounts: name, role, since when (never a password or a hash)."""
+    from medrelease.storage.accounts import open_accounts
+
+    try:
+        accounts = open_accounts()
+        found = accounts.accounts()
+    except MedreleaseError as exc:
+        _fail(exc, "list-users refused")
+    console.print(f"portal accounts ({accounts.location}): {len(found)}", soft_wrap=True,
+                  highlight=False)
+    for account in found:
+        how = "" if account.has_password else "  (single sign-on only)"
+        console.print(f"- {account.name}  {account.role}  since {account.created_at}{how}",
+                      soft_wrap=True, highlight=False)
 
 
 @app.command()

@@ -30,6 +30,8 @@ HEADER = """\
 # For on-arrival runs and the watcher, the worker's environment names the inbox and its
 # dataset, as `medrelease serve --inbox DIR --dataset NAME` sets them (a run's parameters
 # cannot): MEDRELEASE_INBOX=/abs/inbox MEDRELEASE_INBOX_DATASETS='{"/abs/inbox": "NAME"}'
+# The forms' help that reads the ledger (budget left, datasets ready) is kept current by
+# `medrelease serve` (flows/forms.py); with a worker alone it stays as `prefect deploy` wrote it.
 """
 
 

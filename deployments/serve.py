@@ -5,7 +5,14 @@
 * ``medrelease-on-arrival/on-arrival``: started by the ``medrelease.extract.arrived`` event that
   the inbox watcher emits, with the event's dataset, file and hash as parameters;
 * ``medrelease-watch-inbox/watch-inbox``: the watcher itself as a long-lived flow run, for the
-  inbox and dataset ``serve --inbox --dataset`` fixed (no run parameter changes either).
+  inbox and dataset ``serve --inbox --dataset`` fixed (no run parameter changes either);
+* ``medrelease-set-cap/set-cap``: the steward raises or lowers a source's cap with a reason
+  (``medrelease ledger set-cap``'s engine call, rules and journal);
+* ``medrelease-prepare-mimic/prepare-mimic``: writes ``mimic-demo``'s input (``medrelease
+  prepare-mimic`` with its defaults).
+
+The forms whose help reads the ledger are kept current by a thread of ``serve``
+(``flows/forms.py``).
 
 ``medrelease serve`` runs the first two against the server named by ``PREFECT_API_URL``; with
 ``--inbox`` also the inbox's two and the watcher. With several hosts, one runs ``--inbox``.
@@ -35,6 +42,9 @@ from deployments.served_runs import (
     tell_the_runner_the_flows,
 )
 from flows.arrival import arrival_release_flow
+from flows.cap import CAP_DEPLOYMENT, set_cap_flow
+from flows.forms import start_refreshing
+from flows.prepare import PREPARE_MIMIC_DEPLOYMENT, prepare_mimic_flow
 from flows.release import release_flow
 from flows.request_form import DATASET_DEFAULT
 from flows.watch import ARRIVED, watch_inbox_flow, watch_loop
@@ -63,9 +73,11 @@ WHERE_THE_RUN_APPEARS = (
     "**Where the run appears**: Prefect opens this deployment's page; the run is under "
     "**Runs** in the left menu (and in this page's Runs tab once it has started), named by "
     "dataset, mechanism and epsilon (e.g. 'nps-sample · aim · eps 1') — or follow the 'View "
-    "run' pop-up. The first "
-    "lines of its log give the release's portal URL, or the one-sentence refusal; a dataset "
-    "with `review: required` waits there, Paused, for its approve / reject form (Resume).")
+    "run' pop-up. Its state says how it ended: **Published** (or *Published with warnings*) "
+    "with the release's portal URL, **Refused** with the one-sentence reason (nothing spent; "
+    f"over budget: raise the cap with the **{CAP_DEPLOYMENT}** deployment, then Retry the run),"
+    " or *Not published* (grey) for a release rejected at review; a dataset with `review: "
+    "required` waits there, Paused, for its approve / reject form (Resume).")
 
 
 def build_deployments(with_inbox: bool = True) -> list:
@@ -83,6 +95,21 @@ def build_deployments(with_inbox: bool = True) -> list:
             parameters={"request": {"dataset": "nps-sample", "mechanism": DATASET_DEFAULT}},
         )
     ]
+    deployments.append(set_cap_flow.to_deployment(
+        name=CAP_DEPLOYMENT,
+        description="Raise or lower a source's lifetime privacy budget, with a reason: the same "
+                    "rules and journal as `medrelease ledger set-cap`. The form lists every "
+                    "source with its cap, spend and what is left. After a budget refusal: "
+                    "change the cap here, then open the refused run and click **Retry**.",
+        tags=["medrelease", "steward"],
+    ))
+    deployments.append(prepare_mimic_flow.to_deployment(
+        name=PREPARE_MIMIC_DEPLOYMENT,
+        description="Write mimic-demo's input from the MIMIC-III demo CSVs beside the checkout "
+                    "(as `medrelease prepare-mimic`); the release form then lists mimic-demo "
+                    "as ready. Takes no parameter.",
+        tags=["medrelease", "steward"],
+    ))
     for dataset, cron in scheduled_datasets():
         deployments.append(release_flow.to_deployment(
             name=f"scheduled-{dataset}",
@@ -144,12 +171,22 @@ def serve_all(inbox: Path | None = None, dataset: str = "nps-sample",
     served = [(runner.add_deployment(deployment), deployment.flow_name)
               for deployment in build_deployments(with_inbox=inbox is not None)]
     get_logger("medrelease.serve").info("served runs start %s", start_served_runs(runner, served))
+    # the forms whose help reads the ledger, kept current (the UI draws them from the stored
+    # schema and runs no code when a form opens: flows/forms.py)
+    stop_refreshing = start_refreshing([(i, SERVED_FLOWS[name]) for i, name in served
+                                        if name in LIVE_FORMS])
     runner.handle_sigterm = _stop_on_sigterm(runner)
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(runner.start())
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(runner.start())
+    finally:
+        stop_refreshing.set()
 
 
-SERVED_FLOWS = {f.name: f for f in (release_flow, arrival_release_flow, watch_inbox_flow)}
+SERVED_FLOWS = {f.name: f for f in (release_flow, arrival_release_flow, watch_inbox_flow,
+                                    set_cap_flow, prepare_mimic_flow)}
+# the flows whose form help says the budget, the datasets ready or the sources' state
+LIVE_FORMS = (release_flow.name, set_cap_flow.name)
 # What a served run's process needs before its first line: the served flows' modules (and
 # through them Prefect, pandas, pandera, the engine), imported once in the fork server.
 PRELOADED = sorted({f.fn.__module__ for f in SERVED_FLOWS.values()})

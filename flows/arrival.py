@@ -10,7 +10,9 @@ Validation failures fail this run with the validation message, move the file to
 ``rejected/`` and spend no budget (the release flow validates before charging). A refusal for
 the budget or the policy alone parks the file in ``held/``: a Retry of this run, or the same
 file dropped again, releases it once the cap or the policy allows. A file whose content was
-already released for the dataset is never released again.
+already released for the dataset is never released again: the same bytes, or the same rows
+(their row digest, ``medrelease.data.content``: an LF and a CRLF copy, another quoting, another
+spelling of its numbers); one run at a time releases a given set of rows.
 """
 
 from __future__ import annotations
@@ -23,8 +25,10 @@ from prefect import flow, get_run_logger
 from prefect.runtime import flow_run as current_run
 
 from flows.release import ReleaseRequest, release_flow
-from flows.states import REFUSALS, quiet_refusals, refused, skipped
+from flows.states import REFUSALS, quiet_refusals, refused, result_of, skipped
 from medrelease.data.config import find_config
+from medrelease.data.content import row_digests
+from medrelease.data.extract import check_extract_bounds
 from medrelease.errors import (
     BudgetExceededError,
     ConfigError,
@@ -60,6 +64,17 @@ class DuplicateExtractError(MedreleaseError):
 def _already_released(dataset: str, sha256: str) -> str | None:
     """From the steward records (the public manifest does not carry the input's hash)."""
     return StewardRecords(steward_root()).released_input(dataset, sha256)
+
+
+def _released_rows_as(dataset: str, digests: tuple[str, ...]) -> str | None:
+    """The real (not TEST) published release whose input had these rows (its steward
+    record's row digest, or the digest earlier versions recorded), if any."""
+    for record in StewardRecords(steward_root()).records(dataset):
+        if (record.get("status") == "published" and not record.get("test_release")
+                and record.get("input_rows_sha256") in digests
+                and Path(record.get("published_path") or "").is_dir()):
+            return record["release_id"]
+    return None
 
 
 def _released_as(dataset: str, sha256: str) -> str | None:
@@ -107,6 +122,10 @@ def _claimed_arrival(dataset: str, inbox: Path, announced: Path,
         return _release_arrival(dataset, extract, sha256, inbox)
     except DuplicateExtractError as exc:
         return skipped("Duplicate", str(exc), {"release_id": None, "path": None})
+    except ExtractClaimedElsewhere as exc:  # the same rows, another file, another run
+        _file_away(inbox, extract, "held", f"{exc}\n\nRetry this run once that run has "
+                   "ended: if it published these rows, this file is then filed as a duplicate.")
+        return refused(exc)
     except HELD_REFUSALS as exc:  # nothing against the file: it waits for a Retry
         target = _file_away(inbox, extract, "held", f"{exc}\n\nRetry this run, or drop the "
                             "file into the inbox again, once the cap or the policy allows it.")
@@ -139,7 +158,28 @@ def _release_arrival(dataset: str, extract: Path, sha256: str, inbox: Path) -> d
         raise DuplicateExtractError(
             f"{extract.name}: this content was already released as {previous}; not released again"
         )
-    result = release_flow(ReleaseRequest(dataset=dataset, input_path=str(extract)))
+    check_extract_bounds(config, extract)  # before the file is parsed for its rows
+    digests = row_digests(config, extract)
+    rows_claim = None
+    if digests:
+        previous = _released_rows_as(config.name, digests)
+        if previous:
+            move_to(inbox, extract, "duplicates", f"the same rows already released as "
+                                                  f"{previous}")
+            raise DuplicateExtractError(
+                f"{extract.name}: the same rows (row digest {digests[0][:12]}...) were already "
+                f"released as {previous}, in another file; not released again")
+        rows_claim = ContentClaim.take(inbox, f"rows-{digests[0]}",
+                                       str(current_run.id or uuid.uuid4()))
+    try:
+        # its state, not its result: a release rejected at review ends 'Not published', a
+        # CANCELLED state whose result() would raise (``flows/states.result_of``)
+        result = result_of(release_flow(ReleaseRequest(dataset=dataset,
+                                                       input_path=str(extract)),
+                                        return_state=True))
+    finally:
+        if rows_claim is not None:
+            rows_claim.give_back()
     if result.get("not_published"):  # review: required, and rejected or left open
         target = move_to(inbox, extract, "rejected", result["not_published"])
         logger.warning("%s not published after its review; extract moved to %s", extract.name,

@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 PROGRESS_LOGGER = "medrelease.progress"
@@ -36,6 +39,7 @@ class StepProgress:
     detail: str = ""
     elapsed: float = 0.0              # seconds since the step's family first reported
     remaining: float | None = None    # an estimate of the seconds left, once there is one
+    headline: bool = False            # said up front (how long, and why): always printed
 
     @property
     def finished(self) -> bool:
@@ -84,9 +88,46 @@ def _estimate(step: str, completed: float, total: float | None) -> tuple[float, 
     return elapsed, elapsed * (total - completed) / completed
 
 
-def report_progress(step: str, completed: float, total: float | None, detail: str = "") -> None:
-    """Tell whoever listens (the CLI) how far ``step`` is."""
+def report_progress(step: str, completed: float, total: float | None, detail: str = "",
+                    headline: bool = False) -> None:
+    """Tell whoever listens (the CLI) how far ``step`` is; ``headline``: what a steward must
+    read even between the lines a long step prints every few seconds (how long it will take,
+    and why)."""
     elapsed, remaining = _estimate(step, completed, total)
-    progress = StepProgress(step, completed, total, detail, elapsed, remaining)
+    progress = StepProgress(step, completed, total, detail, elapsed, remaining, headline)
     _logger.info("%s: %s", step, detail or f"{completed:g} of {total}",
                  extra={PROGRESS_KEY: progress})
+
+
+TICK_SECONDS = 5.0  # a long step says it is still going at least this often (issue 55)
+
+
+@contextmanager
+def ticking(step: str, detail: str = "",
+            estimate: Callable[[float], float | None] | None = None) -> Iterator[None]:
+    """Report ``step`` now and every ``TICK_SECONDS`` until the block ends, with the time it
+    has taken (and, from ``estimate(elapsed)``, the time left when one is known): a step
+    with no count to show (one pass over a file, a model's fit) is never silent for
+    minutes. Reports from a thread of its own; public facts only."""
+    started = time.perf_counter()
+    done = threading.Event()
+
+    def tell() -> None:
+        elapsed = time.perf_counter() - started
+        left = estimate(elapsed) if estimate is not None else None
+        what = f"{detail}, " if detail else ""
+        more = f", about {left:.0f} s left" if left is not None else ""
+        report_progress(step, 0, None, f"{what}{elapsed:.0f} s so far{more}")
+
+    def loop() -> None:
+        while not done.wait(TICK_SECONDS):
+            tell()
+
+    report_progress(step, 0, None, detail)
+    ticker = threading.Thread(target=loop, name="medrelease-progress", daemon=True)
+    ticker.start()
+    try:
+        yield
+    finally:
+        done.set()
+        ticker.join(timeout=1)

@@ -33,14 +33,15 @@ from pydantic import (
 )
 
 from flows.evaluate import evaluate_steps
-from flows.progress import report_progress
+from flows.prepare import refuse_missing_input
+from flows.progress import report_progress, ticking
 from flows.request_form import (
     ReleaseRequest,
 )
 from flows.review import await_review, summary_of
 from flows.states import REFUSALS, not_published, quiet_refusals, refused, skipped
 from flows.states import published as published_state
-from medrelease.errors import ParameterError
+from medrelease.errors import ParameterError, PolicyError
 from medrelease.evidence.verdict import verdict_of_manifest
 from medrelease.mechanisms import (
     capabilities,
@@ -48,6 +49,7 @@ from medrelease.mechanisms import (
     uses_counts,
 )
 from medrelease.mechanisms.base import ReleaseContext
+from medrelease.privacy.ledger_backends import ledger_exists, open_ledger
 from medrelease.release import (
     candidates_frame,
     enforce_noise_rows,
@@ -90,6 +92,7 @@ from tasks.publish import (
     publish_release,
     publish_staged,
     stage_release,
+    withdraw_ended,
     withdraw_staged,
 )
 from tasks.report import publish_artifacts, publish_budget_artifacts, publish_release_summary
@@ -214,20 +217,61 @@ class BudgetInView:
 def _release(request: ReleaseRequest, budget: BudgetInView) -> Any:
     run_id = str(flow_run.id) if flow_run.id else None
     ledger = ledger_location()
+    decided = _retry_of_a_charged_run(ledger, run_id)
+    if decided is not None:
+        return decided
+    refuse_missing_input(request.dataset, request.input_path)
     resolved = resolve_request(request.dataset, request.mechanism, request.epsilon,
                                request.parameters, request.input_path, request.seed, ledger,
-                               void_confirmed=request.void_lifetime_guarantee)
+                               void_confirmed=request.void_lifetime_guarantee,
+                               # a scheduled run's unchanged extract ends 'No new data'
+                               budget_first=not request.skip_unchanged)
     test = resolved.plan.random.test_release
     release_id = new_release_id(resolved.mechanism, resolved.requested_at, test)
+    # no link yet: a release refused or rejected later would leave a link to nothing in the
+    # log; the state message (and a last log line) give it once the release is published
     get_run_logger().info(
-        "release %s of %s: %s once published (%s)", release_id, resolved.config.name,
-        release_link(resolved.config.name, release_id),
-        "after a review: the run pauses for its form" if resolved.config.review == "required"
-        else "the run's state says how it ended")
+        "release %s of %s started; %s", release_id, resolved.config.name,
+        "after a review (the run pauses for its form), its portal link comes with its "
+        "publication" if resolved.config.review == "required"
+        else "its portal link comes with its publication (the run's state says how it ended)")
     try:
         return _release_resolved(request, budget, resolved, run_id, ledger, release_id)
     finally:  # the run's private copies of the extract (raw data) go with it
         resolved.extract.discard()
+
+
+REVIEW_ENDINGS = ("rejected at review", "review timed out")
+
+
+def _retry_of_a_charged_run(ledger: str, run_id: str | None) -> Any:
+    """Prefect's Retry runs a finished run again, with its parameters and its id. A run that
+    was already charged never charges again (the ledger refuses it at the charge); here, before
+    anything is read, the retry is answered in the words of what happened: a rejected or
+    unreviewed release ends 'Not published' again (its badge stays what it was, and it says a
+    new run is a new spend), a published one or one that failed after its charge is refused
+    naming it. A first run, or a retry of a run refused before its charge, goes on."""
+    if run_id is None or flow_run.run_count == 1 or not ledger_exists(ledger):
+        return None
+    spend = next((s for s in open_ledger(ledger).spends() if s.flow_run_id == run_id), None)
+    if spend is None:
+        return None
+    new_run = ("To release again, start a new run (Deployments → on-demand → Run): a new run "
+               "is a new spend of the source's budget.")
+    if spend.status == "failed" and (spend.note or "").startswith(REVIEW_ENDINGS):
+        return not_published(
+            f"Retry: this run's release was {spend.note} — it stays not published, and this "
+            f"retry spent nothing. Its spend (epsilon {spend.epsilon:g}) stays counted: the "
+            f"noise was drawn. {new_run}",
+            {"release_id": None, "flow_run_id": run_id, "retried": True})
+    if spend.status == "released":
+        raise PolicyError(f"Retry: this run already published release {spend.release_id}; "
+                          f"retrying it would spend the budget a second time. {new_run}")
+    raise PolicyError(
+        f"Retry: this run was already charged (epsilon {spend.epsilon:g}, now "
+        f"'{spend.status}': {spend.note or 'no note'}); its spend stays counted because noise "
+        "may have been drawn before it stopped, and a retry would charge it a second time. "
+        f"Fix the cause shown in its log, then {new_run[0].lower()}{new_run[1:]}")
 
 
 def _release_resolved(request: ReleaseRequest, budget: BudgetInView, resolved: ResolvedRequest,
@@ -241,8 +285,9 @@ def _release_resolved(request: ReleaseRequest, budget: BudgetInView, resolved: R
                            f"release {previous}; nothing released, nothing spent (run without "
                            "'skip if unchanged' to release it again)", {"release_id": None})
     if not uses_counts(resolved.mechanism):
-        frame, input_info = load_and_validate_input(quote(config), quote(extract),
-                                                    release_plan.unit)
+        with ticking("reading and checking the extract"):
+            frame, input_info = load_and_validate_input(quote(config), quote(extract),
+                                                        release_plan.unit)
         check_secret_available(release_plan)
         check_before_charge(quote(config), release_plan, ledger, request.destination)
         charge = charge_budget(quote(config), release_plan, ledger, run_id, extract.claims)
@@ -254,8 +299,10 @@ def _release_resolved(request: ReleaseRequest, budget: BudgetInView, resolved: R
     runner = fan_out.enter_context(fan_out_runner(request.task_runner))
     try:
         connect(runner, request.task_runner)  # a runner that cannot start costs no budget
-        counts, input_info = _validate_and_aggregate(request, resolved, runner)
-        extract = extract.counted(input_info.rows_sha256)  # the digest the count took
+        with ticking("reading and counting the extract", f"{len(extract.files)} file(s)"):
+            counts, input_info = _validate_and_aggregate(request, resolved, runner)
+        extract = extract.counted(input_info.rows_sha256,  # the digests the count took
+                                  input_info.text_rows_sha256)
         context = ReleaseContext.from_counts(counts)
         fixed = fixed_index(context, release_plan)  # a fixed node outside its limits fails here
         enforce_noise_rows(config, context, release_plan)
@@ -307,7 +354,10 @@ def _synthesize(config, counts, release_plan, runner) -> tuple[Any, pd.DataFrame
     """``aim``'s rounds: each round's candidates scored as tasks fanned out over batches, one
     selected and measured, the model re-fitted; rounds logged and shown as an artifact."""
     logger = get_run_logger()
-    run = start_rounds(quote(counts), quote(config), release_plan)
+    columns = len(counts.dimensions) + len(counts.informative.columns)
+    with ticking("aim: round 0", f"one-way marginals of {columns} columns and the "
+                 "candidates' true marginals"):
+        run = start_rounds(quote(counts), quote(config), release_plan)
     progress_id = create_progress_artifact(
         progress=0.0, key=artifact_key(config.name, "aim-budget-used"),
         description="aim: share of the release's rho spent by the rounds so far")
@@ -328,8 +378,8 @@ def _synthesize(config, counts, release_plan, runner) -> tuple[Any, pd.DataFrame
         update_progress_artifact(progress_id, progress=min(100.0, 100.0 * record.rho_used
                                                            / run.settings.rho))
         _report_rounds(run, record.round)
-    report_progress("aim: sampling rows", 0, None, "from the fitted model")
-    chosen = sample_rows(quote(run), quote(counts), release_plan)
+    with ticking("aim: sampling rows", "from the fitted model, then the error bars"):
+        chosen = sample_rows(quote(run), quote(counts), release_plan)
     _rounds_artifact(config.name, run)
     sampled = len(chosen.rows)  # a DP output: the noisy total (capped), never the input's count
     logger.info("aim: %d rounds, %s synthetic rows sampled from the model",
@@ -345,10 +395,12 @@ FAN_OUT_SCORING_SECONDS = 0.5
 
 
 def _report_rounds(run, done: int) -> None:
-    """Round ``done`` of about the planned number (annealing makes rounds dearer, the last one
-    spends what is left: the count is a plan, the share of rho spent is the progress)."""
+    """Round ``done`` of about the rounds the run's budget left buys at its current cost
+    (``AIMRounds.rounds_estimate``: it falls as rounds anneal, where the nominal number
+    stayed; issue 55: "of about 44" ended at 16); the share of rho spent is the progress,
+    and its time left is measured from it."""
     share = min(1.0, run.state.rho_used / run.settings.rho)
-    report_progress(f"aim round {done} of about {run.settings.rounds}", share, 1.0,
+    report_progress(f"aim round {done} of about {run.rounds_estimate()}", share, 1.0,
                     f"rho used {share:.0%}")
 
 
@@ -390,23 +442,75 @@ def _score_candidates(request: ReleaseRequest, config, context: ReleaseContext, 
         summaries = search_lattice(quote(context), release_plan)
         update_progress_artifact(progress_id, progress=100.0)
         return summaries
-    summaries = []
+    summaries: list = []
     total = sum(len(b) for b in batches)
     logger.info("scoring on the %s task runner", request.task_runner)
     # Dask packs parameters itself and turns the quote (a named tuple) into a plain tuple; on
     # its workers Prefect's walk of the context happens there, once per batch.
     shared = quote(context) if request.task_runner == "thread" else context
-    futures = runner.map(score_node_batch, {
-        "nodes": batches, "context": unmapped(shared), "release_plan": unmapped(release_plan)})
+
+    def scored(wave: list) -> None:
+        futures = runner.map(score_node_batch, {
+            "nodes": wave, "context": unmapped(shared), "release_plan": unmapped(release_plan)})
+        for future in as_completed(list(futures)):
+            summaries.extend(future.result())
+            update_progress_artifact(progress_id, progress=100.0 * len(summaries) / total)
+            report_progress("scoring lattice nodes", len(summaries), total,
+                            f"{len(summaries):,}/{total:,} nodes")
+
     report_progress("scoring lattice nodes", 0, total, f"0/{total:,} nodes")
-    for done, future in enumerate(as_completed(list(futures)), start=1):
-        summaries.extend(future.result())
-        update_progress_artifact(progress_id, progress=100.0 * done / len(batches))
+    # A first wave, one batch a worker, measures the rate; the rest goes in tasks of about
+    # SCORING_TASK_SECONDS at that rate: a task costs ~0.15 s of Prefect's bookkeeping on two
+    # busy cores, and 288 tasks of 64 nodes made an 8,000-row cohort's 18,432 nodes take 53 s
+    # where 16 took 4 s (issue 55); a task of seconds still reports every few seconds.
+    workers = max(1, int(os.environ.get("MEDRELEASE_WORKERS", "2")))
+    probe = _packed(batches, PROBE_NODES)[:workers]  # large enough that a task's own cost
+    started = time.perf_counter()                    # does not set the rate
+    scored(probe)
+    per_node = (time.perf_counter() - started) * min(workers, len(probe)) \
+        / max(1, len(summaries))
+    rest = _after(batches, sum(len(task) for task in probe))
+    left = total - len(summaries)
+    if left:
+        logger.info("scoring %s lattice nodes: the first %s took %.1f s, so about %.0f s for "
+                    "the other %s on %d worker(s)", f"{total:,}", f"{len(summaries):,}",
+                    time.perf_counter() - started, per_node * left / workers, f"{left:,}",
+                    workers)
         report_progress("scoring lattice nodes", len(summaries), total,
-                        f"{len(summaries):,}/{total:,} nodes")
-        if done % max(1, len(batches) // 4) == 0 or done == len(batches):
-            logger.info("scored %d of %d lattice nodes", len(summaries), total)
+                        f"{len(summaries):,}/{total:,} nodes; about "
+                        f"{per_node * left / workers:.0f} s for the other {left:,} at the rate "
+                        "of the first", headline=True)
+        scored(_packed(rest, max(request.batch_size, int(SCORING_TASK_SECONDS / per_node)
+                                 if per_node > 0 else len(rest))))
+    logger.info("scored %d of %d lattice nodes", len(summaries), total)
     return summaries
+
+
+SCORING_TASK_SECONDS = 2.0  # a scoring task's length once the first wave measured the rate
+PROBE_NODES = 256           # nodes a first-wave task scores (at least: whole batches)
+
+
+def _after(batches: list, nodes: int) -> list:
+    """The batches after the leading ones that hold ``nodes`` nodes (what ``_packed`` made
+    the first tasks of: whole batches, in order)."""
+    count = 0
+    for k, batch in enumerate(batches):
+        if count >= nodes:
+            return batches[k:]
+        count += len(batch)
+    return []
+
+
+def _packed(batches: list, nodes: int) -> list:
+    """Consecutive batches joined into tasks of at least ``nodes`` nodes (each keeps its
+    pieces of the roll-up tree: the same roll-ups, fewer tasks)."""
+    tasks: list = []
+    for batch in batches:
+        if tasks and len(tasks[-1]) < nodes:
+            tasks[-1] = [*tasks[-1], *batch]
+        else:
+            tasks.append(list(batch))
+    return tasks
 
 
 def _result(request: ReleaseRequest, published: PublishResult, run_id: str | None,
@@ -429,7 +533,8 @@ def _evaluate_after(request: ReleaseRequest, release_path: str, counts: Any = No
     if not request.evaluate:
         return None
     try:
-        return evaluate_steps(release_path, counts=counts)
+        with ticking("evaluating the release", "against the input (steward only)"):
+            return evaluate_steps(release_path, counts=counts)
     except Exception as exc:  # evidence is best effort; the release is already published
         get_run_logger().warning("evaluation of %s failed: %s: %s", release_path,
                                  type(exc).__name__, exc)
@@ -442,7 +547,9 @@ def _release_directly(request: ReleaseRequest, budget: BudgetInView, config, fra
                       release_id: str | None = None) -> dict[str, Any]:
     """Mechanisms without a lattice search (Mondrian, pseudonymization, DiffGen)."""
     with charged(ledger, charge):
-        chosen = release_rows(quote(config), quote(frame), release_plan)
+        with ticking(f"{release_plan.mechanism}: releasing from the rows"):
+            chosen = release_rows(quote(config), quote(frame), release_plan,
+                                  quote(input_info.unit_bound))
         checks = check_output(quote(config), None, quote(chosen), release_plan.mechanism)
         facts = RunFacts(config, input_info, release_plan, None, chosen, charge, checks,
                          pd.DataFrame(), run_id, requested_at, release_id)
@@ -464,16 +571,22 @@ def _reviewed(request: ReleaseRequest, budget: BudgetInView, facts: RunFacts, le
     it, so the decision is post-processing of the release."""
     config, spend_id = facts.config, facts.charge.spend_id
     staged = stage_release(quote(facts))
-    evaluated = _evaluate_after(request, staged.path, counts)
-    summary = summary_of(staged, evaluated, config.review_timeout_hours)
-    review = {**await_review(summary), "publication_verdict": summary.verdict_level}
+    try:
+        evaluated = _evaluate_after(request, staged.path, counts)
+        summary = summary_of(staged, evaluated, config.review_timeout_hours)
+        review = {**await_review(summary), "publication_verdict": summary.verdict_level}
+        if review["decision"] == "approve":
+            published = publish_staged(staged, config.name, request.destination, review)
+        else:
+            withdraw_staged(staged, config.name, review)
+    except BaseException as exc:  # a crash, or a cancellation while paused (SIGTERM)
+        _withdraw_after(staged, config.name, exc)
+        raise
     if review["decision"] == "approve":
-        published = publish_staged(staged, config.name, request.destination, review)
         finalize_spend(ledger, spend_id, "released", release_id=published.release_id,
                        note=f"approved at review: {review['reason']}"[:500])
         return _with_artifacts(request, published, facts.flow_run_id, facts.candidates,
                                budget, evaluated=evaluated)
-    withdraw_staged(staged, config.name, review)
     what = ("rejected at review" if review["decision"] == "reject" else "review timed out")
     finalize_spend(ledger, spend_id, "failed",
                    note=f"{what} (release {staged.release_id} not published): "
@@ -485,6 +598,13 @@ def _reviewed(request: ReleaseRequest, budget: BudgetInView, facts: RunFacts, le
         f"{summary.verdict_headline}",
         {"release_id": None, "staged_release_id": staged.release_id, "review": review,
          "flow_run_id": facts.flow_run_id, "evaluation": (evaluated or {}).get("report")})
+
+
+def _withdraw_after(staged: PublishResult, dataset: str, exc: BaseException) -> None:
+    """A review that ended before its decision was carried out: the staged data goes (called
+    directly, not as a task, so that it also runs while the run is being cancelled)."""
+    withdraw_ended(staged, dataset, f"the run ended before a decision was carried out "
+                                    f"({type(exc).__name__}: {exc})"[:500])
 
 
 def _with_artifacts(request: ReleaseRequest, published: PublishResult, run_id: str | None,

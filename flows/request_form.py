@@ -37,6 +37,9 @@ from medrelease.storage.store import StoreError, safe_relative
 from tasks.runners import RunnerKind
 
 DATASET_DEFAULT = "dataset default — the mechanism and parameters in its dataset.yaml"
+# The deployment that changes a source's cap (``flows/cap.py``, which imports the name from
+# here: the release form's help names it, and this module imports no other flow module).
+CAP_DEPLOYMENT = "set-cap"
 
 
 def _mechanism_dropdown(schema: dict[str, Any]) -> None:
@@ -47,8 +50,27 @@ def _mechanism_dropdown(schema: dict[str, Any]) -> None:
     schema["description"] = "Release mechanism, labelled with its privacy guarantee. " \
         f"*Dataset default*: the mechanism its dataset.yaml names; {_default_rule()}. " \
         "What each gives a researcher:\n\n" + "\n\n".join(
-            f"- **{name}**: {capabilities(name).gives}{_not_for(name)}"
+            f"- **{name}**: {capabilities(name).gives}{_not_for(name)}{_needs_a_key(name)}"
             for name in sorted(MECHANISMS))
+
+
+# Prefect's UI route to a new block of a type (its catalogue's search lists "AWS Secret" first
+# for "secret"; this opens Prefect's own Secret block, the one ``Secret.load`` reads).
+SECRET_BLOCK_FORM = "/blocks/catalog/secret/create"
+
+
+def _needs_a_key(mechanism: str) -> str:
+    """For a mechanism that reads a key (``needs_secret``), what it needs, said before the run
+    rather than in a refusal after it: the Secret block's name and a link to its form."""
+    if not capabilities(mechanism).needs_secret:
+        return ""
+    fields = get_mechanism(mechanism).Params.model_fields
+    block = fields["key_source"].default if "key_source" in fields else "medrelease-pseudonym-key"
+    return (f". **Needs a key before the run**: a Prefect *Secret* block named `{block}` "
+            f"([create it]({SECRET_BLOCK_FORM}): Blocks → + → **Secret**, not 'AWS Secret'; "
+            "its value is the key: a long random string that only stewards keep), or "
+            "MEDRELEASE_PSEUDONYM_KEY in the serving host's environment; without one the run "
+            "is refused before anything is spent")
 
 
 def _default_rule() -> str:
@@ -106,19 +128,28 @@ def _not_for(mechanism: str) -> str:
 
 
 def _dataset_units(schema: dict[str, Any]) -> None:
-    """The privacy unit of each bundled dataset beside the dataset box, with a warning where a
-    config declares identifiers but no unit (the guarantee then protects one row)."""
-    units = []
+    """The bundled datasets beside the dataset box: those ready to release with their privacy
+    unit (a warning where a config declares identifiers but no unit: the guarantee then
+    protects one row), and apart those whose input is missing, with how to prepare it
+    (issue 56: mimic-demo was offered and failed on "input file not found"). Read each time the
+    schema is built: ``serve`` rebuilds it every few seconds (``flows/forms.py``)."""
+    from flows.prepare import how_to_prepare, input_missing
+
+    units, missing = [], []
     for config in _bundled_configs():
+        if input_missing(config):
+            missing.append(f"**{config.name}**: its input is missing — {how_to_prepare(config)}")
+            continue
         privacy = config.privacy
         if config.unit_column:
-            units.append(f"{config.name}: one {privacy.unit_words} (at most "
+            units.append(f"{config.name} (one {privacy.unit_words}, at most "
                          f"{privacy.max_rows_per_unit} {privacy.row_words}s)")
         else:
-            units.append(f"{config.name}: one row" + (" — WARNING: identifier column(s), no "
+            units.append(f"{config.name} (one row" + (" — WARNING: identifier column(s), no "
                                                       "unit declared" if config.unit_warning
-                                                      else ""))
-    schema["description"] += ". Privacy unit: " + "; ".join(units)
+                                                      else "") + ")")
+    schema["description"] += ". Ready to release, with the privacy unit each protects: " + \
+        ", ".join(units) + ("" if not missing else ". NOT READY: " + "; ".join(missing))
 
 
 def _plain(kind: str):
@@ -131,37 +162,76 @@ def _plain(kind: str):
     return apply
 
 
+def _budgets() -> dict[str, Any] | None:
+    """Every source's budget in the ledger, by source, read once for a form's help (one
+    read-only query; a PostgreSQL ledger, one connection); None: unreadable just now."""
+    from medrelease.privacy.budget_glance import source_budgets
+
+    budgets = source_budgets(ledger_location())
+    return None if budgets is None else {b.source: b for b in budgets}
+
+
 def _epsilon_help(schema: dict[str, Any]) -> None:
     """What epsilon means, then per bundled dataset its per-release cap and its source's
-    budget left when the form was built (the '<dataset>-budget' artifact is current)."""
+    budget left, and every other source's in the ledger: read each time the schema is built,
+    which ``serve`` does every few seconds (``flows/forms.py``), so the form shows the ledger
+    as it is when it opens (issue 56: it said "9 left" when 0 was left)."""
     _plain("number")(schema)
     from medrelease.planning import form_epsilon_summary
-    from medrelease.privacy.ledger_backends import epsilon_left_glance
 
-    per_dataset, errors = [], []
+    budgets = _budgets()
+    per_dataset, errors, bundled_sources = [], [], set()
     for config in _bundled_configs():
         try:  # the declared analyses' expected error at a few epsilons (public facts only)
             errors.append(form_epsilon_summary(config))
         except Exception:  # a broken config is reported when it is released, not in the form
             errors.append(None)
-        left = epsilon_left_glance(ledger_location(), config.source_id)
-        budget = (f"{config.privacy.lifetime_epsilon:g} of {config.privacy.lifetime_epsilon:g}"
-                  " left" if left is None else "lifetime guarantee VOID" if left[1]
-                  else f"{left[0]:g} left")
+        known = (budgets or {}).get(config.source_id)
+        cap = config.privacy.lifetime_epsilon
+        budget = ("budget unreadable just now" if budgets is None
+                  else f"{cap:g} of {cap:g} left" if known is None
+                  else "lifetime guarantee VOID" if known.void
+                  else f"{known.epsilon_left:g} left")
         per_dataset.append(f"{config.name}: at most {config.policy.max_epsilon:g} a release; "
                            f"source {config.source_id}: {budget}")
+        bundled_sources.add(config.source_id)
+    others = [f"source {b.source}: " + ("lifetime guarantee VOID" if b.void
+                                        else f"{b.epsilon_left:g} left")
+              for b in (budgets or {}).values() if b.source not in bundled_sources]
     schema["description"] = (
         "How much privacy this release may cost: smaller = more private and more noise (less "
         "accurate), larger = more accurate and less private; it is taken from the source's "
         "lifetime budget for good. Empty = the dataset config's value, else 1. Syntactic "
-        "models and pseudonymization take none. Per-release cap and budget left (when this "
-        "form was built; each dataset's budget artifact, e.g. 'nps-sample-budget', is "
-        "current): "
-        + "; ".join(per_dataset)
+        "models and pseudonymization take none. Per-release cap and budget left, as the "
+        "ledger held them when this form opened (a release refused for its budget says how "
+        f"to raise the cap: the '{CAP_DEPLOYMENT}' deployment): "
+        + "; ".join(per_dataset + others)
         + ". Expected 95 % error of a dataset's declared analyses at an epsilon, before "
         "spending: `medrelease check DATASET --epsilon E` (or `--target-error 0.1` for the "
         "smallest epsilon within ±10 % of an average cell)"
         + "".join(f"; {line}" for line in errors if line))
+
+
+def _void_help(schema: dict[str, Any]) -> None:
+    """Which source the switch voids, per bundled dataset, and whose guarantee is already void
+    (read when the form opens, ``flows/forms.py``); then what happens once it is void, by
+    design: nothing is left to confirm, and a mechanism without a DP guarantee spends no
+    epsilon, so it publishes with no confirmation even when no budget is left."""
+    budgets = _budgets() or {}
+    sources: dict[str, list[str]] = {}
+    for config in _bundled_configs():
+        sources.setdefault(config.source_id, []).append(config.name)
+    named = []
+    for source, datasets in sorted(sources.items()):
+        void = source in budgets and budgets[source].void
+        named.append(f"{', '.join(datasets)} → source **{source}** "
+                     + ("(already VOID)" if void else "(holds)"))
+    schema["description"] += (
+        " It voids the source of the dataset named above, never another: " + "; ".join(named)
+        + " (a dataset given by path: the source its YAML names, privacy.source). Once a "
+        "source's guarantee is VOID, by design: nothing is left to confirm, so kanon, mondrian, "
+        "pseudonymize and ipa-paper publish with no confirmation, and, spending no epsilon, "
+        "even when no budget is left; DP mechanisms still spend and are still held to the cap.")
 
 
 def _parameters_help(schema: dict[str, Any]) -> None:
@@ -213,8 +283,8 @@ class ReleaseRequest(BaseModel):
     advanced parameters that the chosen mechanism checks. Empty fields fall back to the
     dataset's own config, then to the registry's default for the dataset (aim where it
     declares an informative domain, else ipa) and the mechanism's own defaults. After Submit,
-    the run is under Runs (left menu), named by dataset, mechanism and epsilon; the first lines
-    of its log give the release's portal URL, or why it was refused."""
+    the run is under Runs (left menu), named by dataset, mechanism and epsilon; its state says
+    how it ended: Published with the release's portal URL, or Refused and why."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -229,17 +299,12 @@ class ReleaseRequest(BaseModel):
         description="Release mechanism, labelled with its privacy guarantee",
         json_schema_extra=_mechanism_dropdown,
     )
-    epsilon: float | None = Field(
-        default=None, title="Epsilon", json_schema_extra=_epsilon_help,
-        description="The privacy budget this release spends",
-    )
-    parameters: dict[str, Any] = Field(
-        default_factory=dict, title="Advanced: mechanism parameters",
-        json_schema_extra=_parameters_help,
-    )
+    # right under the mechanism it confirms, far from 'Evaluate' (another switch): issue 56
     void_lifetime_guarantee: bool = Field(
-        default=False, title="Void the lifetime guarantee (mechanisms without a proven DP "
+        default=False, title="Void the lifetime guarantee of this dataset's source — "
+                             "IRREVERSIBLE (only for a mechanism without a proven DP "
                              "guarantee)",
+        json_schema_extra=_void_help,
         description="Needed for kanon, mondrian, pseudonymize, ipa-paper and any mechanism "
                     "labelled without a proven DP guarantee, while the source's lifetime "
                     "guarantee still holds. Ticking it accepts that this release voids that "
@@ -247,6 +312,14 @@ class ReleaseRequest(BaseModel):
                     "total of its releases is a differential-privacy guarantee any more. "
                     "Without it such a request is refused before anything is read or spent. "
                     "A DP mechanism ignores it.",
+    )
+    epsilon: float | None = Field(
+        default=None, title="Epsilon", json_schema_extra=_epsilon_help,
+        description="The privacy budget this release spends",
+    )
+    parameters: dict[str, Any] = Field(
+        default_factory=dict, title="Advanced: mechanism parameters",
+        json_schema_extra=_parameters_help,
     )
     input_path: str | None = Field(
         default=None, json_schema_extra=_plain("string"),

@@ -36,6 +36,7 @@ from pydantic import Field
 
 from medrelease.evidence.verdict import verdict_of_manifest
 from medrelease.storage.links import staged_link
+from tasks.artifacts import inert
 
 POLL_S = 2  # how often the paused run looks for the decision (Prefect's default is 10 s)
 PREFECT_MARGIN_S = 3600  # Prefect's pause deadline after ours (it fails a run left past it)
@@ -95,9 +96,11 @@ class ReviewSummary:
                 *(f"  - {line}" for line in self.verdict_analyses)]
 
     def markdown(self) -> str:
-        """The text above the form in Prefect's UI (Markdown)."""
+        """The text above the form in Prefect's UI (Markdown), made inert as every artifact's
+        (``tasks.artifacts.inert``): the verdict names released values, which may be written
+        as HTML or markdown (an image, a link)."""
         analyses = [f"  - {_markdown(line)}" for line in self.verdict_analyses]
-        return "\n".join([
+        return inert("\n".join([
             f"### Review release `{self.release_id}` of `{self.dataset}` before it is published",
             "",
             f"**The budget is already spent and stays counted whichever you choose** "
@@ -122,7 +125,7 @@ class ReviewSummary:
             RAW_EVALUATION_NOTE,
             "",
             f"Left open for {self.timeout_hours:g} h, the run ends *Not published*.",
-        ])
+        ]))
 
 
 def _markdown(text: str) -> str:

@@ -6,17 +6,23 @@
 * ``No new data`` / ``Duplicate`` (type COMPLETED): nothing to release, nothing spent.
 * ``Published`` / ``Published with warnings`` (type COMPLETED): released; the name follows the
   release's publication verdict (fit, or not), its headline in the message.
-* ``Not published`` (type COMPLETED): a reviewed release rejected or left unreviewed.
+* ``Not published`` (type CANCELLED): a reviewed release rejected or left unreviewed; its
+  spend stays counted. Prefect colours a run by its state's *type* (the name is free, the
+  colour is not): COMPLETED green, FAILED red, CRASHED orange, CANCELLED grey. As COMPLETED it
+  was the green of a publication; CANCELLED is the one final type that is neither success nor
+  an error, and Prefect offers Retry on it as on the others (its run then ends 'Not published'
+  again: ``flows/release.py``). An in-process caller reads its result with ``result_of``.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 from prefect import get_run_logger
 from prefect.runtime import flow_run as current_run
-from prefect.states import Completed, Failed, State
+from prefect.states import Cancelled, Completed, Failed, State
 
 from medrelease.errors import (
     BudgetExceededError,
@@ -77,12 +83,25 @@ def quiet_refusals() -> None:
 def refused(exc: BaseException) -> State:
     """A FAILED state named 'Refused' carrying the reason (messages never hold raw values)."""
     quiet_refusals()
-    get_run_logger().warning("release refused, nothing spent: %s", exc)
+    what_to_do = _what_to_do(exc)
+    get_run_logger().warning("release refused, nothing spent: %s%s", exc, what_to_do)
     if current_run.id:
         _RUNS_THAT_SAID_IT.add(str(current_run.id))
     # the sentence first: the run page's Details tab shows the message's start on one line,
     # and "BudgetExceededError: …" told a steward nothing (the exception is the state's data)
-    return Failed(name="Refused", message=f"Nothing spent: {exc}"[:2000], data=exc)
+    return Failed(name="Refused", message=f"Nothing spent: {exc}{what_to_do}"[:2000], data=exc)
+
+
+def _what_to_do(exc: BaseException) -> str:
+    """After a budget refusal (which says what is left): where the cap is raised, in the UI
+    first (issue 56: the refusal said "left: 0" and nothing about what to do)."""
+    if not isinstance(exc, BudgetExceededError):
+        return ""
+    from flows.cap import how_to_raise
+
+    named = re.search(r"source '([^']+)'", str(exc))
+    return ("" if str(exc).rstrip().endswith(".") else ".") + " " + \
+        how_to_raise(named.group(1) if named else None)
 
 
 PUBLISHED = "Published"
@@ -97,7 +116,7 @@ def published(where: str, verdict: dict[str, Any] | None, steward_lines: list[st
     evaluation, in its log-safe wording, comes after it, labelled, and decides nothing."""
     level = (verdict or {}).get("level")
     name = PUBLISHED if level in (None, "fit") else PUBLISHED_WITH_WARNINGS
-    parts = [f"Published: {where}"]
+    parts = []
     if verdict:
         parts.append(f"publication verdict: {verdict.get('headline') or level}")
     if steward_lines:
@@ -105,15 +124,34 @@ def published(where: str, verdict: dict[str, Any] | None, steward_lines: list[st
     get_run_logger().info("published: %s%s", where,
                           f" — publication verdict: {verdict.get('headline') or level}"
                           if verdict else "")
-    return Completed(name=name, message="; ".join(parts)[:2000], data=result)
+    # " — " after the link, not ";": Prefect's UI makes a link of a URL in a log line up to
+    # the next space, and "…/<release-id>;" led to no release (issue 56, no dead links)
+    message = f"Published: {where}" + (" — " + "; ".join(parts) if parts else "")
+    return Completed(name=name, message=message[:2000], data=result)
+
+
+NOT_PUBLISHED = "Not published"
 
 
 def not_published(reason: str, result: dict[str, Any]) -> State:
-    """A COMPLETED state named 'Not published': a reviewed release that was rejected or left
-    unreviewed. The run did its work (and spent its budget); nothing was published."""
+    """A CANCELLED state named 'Not published' (grey in the run list, not success's green):
+    a reviewed release that was rejected or left unreviewed. The run did its work (and spent
+    its budget); nothing was published."""
     get_run_logger().warning("Not published: %s", reason)
-    return Completed(name="Not published", message=reason[:2000],
+    return Cancelled(name=NOT_PUBLISHED, message=reason[:2000],
                      data={**result, "not_published": reason})
+
+
+def result_of(state: State) -> Any:
+    """A release run's result for an in-process caller (``release_flow(...,
+    return_state=True)``): its data, 'Not published' included (Prefect's ``result()``
+    raises ``CancelledRun`` for a CANCELLED state); a refusal or a failure raises its
+    exception as ``release_flow(...)`` itself does."""
+    # _sync: its callers are synchronous (Prefect's dispatch would hand back a coroutine in a
+    # thread where some other library keeps an event loop running)
+    if state.is_cancelled() and state.name == NOT_PUBLISHED:
+        return state.result(raise_on_failure=False, _sync=True)
+    return state.result(_sync=True)
 
 
 def skipped(name: str, reason: str, result: dict[str, Any]) -> State:

@@ -4,10 +4,14 @@ A release refuses at the first problem it meets, and each refusal costs a Prefec
 steward fixing a new table wants the whole list in one go. This module runs the engine's own
 checks, stage by stage, and keeps going after a failure wherever the next stage does not need
 what failed: the config (pydantic lists all its errors), each taxonomy on its own, the domain,
-the extract's files (input-folder rule, links), the input schema (pandera, lazily: one entry per
-column and problem), the missing-value limit, and the plan (mechanism, parameters, policy,
-lattice size, work limits) that the flow's plan step makes (``plan_for_config``). There is no
-second validator: every message is the engine's, so ``check`` and ``release`` cannot disagree.
+the extract's files (input-folder rule, links, how many), the input schema (pandera, lazily: one
+entry per column and problem), the missing-value limit, the plan (mechanism, parameters, policy,
+lattice size, the dimensions' joint domain, work limits) that the flow's plan step makes
+(``plan_for_config``) and the ledger's rules its resolve step applies (``enforce_ledger_rules``),
+the count (``fixed_index``, ``enforce_noise_rows``) and the stores and the ledger's integrity
+(``check_stores_and_ledger``). There is no second validator: every message is the engine's, so
+``check`` and ``release`` cannot disagree (issue 55: a test walks every pre-charge refusal,
+``tests/test_check_equals_release.py``).
 
 Nothing is spent or written to the ledger, no noise is drawn, Prefect is never imported.
 Findings carry columns, counts and file lines, never values; the values of an input failure go
@@ -33,6 +37,8 @@ from medrelease.errors import (
 from medrelease.settings import steward_log_dir
 
 if TYPE_CHECKING:
+    from medrelease.data.aggregate import CountTable
+    from medrelease.plan import ReleasePlan
     from medrelease.planning import ErrorPlan
 
 
@@ -67,13 +73,35 @@ class CheckReport:
         return not self.findings
 
 
+@dataclass(frozen=True)
+class Request:
+    """What a release request says besides the dataset (``medrelease release``'s options and
+    the form's fields), so that ``check`` plans exactly the release that would run."""
+
+    input_path: str | None = None
+    mechanism: str | None = None
+    epsilon: float | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+    seed: int | None = None           # a TEST release: the test store, never published
+    destination: str | None = None
+    void_confirmed: bool = False
+
+
 def check_dataset(dataset: str, input_path: str | None = None, mechanism: str | None = None,
-                  epsilon: float | None = None, target_error: float | None = None
-                  ) -> CheckReport:
+                  epsilon: float | None = None, target_error: float | None = None,
+                  request: Request | None = None) -> CheckReport:
     """Every check a release runs before it spends, each stage's problems collected; then the
     declared analyses' expected errors at the epsilon (and, with ``target_error``, the smallest
-    epsilon that meets it), so that epsilon is chosen before it is spent."""
+    epsilon that meets it), so that epsilon is chosen before it is spent.
+
+    The stages are the flow's, by the same functions (issue 55: whatever ``release`` would
+    refuse before its charge, ``check`` reports): the plan (``plan_for_config``) and the
+    ledger's rules (``enforce_ledger_rules``), the extract's files and their shape
+    (``refuse_several_files``), the input schema and the drop limit, the count (the joint
+    domain, a fixed node, the noise rows: ``fixed_index``, ``enforce_noise_rows``), the stores
+    and the ledger's integrity (``check_stores_and_ledger``)."""
     started = time.perf_counter()
+    request = request or Request(input_path, mechanism, epsilon)
     report = CheckReport(dataset)
     try:
         config = find_config(dataset)
@@ -85,10 +113,14 @@ def check_dataset(dataset: str, input_path: str | None = None, mechanism: str | 
     report.dataset, report.config_file = config.name, config.config_file
     config, usable = _taxonomies_checked(config, report)
     config = _domain_checked(config, report)
-    _input_checked(config, input_path, report)
-    if usable:
-        _plan(config, mechanism, epsilon, report)
-        report.errors = _expected_errors(config, mechanism, epsilon, target_error)
+    plan = _planned(config, request, report) if usable else None
+    counts = _input_checked(config, request.input_path, report, plan)
+    if plan is not None:
+        _counted(config, plan, counts, report)
+        _stores_checked(config, plan, request, report)
+        _release_panel(config, request.mechanism, plan, report)
+        report.errors = _expected_errors(config, request.mechanism, request.epsilon,
+                                         target_error)
     report.seconds = time.perf_counter() - started
     return report
 
@@ -179,29 +211,46 @@ def _domain_checked(config: DatasetConfig, report: CheckReport) -> DatasetConfig
                                                     description=spec.description)})
 
 
-def _input_checked(config: DatasetConfig, input_path: str | None, report: CheckReport) -> None:
-    """The extract's files, then the input schema on each, as a release reads them."""
-    from medrelease.data.extract import resolve_extract
+def _input_checked(config: DatasetConfig, input_path: str | None, report: CheckReport,
+                   plan: ReleasePlan | None) -> CountTable | None:
+    """The extract's files and their shape, then the input schema on each, as a release reads
+    them; for a mechanism that reads counts, the count table the release would build (the
+    same encoding), when every file passed."""
+    from medrelease.data.extract import refuse_several_files, resolve_extract
+    from medrelease.mechanisms import capabilities
 
-    try:
-        extract = resolve_extract(config, input_path)
+    try:  # (the row digest is the count's, in a release: nothing it could refuse)
+        extract = resolve_extract(config, input_path, rows_by_count=True)
     except MedreleaseError as exc:
         report.findings.append(Finding("input file", str(exc)))
-        return
+        return None
     try:  # the snapshots resolution took are raw data: removed when the check ends
-        report.rows = _rows_checked(config, extract, report)
+        if plan is not None:
+            try:
+                refuse_several_files(extract, config, capabilities(plan.mechanism).kind == "rows",
+                                     plan.unit.column if plan.unit is not None else None)
+            except MedreleaseError as exc:
+                report.findings.append(Finding("input file", str(exc)))
+        counted = plan is not None and capabilities(plan.mechanism).kind != "rows"
+        report.rows, counts = _rows_checked(config, extract, report, counted)
+        return counts
     finally:
         extract.discard()
 
 
-def _rows_checked(config: DatasetConfig, extract, report: CheckReport) -> int:
-    """Each file of ``extract`` read and validated; the findings go to ``report``."""
-    from medrelease.data.aggregate import check_drop_limit
+def _rows_checked(config: DatasetConfig, extract, report: CheckReport,
+                  counted: bool = False) -> tuple[int, CountTable | None]:
+    """Each file of ``extract`` read and validated; the findings go to ``report``. With
+    ``counted``, each valid file's count table (``aggregate``: the release's encoding, its
+    joint-domain and drop-limit rules), merged as the release merges them."""
+    from medrelease.data.aggregate import aggregate, check_drop_limit, merge_count_tables
     from medrelease.storage.io import counting_positions, read_input
     from schemas.input import fill_missing_categories, missing_rows, validate_input
 
     several = len(extract.files) > 1
     total = 0
+    parts: list[CountTable] = []
+    clean = True
     for path in extract.paths:
         where = f"input {path.name}" if several else "input"
         try:
@@ -211,6 +260,7 @@ def _rows_checked(config: DatasetConfig, extract, report: CheckReport) -> int:
                 try:
                     validate_input(frame, config)
                 except InputValidationError as exc:
+                    clean = False
                     word = "row" if path.suffix.lower() == ".parquet" or \
                         config.input.format == "parquet" else "file line"
                     report.findings += _input_findings(exc, where, word)
@@ -220,9 +270,51 @@ def _rows_checked(config: DatasetConfig, extract, report: CheckReport) -> int:
                           + config.class_columns if c in filled.columns]
                 if config.missing == "drop_rows" and needed:
                     check_drop_limit(len(missing_rows(filled, needed)), len(filled), config)
+                if counted and clean:
+                    parts.append(aggregate(frame, config))
         except MedreleaseError as exc:
+            clean = False
             report.findings.append(Finding(where, str(exc)))
-    return total
+    if not (counted and clean and parts):
+        return total, None
+    try:
+        return total, merge_count_tables(parts)
+    except MedreleaseError as exc:
+        report.findings.append(Finding("input", str(exc)))
+        return total, None
+
+
+def _counted(config: DatasetConfig, plan: ReleasePlan, counts: CountTable | None,
+             report: CheckReport) -> None:
+    """What the release refuses once it has counted the extract, before its charge: a fixed
+    node outside its limits, noise rows over the policy's limit (the flow's own calls)."""
+    if counts is None:
+        return
+    from medrelease.mechanisms.base import ReleaseContext
+    from medrelease.release import enforce_noise_rows, fixed_index
+
+    context = ReleaseContext.from_counts(counts)
+    try:
+        fixed_index(context, plan)
+        enforce_noise_rows(config, context, plan)
+    except MedreleaseError as exc:
+        report.findings.append(Finding("plan", str(exc)))
+
+
+def _stores_checked(config: DatasetConfig, plan: ReleasePlan, request: Request,
+                    report: CheckReport) -> None:
+    """The release and steward folders can be written and the ledger holds every spend on
+    record (the flow's last step before the charge); a pseudonymization key where the check
+    can see one (``MEDRELEASE_PSEUDONYM_KEY``: a Prefect Secret block is looked for by the
+    release only, as ``check`` never starts Prefect)."""
+    from medrelease.request import check_stores_and_ledger
+    from medrelease.settings import ledger_location
+
+    try:
+        check_stores_and_ledger(config, plan.random.test_release, ledger_location(),
+                                request.destination)
+    except MedreleaseError as exc:
+        report.findings.append(Finding("stores", str(exc)))
 
 
 def _input_findings(exc: InputValidationError, where: str, word: str) -> list[Finding]:
@@ -238,27 +330,48 @@ def _input_findings(exc: InputValidationError, where: str, word: str) -> list[Fi
         if rows and positions and len(positions) < rows:
             lines += f" and {rows - len(positions)} more"
         text = problem.get("problem") or "problem"
+        if text == "missing column":  # (the release's words: "missing declared column(s)")
+            text = "missing declared column: the input lacks it"
         if problem.get("distinct_values"):
             text = f"{problem['distinct_values']} distinct value(s) {text}"
         findings.append(Finding(where, text, problem.get("column"), rows, lines))
     return findings
 
 
-def _plan(config: DatasetConfig, mechanism: str | None, epsilon: float | None,
-          report: CheckReport) -> None:
+def _planned(config: DatasetConfig, request: Request, report: CheckReport
+             ) -> ReleasePlan | None:
     """The plan the flow makes (``plan_for_config``: mechanism, parameters, guarantee, policy,
-    lattice and work limits); then the work it means, from public facts and the input's
-    size."""
-    from medrelease.mechanisms import capabilities
-    from medrelease.release import lattice_size, plan_for_config, resolve_mechanism
+    lattice, joint domain and work limits), held to the ledger's rules as the flow's resolve
+    step holds it (``enforce_ledger_rules``: the source's policy, a new source's cap, the
+    void confirmation, the budget left); None when it cannot be made."""
+    from medrelease.release import plan_for_config, resolve_mechanism
+    from medrelease.request import enforce_ledger_rules
+    from medrelease.settings import ledger_location
 
     try:
-        resolved = resolve_mechanism(config, mechanism, epsilon)
-        nodes = lattice_size(config)
-        plan = plan_for_config(config, resolved.name, resolved.params, None)
+        resolved = resolve_mechanism(config, request.mechanism, request.epsilon,
+                                     request.params)
+        plan = plan_for_config(config, resolved.name, resolved.params, request.seed)
     except MedreleaseError as exc:
         report.findings.append(Finding("plan", str(exc)))
-        return
+        return None
+    try:
+        enforce_ledger_rules(config, plan, ledger_location(), request.void_confirmed)
+    except MedreleaseError as exc:
+        report.findings.append(Finding("ledger", str(exc)))
+    return plan
+
+
+def _release_panel(config: DatasetConfig, mechanism: str | None, plan: ReleasePlan,
+                   report: CheckReport) -> None:
+    """The release that would run: mechanism, epsilon, unit, guarantee and the work it means,
+    from public facts and the input's size."""
+    import os
+
+    from medrelease.mechanisms import capabilities
+    from medrelease.release import lattice_size
+
+    nodes = lattice_size(config)
     guarantee = plan.guarantee
     why = ("as asked" if mechanism else "named in the config" if config.mechanism.name
            else "the registry's rule: aim with a declared domain, else ipa")
@@ -270,6 +383,12 @@ def _plan(config: DatasetConfig, mechanism: str | None, epsilon: float | None,
         ("guarantee", guarantee.statement()),
         ("work", _expected_work(config, plan, nodes, report.rows)),
     ]
+    if capabilities(plan.mechanism).needs_secret:
+        report.release.append(
+            ("key", "MEDRELEASE_PSEUDONYM_KEY is set" if os.environ.get(
+                "MEDRELEASE_PSEUDONYM_KEY") else "MEDRELEASE_PSEUDONYM_KEY is not set: the "
+             f"release looks for the Prefect Secret block {plan.params.key_source!r} and is "
+             "refused without one (check does not start Prefect to look)"))
 
 
 def _expected_work(config: DatasetConfig, plan: Any, nodes: int, rows: int | None) -> str:

@@ -77,6 +77,7 @@ class ReleasePlan:
     unit: UnitBound | None = None  # the declared unit's bound, for mechanisms calibrated to it
     kind: str = "lattice"  # the mechanism's declared kind (Capabilities.kind)
     selection_step: str | None = None  # the budget step the node choice draws, if any
+    analyses: tuple[tuple[str, ...], ...] = ()  # the declared analyses' columns (public)
 
     @property
     def selection_epsilon(self) -> float:
@@ -103,6 +104,9 @@ class PublicFacts:
     row_noun: str | None = None  # the config's word for one row (the row note; none: generic)
     unit_noun: str | None = None  # the config's word for whom rows describe
     declared_analyses: int = 0  # how many analyses the config declares (aim measures each)
+    # the declared analyses' columns (public): the row mechanisms' intervals.csv states each
+    # one's marginal cells, every cell at once (simultaneous)
+    analysis_columns: tuple[tuple[str, ...], ...] = ()
 
     @classmethod
     def of(cls, config: DatasetConfig) -> PublicFacts:
@@ -115,7 +119,8 @@ class PublicFacts:
                    unit_relation=unit_relation(privacy.unit_words, privacy.row_words, unit,
                                                privacy.max_rows_per_unit) if unit else None,
                    row_noun=privacy.row_noun, unit_noun=privacy.unit_noun,
-                   declared_analyses=len(config.analyses))
+                   declared_analyses=len(config.analyses),
+                   analysis_columns=tuple(tuple(a.columns) for a in config.analyses))
 
 
 PUBLIC_FACTS = tuple(f.name for f in fields(PublicFacts))  # set from the config, never by a request

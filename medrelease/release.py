@@ -18,7 +18,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from medrelease.data.aggregate import CountTable, aggregate
+from medrelease.data.aggregate import (
+    CountTable,
+    aggregate,
+    joint_domain_problem,
+    public_informative_size,
+)
 from medrelease.data.config import DatasetConfig
 from medrelease.data.lattice import DEFAULT_BATCH_SIZE, Lattice, Node
 from medrelease.data.taxonomy import SUPPRESSED
@@ -29,7 +34,6 @@ from medrelease.mechanisms import (
     check_fits,
     default_mechanism,
     get_mechanism,
-    uses_counts,
     uses_lattice,
 )
 from medrelease.mechanisms.base import (
@@ -47,6 +51,8 @@ from medrelease.plan import (
     ResolvedMechanism,
 )
 from medrelease.privacy.guarantee import BudgetStep, Guarantee, PrivacyAccountant
+from medrelease.privacy.interval_table import FILE as INTERVALS
+from medrelease.privacy.interval_table import with_intervals
 from medrelease.privacy.ledger import MAX_CAP_DELTA, MAX_CAP_EPSILON
 from medrelease.privacy.randomness import (
     RandomSource,
@@ -54,6 +60,7 @@ from medrelease.privacy.randomness import (
     generator_for,
     selection_probabilities,
 )
+from medrelease.privacy.unit_cut import draw_unit_cut
 from medrelease.storage.released_rows import ReleasedRows
 
 Progress = Callable[[int, int], None]
@@ -135,10 +142,12 @@ def plan_release(
         selection_seed=seeds[n_nodes],
         release_seed=seeds[n_nodes + 1],
         shuffle_seed=seeds[n_nodes + 2],
-        unit=UnitBound(facts.unit_column, facts.unit_rows, source.unit_stream())
+        unit=UnitBound(facts.unit_column, facts.unit_rows, source.unit_stream(),
+                       facts.unit_noun or "unit", facts.row_noun or "row")
         if calibrated else None,
         kind=impl.capabilities.kind,
         selection_step=impl.selection_step,
+        analyses=facts.analysis_columns,
     )
 
 
@@ -236,13 +245,32 @@ def enforce_policy(config: DatasetConfig, plan: ReleasePlan, where: str | None =
 
 def enforce_lattice_limit(config: DatasetConfig, plan: ReleasePlan, nodes: int) -> None:
     """Refuse a lattice above the policy's node limit, before anything is read or spent (a
-    10^5-node lattice was charged and then made no progress in minutes)."""
-    if uses_counts(plan.mechanism) and nodes > config.policy.max_lattice_nodes:
+    10^5-node lattice was charged and then made no progress in minutes). Only the mechanisms
+    that walk the lattice: ``aim`` measures marginals and never enumerates its nodes."""
+    if uses_lattice(plan.mechanism) and nodes > config.policy.max_lattice_nodes:
+        tallest = sorted(((config.taxonomies[c].height + 1, c) for c in config.dimensions),
+                         reverse=True)[:4]
         raise PolicyError(
             f"dataset {config.name!r}: its lattice has {nodes:,} nodes (the product of each "
             f"dimension's taxonomy levels), over the limit of {config.policy.max_lattice_nodes:,}"
-            " (policy: max_lattice_nodes in its config); use taxonomies with fewer levels or "
-            "raise the limit. Nothing was read or spent.")
+            " (policy: max_lattice_nodes in its config); use taxonomies with fewer levels (the "
+            f"most: {', '.join(f'{c!r} {n}' for n, c in tallest)}), drop columns (role: drop) "
+            f"or raise the limit; aim never walks the lattice. Nothing was read or spent.")
+
+
+def enforce_joint_domain(config: DatasetConfig, plan: ReleasePlan) -> None:
+    """Refuse a lattice mechanism whose dimensions' combined domain is too large for the one
+    count table it rolls up (``joint_domain_problem``: the columns to coarsen or drop), before
+    anything is read or spent; from the taxonomies and the declared domain only, with the
+    streaming pass's room where no domain is declared, so no extract can pass this and fail
+    when counted. ``aim`` reads its marginals from a wide table instead."""
+    if not uses_lattice(plan.mechanism):
+        return
+    taxonomies = tuple(config.taxonomies[c] for c in config.dimensions)
+    problem = joint_domain_problem(config.dimensions, taxonomies,
+                                   public_informative_size(config), plan.mechanism)
+    if problem:
+        raise PolicyError(f"dataset {config.name!r}: {problem}")
 
 
 def enforce_work_limits(config: DatasetConfig, plan: ReleasePlan) -> None:
@@ -262,9 +290,14 @@ def plan_for_config(config: DatasetConfig, mechanism: str, params: dict[str, Any
     exactly this."""
     check_fits(config, mechanism)
     nodes = lattice_size(config)
-    release_plan = plan_release(mechanism, params, nodes, seed, PublicFacts.of(config))
+    # a seed per node only for a lattice the mechanism walks and the policy allows: aim has
+    # none to walk, and a 40-column table's lattice has ~10^12 nodes (refused just below)
+    walked = nodes if uses_lattice(mechanism) and nodes <= config.policy.max_lattice_nodes \
+        else 0
+    release_plan = plan_release(mechanism, params, walked, seed, PublicFacts.of(config))
     enforce_policy(config, release_plan)
     enforce_lattice_limit(config, release_plan, nodes)
+    enforce_joint_domain(config, release_plan)
     enforce_work_limits(config, release_plan)
     return release_plan
 
@@ -421,16 +454,25 @@ def draw_release(context: ReleaseContext, plan: ReleasePlan, index: int
                  ) -> tuple[ReleasedCells, dict[str, str]]:
     """The released cells and, for mechanisms that draw through the plan's steps, what became
     of each declared step (the selection's was drawn by ``select_node`` with its epsilon)."""
+    cells, drawn, _ = draw_release_steps(context, plan, index)
+    return cells, drawn
+
+
+def draw_release_steps(context: ReleaseContext, plan: ReleasePlan, index: int
+                       ) -> tuple[ReleasedCells, dict[str, str], dict[str, Any] | None]:
+    """``draw_release``, and the published count of the rows the privacy unit's bound removed
+    (its own declared step, drawn here once; None without a unit)."""
     impl = get_mechanism(plan.mechanism)
     node = context.lattice.nodes[index]
     table = context.lattice.from_finest(node) if sum(node) else context.lattice.bottom()
     replay = impl.capabilities.replays_scored_candidate
     seed = plan.node_seeds[index] if replay else plan.release_seed
     if not impl.capabilities.draws_declared_steps:
-        return impl.materialize(context, table, seed, plan.params), {}
+        return impl.materialize(context, table, seed, plan.params), {}, None
     draws = declared_draws(impl, plan.budget_steps)
     cells = impl.materialize(context, table, seed, plan.params, draws)
-    return cells, draws.close()
+    cut = draw_unit_cut(draws, plan.unit, context.counts.unit_bound)
+    return cells, draws.close(), cut
 
 
 def cells_to_rows(
@@ -495,7 +537,7 @@ def _level_categories(taxonomy, levels: list[int]) -> tuple[list[str], dict[int,
 
 
 def materialize_table(context: ReleaseContext, plan: ReleasePlan, index: int) -> MaterializedRelease:
-    cells, steps_drawn = draw_release(context, plan, index)
+    cells, steps_drawn, cut = draw_release_steps(context, plan, index)
     node = context.lattice.nodes[index]
     impl = get_mechanism(plan.mechanism)
     rows = cells_to_rows(context, node, cells, plan.shuffle_seed)
@@ -509,6 +551,14 @@ def materialize_table(context: ReleaseContext, plan: ReleasePlan, index: int) ->
     reason = degenerate_reason(rows, dims, plan.guarantee)
     if reason:
         details["degenerate"] = reason
+    if cut is not None:  # the unit bound's cut, a DP count of its own step
+        details["unit_cut"] = cut
+    declared = INTERVALS in impl.capabilities.published_tables  # (a subclass may not)
+    error_bars, tables = with_intervals(
+        impl.error_bars(plan.params, context, node),
+        impl.interval_table(plan.params, context, cells, rows, plan.analyses)
+        if declared else None,
+        plan.unit.scope() if plan.unit is not None else None)
     return MaterializedRelease(
         index=index,
         node=node,
@@ -518,7 +568,8 @@ def materialize_table(context: ReleaseContext, plan: ReleasePlan, index: int) ->
         details=details,
         summary=summarize(index, node, cells),
         nodes=tuple(nodes),
-        error_bars=impl.error_bars(plan.params, context, node),
+        error_bars=error_bars,
+        tables=tables,
     )
 
 
@@ -642,18 +693,31 @@ def _score_all(context: ReleaseContext, plan: ReleasePlan, batch_size: int, work
 
 
 def release_without_lattice(
-    table: pd.DataFrame, config: DatasetConfig, plan: ReleasePlan, key: bytes | None = None
+    table: pd.DataFrame, config: DatasetConfig, plan: ReleasePlan, key: bytes | None = None,
+    unit_bound: Any = None,
 ) -> MaterializedRelease:
     """Kind ``rows``: mechanisms that release from the rows in one pass (Mondrian on counts,
-    DiffGen, pseudonymization), through their ``release_rows``."""
+    DiffGen, pseudonymization), through their ``release_rows``. ``unit_bound``: what the
+    privacy unit's bound cut (its report, or the input facts' dict), for the unit cut's step."""
     impl = get_mechanism(plan.mechanism)
     rng = generator_for(plan.release_seed)
     draws = (declared_draws(impl, plan.budget_steps)
              if impl.capabilities.draws_declared_steps else None)
+    # the unit cut's own step first: the mechanism closes the plan's steps when it is done
+    cut = draw_unit_cut(draws, plan.unit, unit_bound) if draws is not None else None
     out = impl.release_rows(table, config, plan.params, rng, draws, key)
+    details = dict(out.details)
+    if cut is not None:
+        details["unit_cut"] = cut
+    if draws is not None and "budget_steps_drawn" not in details:
+        details["budget_steps_drawn"] = draws.close()
+    error_bars, tables = with_intervals(
+        impl.error_bars(plan.params),
+        out.intervals if INTERVALS in impl.capabilities.published_tables else None,
+        plan.unit.scope() if plan.unit is not None else None)
     return MaterializedRelease(index=-1, node=(), rows=ReleasedRows.from_frame(out.table),
                                il=out.il, row_bounds=impl.row_bounds(plan.params, out.shape),
-                               details=out.details, error_bars=impl.error_bars(plan.params))
+                               details=details, error_bars=error_bars, tables=tables)
 
 
 def release(
@@ -679,12 +743,13 @@ def release(
     check_fits(config, resolved.name)
     nodes = lattice_size(config) if uses_lattice(resolved.name) else 0
     plan = plan_release(resolved.name, resolved.params, nodes, seed, PublicFacts.of(config))
+    bound = None
     if plan.unit is not None:  # the privacy unit's bound runs before anything else
-        table, _ = bound_frame(table, plan.unit)
+        table, bound = bound_frame(table, plan.unit)
     if plan.kind == "rows":
-        return finished_release(plan, release_without_lattice(table, config, plan, key),
+        return finished_release(plan, release_without_lattice(table, config, plan, key, bound),
                                 len(table))
-    counts = aggregate(table, config)
+    counts = replace(aggregate(table, config), unit_bound=bound)
     if plan.kind == "synthetic":
         chosen = get_mechanism(plan.mechanism).synthesize(counts, config, plan)
         return finished_release(plan, chosen, counts.n_rows)

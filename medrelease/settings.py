@@ -109,6 +109,30 @@ def extra_input_roots() -> list[Path]:
     return [*_env_paths("MEDRELEASE_INBOX"), *_env_paths("MEDRELEASE_INPUT_ROOTS")]
 
 
+def inbox_roots() -> list[Path]:
+    """The inboxes the service watches (``MEDRELEASE_INBOX``, set by ``serve --inbox``)."""
+    return _env_paths("MEDRELEASE_INBOX")
+
+
+def inbox_bindings() -> dict[str, str] | None:
+    """Each served inbox (its real path) and the dataset its extracts belong to
+    (``MEDRELEASE_INBOX_DATASETS``, a JSON object set by ``serve --inbox DIR --dataset NAME``);
+    ``None`` when the variable is malformed, so that the caller refuses rather than guesses."""
+    import json
+
+    text = os.environ.get("MEDRELEASE_INBOX_DATASETS", "").strip()
+    if not text:
+        return {}
+    try:
+        bindings = json.loads(text)
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(bindings, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) and v for k, v in bindings.items()):
+        return None
+    return {os.path.realpath(k): v for k, v in bindings.items()}
+
+
 def snapshot_root() -> Path:
     """Private copies of the extracts a release is reading (``medrelease.data.extract``): the
     bytes hashed at resolution are the bytes read, whatever happens to the input folder during

@@ -11,6 +11,8 @@ values go only to the steward-only log.
 
 from __future__ import annotations
 
+import unicodedata
+
 import numpy as np
 import pandas as pd
 import pandera.pandas as pa
@@ -34,6 +36,19 @@ BLANK_LOOKING = frozenset({"", "#n/a", "#n/a n/a", "#na", "-1.#ind", "-1.#qnan",
                            "null", "none"})
 BLANK_IDS = ("look blank or like a missing-value marker (only spaces, NaN, NULL, None, N/A, "
              "NA...): every row must name its unit")
+# An id that looks like another one is another unit to the bound: ``123`` and ``123`` + a
+# zero-width space are one patient to a reader and two to the release (each kept its own m
+# rows). Refused: characters that draw nothing or look like a space — formats (zero-width
+# spaces and joiners, direction marks, the byte-order mark, tag characters), every space but
+# U+0020, line and paragraph separators, private-use and unassigned code points, variation
+# selectors, the Hangul fillers and the blank Braille pattern — and an id not in Unicode NFC
+# (``e`` + a combining accent is ``é`` written another way).
+INVISIBLE_CATEGORIES = frozenset({"Cf", "Zs", "Zl", "Zp", "Co", "Cn", "Cs"})
+INVISIBLE_EXTRA = frozenset({0x115F, 0x1160, 0x3164, 0xFFA0, 0x2800, *range(0xFE00, 0xFE10),
+                             *range(0xE0100, 0xE01F0)})
+INVISIBLE_IDS = ("contain invisible characters (zero-width spaces or joiners, direction marks, "
+                 "non-breaking or other special spaces, ...) or are not in Unicode NFC: an id "
+                 "that looks like another would count as another unit")
 
 
 def _matches(pattern: str):
@@ -41,6 +56,28 @@ def _matches(pattern: str):
         return series.isna() | series.astype("string").str.match(pattern).fillna(False)
 
     return check
+
+
+def _is_invisible_id(text: str) -> bool:
+    """Whether an id holds a character that draws nothing or looks like a space (but U+0020),
+    or is not in NFC (``INVISIBLE_CATEGORIES``, ``INVISIBLE_EXTRA``)."""
+    return any(ord(c) in INVISIBLE_EXTRA or (c != " " and unicodedata.category(c)
+                                             in INVISIBLE_CATEGORIES) for c in text) \
+        or unicodedata.normalize("NFC", text) != text
+
+
+def _visible_id(series: pd.Series) -> pd.Series:
+    """Check: a present unit id holds no invisible character and is in NFC. Only ids with a
+    character beyond ASCII are looked at one by one (ASCII holds none but the control
+    characters, refused by their own check), each distinct id once."""
+    text = series.astype("string")
+    ok = pd.Series(True, index=series.index)
+    odd = text.notna() & ~text.str.isascii().fillna(True)
+    if odd.any():
+        codes, uniques = pd.factorize(text[odd])
+        bad = pd.array([_is_invisible_id(str(u)) for u in uniques], dtype=bool)
+        ok[odd] = ~bad[codes]
+    return ok
 
 
 def _names_someone(series: pd.Series) -> pd.Series:
@@ -101,8 +138,9 @@ def _form_checks(config: DatasetConfig, name: str) -> list[pa.Check]:
     checks = [pa.Check(_no_control_characters, error=CONTROL_CHARS)]
     taxonomy = config.taxonomies.get(name)
     whole = spec.type == "integer" or (taxonomy is not None and taxonomy.kind == "numeric")
-    if whole:
-        checks.append(pa.Check(_matches(WHOLE.pattern), error=NOT_WHOLE))
+    if whole:  # (the missing category passes, as in a decimal column: one rule for both)
+        checks.append(pa.Check(_skip_label(_matches(WHOLE.pattern), spec.missing),
+                               error=NOT_WHOLE))
     elif spec.type == "decimal" or (taxonomy is not None and taxonomy.binning is not None):
         pattern = WHOLE if taxonomy is not None and taxonomy.binning and \
             taxonomy.binning.whole else DECIMAL
@@ -112,7 +150,10 @@ def _form_checks(config: DatasetConfig, name: str) -> list[pa.Check]:
 
 
 def _skip_label(check, label: str | None):
-    """A number-form check that lets the column's declared missing category through."""
+    """A number-form check that lets the column's declared missing category through: a blank
+    in a numeric column becomes that category (``fill_missing_categories``, before the checks),
+    which is no number, in an integer column as in a decimal one (issue 55: ``type: integer``
+    refused the ``(blank)`` a decimal column accepted)."""
     if label is None:
         return check
 
@@ -156,7 +197,8 @@ def input_schema(config: DatasetConfig) -> pa.DataFrameSchema:
     if config.unit_column is not None:  # every row must say whose it is, or it cannot be bounded
         columns[config.unit_column] = pa.Column(
             checks=[pa.Check(_no_control_characters, error=CONTROL_CHARS),
-                    pa.Check(_names_someone, error=BLANK_IDS)], nullable=False,
+                    pa.Check(_names_someone, error=BLANK_IDS),
+                    pa.Check(_visible_id, error=INVISIBLE_IDS)], nullable=False,
             required=True)
     for name in config.set_valued:
         taxonomy = config.taxonomies[name]

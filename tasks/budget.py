@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -11,15 +10,14 @@ from prefect.cache_policies import NO_CACHE
 
 from medrelease.data.config import DatasetConfig
 from medrelease.plan import ReleasePlan
-from medrelease.privacy.ledger import Charge, SpendRequest, request_record
-from medrelease.privacy.ledger_backends import open_ledger, reconcile
+from medrelease.privacy.ledger import Charge, request_record
+from medrelease.privacy.ledger_backends import open_ledger
 from medrelease.release import plan_for_config
-from medrelease.settings import steward_root, store_root, test_store_root
-from medrelease.storage.store import (
-    ReleaseStore,
-    StewardRecords,
-    StoreError,
+from medrelease.request import (  # (check and the pre-read budget rule read them too)
+    check_stores_and_ledger,
+    spend_request,
 )
+from medrelease.settings import store_root, test_store_root
 from medrelease.storage.store import published_manifests as manifests_in_stores
 from tasks.artifacts import markdown_artifact
 
@@ -40,43 +38,14 @@ def plan(config: DatasetConfig, mechanism: str, params: dict, seed: int | None) 
 def check_before_charge(config: DatasetConfig, release_plan: ReleasePlan, ledger_path: str,
                         destination: str | None) -> None:
     """Everything that could still fail after the charge, checked before it: the ledger holds
-    every spend the records show, and the release and steward folders can be written."""
-    # manifests, then records, then (in reconcile) the ledger: a release another run publishes
-    # meanwhile wrote its record before its manifest and charged before both, so whatever is
-    # read here is already accounted for in what is read after it
-    manifests = published_manifests()
-    records = StewardRecords(steward_root())
-    reconcile(ledger_path, records.records(), manifests)
-    test = release_plan.random.test_release
-    ReleaseStore(test_store_root() if test else store_root(), test=test).prepare(
-        config.name, destination)
-    try:
-        records.root.mkdir(parents=True, exist_ok=True)
-        probe = records.root / f".probe-{os.getpid()}"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as exc:
-        raise StoreError(f"the steward records folder {records.root} is not writable "
-                         f"({exc.strerror}); nothing was spent") from None
+    every spend the records show, and the release and steward folders can be written
+    (``check_stores_and_ledger``, which ``medrelease check`` runs too)."""
+    check_stores_and_ledger(config, release_plan.random.test_release, ledger_path, destination)
 
 
 def published_manifests() -> list[dict]:
     """The manifests of every release in both stores (each names its source and charge)."""
     return manifests_in_stores(store_root(), test_store_root())
-
-
-def spend_request(config: DatasetConfig, release_plan: ReleasePlan,
-                  flow_run_id: str | None, content: tuple[str, ...] = ()) -> SpendRequest:
-    guarantee = release_plan.guarantee
-    return SpendRequest(
-        source=config.source_id, dataset=config.name, mechanism=release_plan.mechanism,
-        epsilon=float(guarantee.epsilon or 0.0), delta=float(guarantee.delta or 0.0),
-        lifetime_epsilon=config.privacy.lifetime_epsilon,
-        lifetime_delta=config.privacy.lifetime_delta, dp=guarantee.proven,
-        test=release_plan.random.test_release, input_key=config.input_key,
-        flow_run_id=flow_run_id, content=content,
-        policy=config.policy.model_dump_json(), config_path=config.config_file or None,
-        privacy_unit=guarantee.neighbouring)
 
 
 @task(name="charge-budget", cache_policy=NO_CACHE)

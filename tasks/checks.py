@@ -25,7 +25,7 @@ def expectations_for(config: DatasetConfig, context: ReleaseContext | None,
             dimension_labels={}, informative_domain={},
             min_rows=chosen.row_bounds[0], max_rows=chosen.row_bounds[1])
     nodes = chosen.nodes or (chosen.node,)  # ipa's ladder: the labels of every rung
-    taxonomies = context.lattice.taxonomies
+    taxonomies = context.counts.taxonomies  # (aim's context never builds a lattice)
     labels = {
         column: sorted({label for node in nodes for label in taxonomies[i].level_labels[node[i]]})
         for i, column in enumerate(context.counts.dimensions)

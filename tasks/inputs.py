@@ -23,8 +23,14 @@ from medrelease.data.aggregate import (
     merge_count_tables,
 )
 from medrelease.data.config import DatasetConfig, find_config
-from medrelease.data.content import RowSums, digest_of, digested_columns, row_digest
-from medrelease.data.extract import ExtractFile, InputInfo, ResolvedExtract, extract_digest
+from medrelease.data.content import RowSums, digested_columns, digests_of, row_digests
+from medrelease.data.extract import (
+    ExtractFile,
+    InputInfo,
+    ResolvedExtract,
+    extract_digest,
+    refuse_several_files,
+)
 from medrelease.data.grouped_input import grouped_count
 from medrelease.data.units import UnitBound, bound_frame
 from medrelease.errors import InputValidationError, write_steward_log
@@ -101,11 +107,7 @@ def load_and_validate_input(
     a declared privacy unit, cut each unit's rows to its bound (after validation, so a bad
     row anywhere is reported, and before anything is counted)."""
     with _named_as_the_extract(extract.files), _values_to_the_steward_log(config):
-        if len(extract.files) > 1:
-            raise InputValidationError(
-                f"{len(extract.files)} files match {Path(extract.pattern).name!r}: this "
-                "mechanism reads one file; extracts in several files are read by the "
-                "mechanisms that search the lattice (ipa, ipa-paper, kanon)")
+        refuse_several_files(extract, config, rows_kind=True, unit_column=None)
         path, source = extract.paths[0], extract.files[0].read_from  # the snapshot is read
         with counting_positions(config, source):
             frame = validate_input(read_input(config, source), config)
@@ -131,6 +133,7 @@ class PartitionCounts:
     counts: CountTable
     how: str
     rows_sha256: str | None = None
+    text_rows_sha256: str | None = None  # where it differs from the row digest (content)
 
 
 def count_partition(config: DatasetConfig, file: ExtractFile,
@@ -167,18 +170,21 @@ def _count_file(config: DatasetConfig, file: ExtractFile, rows_per_chunk: int,
             if not partitioned:
                 raise
             raise InputValidationError(f"in {path.name}: {exc}", exc.problems) from None
-    return PartitionCounts(file.path, file.sha256, counts, how,
-                           _rows_digest(config, file, grouped.row_sums))
+    digests = _rows_digests(config, file, grouped.row_sums)
+    return PartitionCounts(file.path, file.sha256, counts, how, digests[0] if digests else None,
+                           digests[1] if len(digests) > 1 else None)
 
 
-def _rows_digest(config: DatasetConfig, file: ExtractFile, sums: RowSums | None) -> str | None:
-    """The file's row digest: taken at resolution, else from the grouped pass's row sums,
-    else (a pass that declined the file or cannot give them) by a pass of its own."""
+def _rows_digests(config: DatasetConfig, file: ExtractFile,
+                  sums: RowSums | None) -> tuple[str, ...]:
+    """The file's row digest (and its text digest where it differs): taken at resolution,
+    else from the grouped pass's row sums, else (a pass that declined the file or cannot give
+    them) by a pass of its own."""
     if not file.rows_by_count:
-        return file.rows_sha256
+        return tuple(d for d in (file.rows_sha256, file.text_rows_sha256) if d)
     if sums is not None:
-        return digest_of(digested_columns(config), sums)
-    return row_digest(config, file.read_from)
+        return digests_of(digested_columns(config), sums)
+    return row_digests(config, file.read_from)
 
 
 @task(name="aggregate-partition", cache_policy=NO_CACHE)
@@ -201,7 +207,8 @@ def merge_partitions(config: DatasetConfig, parts: list[PartitionCounts],
                      rows=counts.n_rows,
                      dropped_rows=counts.dropped_rows,
                      unit_bound=bound.as_dict() if bound is not None else None,
-                     rows_sha256=files.rows_digest)
+                     rows_sha256=files.rows_digest,
+                     text_rows_sha256=parts[0].text_rows_sha256 if len(parts) == 1 else None)
     how = ", ".join(sorted({p.how for p in parts}))
     get_run_logger().info("input %s validated and aggregated (%d file(s), %s): n=%d, %d cells",
                           Path(info.path).name, len(parts), how, info.rows,
@@ -216,12 +223,8 @@ def validate_and_aggregate(
     unit: UnitBound | None = None
 ) -> tuple[CountTable, InputInfo]:
     """Every file of the extract in turn, in this process (the Dask fan-out is in the flow)."""
-    if unit is not None and len(extract.files) > 1:
-        raise InputValidationError(
-            f"{len(extract.files)} files match {Path(extract.pattern).name!r}, and dataset "
-            f"{config.name!r} declares the privacy unit {unit.column!r}: one unit's rows may lie "
-            "in several files and must be bounded together, which is not built yet; merge the "
-            "files into one extract")
+    refuse_several_files(extract, config, rows_kind=False,  # (check asks the same)
+                         unit_column=unit.column if unit is not None else None)
     parts = [count_partition(config, f, rows_per_chunk, partitioned=len(extract.files) > 1,
                              unit=unit)
              for f in extract.files]

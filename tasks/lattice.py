@@ -52,14 +52,17 @@ def materialize_release(
 
 @task(name="release-without-lattice", cache_policy=NO_CACHE)
 def release_rows(config: DatasetConfig, frame: pd.DataFrame,
-                 release_plan: ReleasePlan) -> MaterializedRelease:
+                 release_plan: ReleasePlan, unit_bound: dict | None = None
+                 ) -> MaterializedRelease:
     """Mondrian, pseudonymization, DiffGen: no lattice search.
 
-    The pseudonymization key is read here and goes nowhere else.
+    The pseudonymization key is read here and goes nowhere else. ``unit_bound``: what the
+    privacy unit's bound cut (the input facts' counts; steward-side), for the step that
+    publishes a noisy count of it.
     """
     needs_key = capabilities(release_plan.mechanism).needs_secret
     key = load_pseudonym_key(release_plan.params) if needs_key else None
-    return release_without_lattice(frame, config, release_plan, key)
+    return release_without_lattice(frame, config, release_plan, key, unit_bound)
 
 
 @task(name="check-secret", cache_policy=NO_CACHE)

@@ -44,9 +44,74 @@ def publish_release(run: RunFacts, destination: str | None) -> PublishResult:
 def stage_release(run: RunFacts) -> PublishResult:
     """``review: required``: the release, complete, into the steward side's staging area
     (``<steward>/.staging/<dataset>/<release_id>/``: data files, manifest.json, report.md, as
-    they will be published) and its steward record, status 'awaiting review'. Nothing public."""
+    they will be published) and its steward record, status 'awaiting review'. Nothing public.
+    Staged releases of the dataset that no run will carry out any more are swept first."""
+    swept = sweep_staged(run.config.name)
+    if swept:
+        get_run_logger().info("removed %d staged release(s) whose review ended without their "
+                              "run: %s", len(swept), ", ".join(swept))
     store = ReleaseStore(staging_root(), test=run.release_plan.random.test_release)
     return _write_release(run, store, None, staged=True)
+
+
+# A staged release still 'awaiting review' this long after its review's deadline belongs to no
+# run: the run's own watchdog ends a review at the deadline, and a decision taken before it is
+# carried out in seconds; only a run killed outright (SIGKILL, a lost machine) leaves it.
+STAGED_GRACE_S = 600
+
+
+def withdraw_ended(staged: PublishResult, dataset: str, why: str) -> None:
+    """A review that ended before its decision was carried out (a crash, a cancellation): the
+    staged data removed, and its record, still 'awaiting review', says 'not published' and
+    why. A plain function, not a task: it runs while the run is being cancelled."""
+    shutil.rmtree(staged.path, ignore_errors=True)
+    records = StewardRecords(steward_root())
+    try:
+        record = records.read(dataset, staged.release_id)
+        if record.get("status") == "awaiting review":
+            records.update(dataset, staged.release_id, status="not published",
+                           review={"decision": "ended", "reason": why, "decided_at": _now()})
+    except (OSError, ValueError):  # the record is the steward's to check; the data is gone
+        return
+
+
+def sweep_staged(dataset: str, now: datetime | None = None) -> list[str]:
+    """Remove the staged releases of ``dataset`` that no run will publish: their record says
+    they are no longer awaiting review (published, failed, not published), or their review's
+    deadline passed ``STAGED_GRACE_S`` ago (its run was killed before it could end it; the
+    record then says 'not published'). Returns their ids."""
+    folder = staging_root() / dataset
+    if not folder.is_dir():
+        return []
+    now = now or datetime.now(UTC)
+    records = StewardRecords(steward_root())
+    swept = []
+    for staged in sorted(folder.iterdir()):
+        if staged.name.startswith(".") or not staged.is_dir():
+            continue  # a partial folder: the store sweeps its own
+        try:
+            record = records.read(dataset, staged.name)
+        except (OSError, ValueError):
+            continue
+        status = record.get("status")
+        if status == "awaiting review":
+            hours = float((record.get("dataset_config") or {}).get("review_timeout_hours", 168))
+            asked = datetime.fromisoformat(record.get("requested_at") or now.isoformat())
+            if (now - asked).total_seconds() < hours * 3600 + STAGED_GRACE_S:
+                continue
+            records.update(dataset, staged.name, status="not published", review={
+                "decision": "timeout", "decided_at": _now(),
+                "reason": "its run ended without carrying out a decision (killed while "
+                          "paused?); removed after its review's deadline"})
+        elif status == "publishing":
+            continue  # being staged right now
+        shutil.rmtree(staged, ignore_errors=True)
+        swept.append(staged.name)
+    return swept
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 @task(name="publish-reviewed-release", cache_policy=NO_CACHE)

@@ -95,6 +95,11 @@ def publish_artifacts(manifest: dict, record: dict, candidates: pd.DataFrame) ->
     if len(candidates):
         scored = "score" in candidates and candidates["score"].notna().any()
         named = named_nodes(candidates, (record.get("selection") or {}).get("chosen_index"))
+        # the chosen node, then the likeliest: a large lattice's table is cut to what one
+        # Prefect event holds (tasks/artifacts.py), and these are the rows worth keeping
+        others = named[named["chosen"] == ""]
+        named = pd.concat([named[named["chosen"] != ""], others.sort_values(
+            "selection_probability", ascending=False, kind="stable")])
         # The columns a steward compares, narrow enough for a laptop screen; NCP, EMD, Rate,
         # classes and noise rows per node are in the steward record's candidates.csv.
         columns = ["chosen", "node", *(["score"] if scored else []), "il",

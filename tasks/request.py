@@ -10,13 +10,11 @@ from prefect.cache_policies import NO_CACHE
 from medrelease.data.config import find_config
 from medrelease.data.extract import resolve_extract
 from medrelease.mechanisms import uses_counts
-from medrelease.privacy.ledger_backends import ledger_exists, open_ledger
 from medrelease.release import lattice_size, resolve_mechanism
 from medrelease.request import (
     ResolvedRequest,
-    enforce_first_cap,
-    enforce_source_policy,
-    enforce_void_confirmation,
+    enforce_budget_left,  # noqa: F401 - (its home was here: the engine's now)
+    enforce_ledger_rules,
 )
 from tasks.budget import plan
 
@@ -24,20 +22,18 @@ from tasks.budget import plan
 @task(name="resolve-request", cache_policy=NO_CACHE)
 def resolve_request(dataset: str, mechanism: str | None, epsilon: float | None,
                     parameters: dict[str, Any], input_path: str | None, seed: int | None,
-                    ledger_path: str, void_confirmed: bool = False) -> ResolvedRequest:
+                    ledger_path: str, void_confirmed: bool = False,
+                    budget_first: bool = True) -> ResolvedRequest:
     """Config (one dataset root), mechanism and plan (policy, the source's recorded policy,
-    work limits, the confirmation a guarantee-voiding mechanism needs), then the files with
-    their hashes: every refusal here spends nothing."""
+    work limits, the confirmation a guarantee-voiding mechanism needs, the budget left), then
+    the files with their hashes: every refusal here spends nothing, and every one but the
+    files' own comes before a byte of the input is read."""
     config = find_config(dataset)
     resolved = resolve_mechanism(config, mechanism, epsilon, parameters)
     release_plan = plan.fn(config, resolved.name, resolved.params, seed)
-    book = open_ledger(ledger_path) if ledger_exists(ledger_path) else None
-    recorded, owner = book.source_policy(config.source_id) if book else (None, None)
-    enforce_source_policy(config, release_plan, recorded, owner)
-    known = book is not None and book.knows_source(config.source_id)
-    enforce_first_cap(config, known=known)
-    void_reason = book.state(config.source_id).void_reason if known else None
-    enforce_void_confirmation(config, release_plan, void_reason, void_confirmed)
+    # the source's policy, a new source's cap, the void confirmation, the budget left
+    # (medrelease check runs the same function)
+    enforce_ledger_rules(config, release_plan, ledger_path, void_confirmed, budget_first)
     # a release that counts the extract digests its rows in that count's pass (one read)
     extract = resolve_extract(config, input_path, rows_by_count=uses_counts(resolved.name))
     request = ResolvedRequest(config, extract, release_plan, lattice_size(config))

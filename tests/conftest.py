@@ -150,7 +150,7 @@ def _stops_cleanly_on_sigterm(proc, log: Path) -> None:
 # The served tests in two blocks, each on its own worker with its own server and ``serve``
 # (one block of all of them would run longer than the rest of the suite on the other worker):
 # the browser tests, and those that call the API directly.
-SERVED_BROWSER_FILES = ("test_ui_browser.py", "test_ui_review.py")
+SERVED_BROWSER_FILES = ("test_ui_browser.py", "test_ui_review.py", "test_ui_steward_controls.py")
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -194,6 +194,18 @@ TEN_LEVELS = {"columns": {c: {"taxonomy": f"{c}.{'yaml' if c in ('age', 'length_
                           for c in ("age", "sex", "length_of_stay", "surgery", "region")}}
 
 
+def _six_wide_taxonomies(base: Path) -> None:
+    """Six more dimensions of 200 values each: with the others, a joint domain of about 10^14
+    combinations, more than one count table's key holds (issue 55: check said no problems and
+    the release refused "too large to stream")."""
+    for i in range(6):
+        (base / f"w{i}.csv").write_text("".join(f"v{k};*\n" for k in range(200)))
+
+
+SIX_WIDE = {"columns": {f"w{i}": {"role": "dimension", "taxonomy": f"w{i}.csv"}
+                        for i in range(6)}}
+
+
 ALIAS_BOMB = ("a: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
               "c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: &d [*c, *c, *c, *c, *c, *c, *c, "
               "*c, *c]\n")
@@ -411,6 +423,10 @@ CASES = [
          config={"columns": {"diagnosis": {"domain": "codes.txt"}}},
          setup=_write(Path(), "codes.txt", "A001\nB002\nC003\n"),
          request={"mechanism": {"mechanism": "histogram", "epsilon": 1e-4}}),
+    Case("dimensions whose combined domain no count table holds (ipa)", "PolicyError",
+         r"too large to stream.*coarsen.*'w\d' \(200 values\).*aim.*Nothing was read or spent",
+         _rows(50, **{f"w{i}": [f"v{k % 200}" for k in range(50)] for i in range(6)}),
+         config=SIX_WIDE, setup=_six_wide_taxonomies),
     Case("a lattice of 10^5 nodes (5 dimensions x 10 levels)", "PolicyError",
          "lattice has 100,000 nodes.*max_lattice_nodes.*Nothing was read or spent", _rows(50),
          config=TEN_LEVELS, setup=_ten_levels_everywhere),

@@ -94,8 +94,12 @@ def visits(root: Path, rows: int = 400, expected_rows: int | None = 5000,
 
 
 def sigma_by_hand(epsilon: float, analyses: int = 2, unit_rows: int = 1) -> float:
-    """The analyses' share of rho / m^2, split evenly; rho_a = 1 / (2 sigma^2)."""
-    rho_each = SHARE * rho_for(epsilon, DELTA) / unit_rows ** 2 / analyses
+    """The analyses' share of rho / m^2, split evenly; rho_a = 1 / (2 sigma^2). With a unit
+    declared, the rounds' rho comes from the epsilon the unit cut's count leaves."""
+    from medrelease.privacy.unit_cut import UNIT_CUT_SHARE
+
+    rounds = epsilon * (1 - UNIT_CUT_SHARE) if unit_rows > 1 else epsilon
+    rho_each = SHARE * rho_for(rounds, DELTA) / unit_rows ** 2 / analyses
     return math.sqrt(1 / (2 * rho_each))
 
 

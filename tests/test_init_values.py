@@ -101,8 +101,9 @@ def test_flags_and_codes_are_value_lists_and_bands_stay_within_the_data(tmp_path
 def test_blanks_and_two_spellings_in_a_flag_still_pass_check(tmp_path: Path,
                                                                home: Path) -> None:
     """A flag with blanks and a number written two ways, an age with blanks: the value list
-    holds each spelling and a (blank) leaf, and neither column declares ``type: integer`` (the
-    input check would refuse the (blank) category), so check passes with no edit."""
+    holds each spelling and a (blank) leaf, both columns keep ``type: integer`` (issue 55: the
+    input check lets a column's missing category through in an integer column as in a
+    decimal one; issue 53 had left the type out instead), so check passes with no edit."""
     rng = np.random.default_rng(2)
     frame = pd.DataFrame({"age": rng.integers(18, 96, 400).astype(object),
                           "death": rng.choice(["0", "1", "1.0"], 400).astype(object),
@@ -115,7 +116,8 @@ def test_blanks_and_two_spellings_in_a_flag_still_pass_check(tmp_path: Path,
     folder = home / "datasets" / "blanks"
     assert _values(folder / "death.csv") == ["0", "1", "1.0", "(blank)"]
     spec = yaml.safe_load((folder / "dataset.yaml").read_text())["columns"]
-    assert "type" not in spec["death"] and "type" not in spec["age"]
+    assert spec["death"]["type"] == spec["age"]["type"] == "integer"
+    assert spec["death"]["missing"] == spec["age"]["missing"] == "(blank)"
     checked = CliRunner().invoke(app, ["check", "blanks"], env=WIDE)
     assert checked.exit_code == 0 and "no problems" in checked.output, checked.output
 

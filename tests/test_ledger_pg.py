@@ -99,8 +99,8 @@ def test_a_service_refuses_a_database_without_the_ledger_schema(pg_cluster) -> N
         with pytest.raises(MedreleaseError, match=r"holds no budget ledger.*ledger init-db"):
             open_ledger(pg_cluster.url("empty_ledger_db"))
         url, applied = init_db(pg_cluster.url("empty_ledger_db"))
-        assert applied == [SCHEMA_VERSION] and url.endswith("medrelease_service@127.0.0.1:"
-                                                            f"{pg_cluster.port}/empty_ledger_db")
+        assert applied == list(range(1, SCHEMA_VERSION + 1))  # every migration, in order
+        assert url.endswith(f"medrelease_service@127.0.0.1:{pg_cluster.port}/empty_ledger_db")
         again = CliRunner().invoke(app, ["ledger", "init-db", "--admin-url",
                                          pg_cluster.url("empty_ledger_db")])
         assert again.exit_code == 0 and "already up to date" in again.output  # idempotent
@@ -165,11 +165,13 @@ def test_rows_the_owner_deletes_are_detected_before_any_charge(pg_home: dict,
 def test_a_cap_the_owner_edits_is_detected(pg_home: dict, tmp_path: Path) -> None:
     config = _dataset(tmp_path / "ds", lifetime_epsilon=3.0)
     _release(config)
-    _as_owner(pg_home["owner_url"], "UPDATE source_caps SET lifetime_epsilon = 1000")
+    with pytest.raises(psycopg.errors.CheckViolation):  # beyond the bounds: not even the owner
+        _as_owner(pg_home["owner_url"], "UPDATE source_caps SET lifetime_epsilon = 1000")
+    _as_owner(pg_home["owner_url"], "UPDATE source_caps SET lifetime_epsilon = 50")
     before = _spent_and_published(pg_home)
     with pytest.raises(LedgerIntegrityError,
                        match=r"source 'paper-example' differs from the journal in "
-                             r"lifetime_epsilon \(the ledger's cap is epsilon 1000.*its journal "
+                             r"lifetime_epsilon \(the ledger's cap is epsilon 50.*its journal "
                              r"says epsilon 3"):
         _release(config)
     assert _spent_and_published(pg_home) == before

@@ -30,6 +30,7 @@ from deployments.portal import (
     check_binding,
     create_app,
 )
+from medrelease.storage.accounts import SqliteAccounts
 from medrelease.storage.links import evidence_link, release_link, steward_link
 
 from .conftest import write_paper_dataset
@@ -37,6 +38,7 @@ from .conftest import write_paper_dataset
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
 SECRET = "steward:portal-test-secret-1f2e3d"
+RESEARCHER = ("rita", "rita-reads-releases-only")  # a portal account (issue 56)
 MARKER = "OUTSIDE-THE-STORE-3b9c"
 DISEASES = "Gastritis\nPneumonia\nAnemia\nDiabetes\nStroke\n"
 LINKED_RELEASE = "20990101T000000Z-histogram-5ca1ab1e"  # a symlink to a folder outside
@@ -104,7 +106,10 @@ def portal(tmp_path_factory, prefect_harness):
             evaluate=False))["path"])  # a TEST release: the test store, TEST-data.* files
         outside = _plant_links_outside(home, release, record)
         places = PortalPlaces(home / "releases", home / "test-releases", home / "steward")
-        server = uvicorn.Server(uvicorn.Config(create_app(places, SECRET), log_level="warning"))
+        accounts = SqliteAccounts(home / "portal-accounts.sqlite")
+        accounts.add(RESEARCHER[0], "researcher", RESEARCHER[1])
+        server = uvicorn.Server(uvicorn.Config(create_app(places, SECRET, accounts),
+                                               log_level="warning"))
         thread = threading.Thread(target=server.run,
                                   kwargs={"sockets": [bound_socket("127.0.0.1", port)]},
                                   daemon=True)
@@ -182,7 +187,12 @@ def test_a_release_page_renders_its_report_and_serves_its_files(portal) -> None:
     assert status == 200 and "<h2>Guarantee</h2>" in page and "<table>" in page
     offered = [link.rsplit("/", 1)[1] for link in links(body) if link.startswith(
         f"/releases/paper-example/{rid}/")]
-    assert offered == ["data.csv", "data.parquet", "manifest.json", "report.md"]
+    # every public file the release folder holds, in the portal's order (intervals.csv where
+    # the mechanism states intervals), and never one it lacks
+    from deployments.portal import PUBLIC_FILES
+
+    assert offered == [name for name in PUBLIC_FILES if (portal.release / name).is_file()]
+    assert offered[:4] == ["data.csv", "data.parquet", "manifest.json", "report.md"]
     for name in offered:
         status, headers, data = get(portal, f"/releases/paper-example/{rid}/{name}")
         assert status == 200 and data == (portal.release / name).read_bytes(), name
@@ -298,6 +308,38 @@ def test_steward_pages_are_never_linked_from_public_pages(portal) -> None:
         assert status == 200 and headers["content-type"] == "image/svg+xml", plot
 
 
+def test_a_researcher_reaches_nothing_of_the_runs_steward_record(portal) -> None:
+    """Issue 56 on a release the flow made: every page and file a researcher's links reach
+    is free of its steward record (the input's path and hash, the 'input rows' the record and
+    the evidence report state) and of the TEST release; the record itself is 403."""
+    record = json.loads((portal.record / "record.json").read_text())
+    markers = [record["input_sha256"], str(record["input_file"]), "input rows", "INTERNAL",
+               "/steward", portal.test_release.name]
+    assert all(markers)
+    who = ":".join(RESEARCHER)
+    seen, queue = set(), ["/"]
+    while queue:
+        path = queue.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        status, headers, body = get(portal, path, who)
+        assert status == 200, path
+        found = [marker for marker in markers if marker.encode() in body]
+        assert found == [], (path, found)
+        if headers["content-type"].startswith("text/html"):
+            queue += [link for link in links(body) if link.startswith("/")]
+    assert f"/releases/paper-example/{portal.release_id}/data.csv" in seen
+    rid = portal.release_id
+    for path in (f"/steward/paper-example/{rid}", f"/steward/paper-example/{rid}/record.json",
+                 f"/steward/paper-example/{rid}/evidence/report.html"):
+        status, _, body = get(portal, path, who)
+        assert status == 403 and record["input_sha256"].encode() not in body, path
+    # the same pages hold those facts for a steward: the markers are not vacuous
+    status, _, body = get(portal, f"/steward/paper-example/{rid}")
+    assert status == 200 and record["input_sha256"].encode() in body and b"input rows" in body
+
+
 def test_the_portal_is_read_only(portal) -> None:
     for method in ("POST", "PUT", "DELETE", "PATCH"):
         assert get(portal, f"/releases/paper-example/{portal.release_id}/data.csv",
@@ -376,7 +418,7 @@ def test_a_steward_opens_a_release_downloads_its_csv_and_reads_the_evidence(
             page.screenshot(path=str(shots / "portal-catalogue.png"))
             page.get_by_role("link", name=rid).click()
             page.wait_for_url(f"**/releases/paper-example/{rid}")
-            assert page.get_by_role("heading", name="Guarantee").is_visible()
+            assert page.get_by_role("heading", name="Guarantee", exact=True).is_visible()
             page.screenshot(path=str(shots / "portal-release.png"), full_page=True)
             with page.expect_download() as download:
                 page.get_by_role("link", name="data.csv").click()

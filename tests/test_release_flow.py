@@ -41,7 +41,7 @@ def test_full_run_publishes_release_and_ledger(home: Path) -> None:
     folder = Path(result["path"])
     assert folder.parent == home / "releases" / "nps-sample"
     assert {p.name for p in folder.iterdir()} == {"data.parquet", "data.csv", "manifest.json",
-                                                  "report.md"}
+                                                  "report.md", "intervals.csv"}
     manifest = PublicManifest(**json.loads((folder / "manifest.json").read_text()))
     assert manifest.mechanism == "ipa" and manifest.guarantee.proven
     assert manifest.epsilon_spent == pytest.approx(1.0)
@@ -278,7 +278,10 @@ def test_mimic_set_valued_diffgen_through_the_flow(home: Path) -> None:
     assert manifest["guarantee"]["neighbouring"].startswith("add/remove one patient")
     assert "at most 2 admissions" in manifest["guarantee"]["neighbouring"]
     details = manifest["mechanism_details"]
-    assert set(details) == {"leaf_partitions", "cut", "set_specializations", "budget_steps_drawn"}
+    assert set(details) == {"leaf_partitions", "cut", "set_specializations", "budget_steps_drawn",
+                            "unit_cut"}  # the rows the patient bound removed, a noisy count
+    assert details["unit_cut"]["epsilon"] == pytest.approx(0.02)
+    assert "each patient to at most 2 admissions" in details["unit_cut"]["statement"]
     assert set(details["budget_steps_drawn"].values()) == {"drawn"}
     assert "icd9_codes" in details["cut"]
     [spend] = _spends(home)

@@ -113,5 +113,5 @@ def test_the_final_state_is_named_after_the_publication_verdict(tmp_path: Path,
     assert (fit[0], care[0], not_fit[0]) == (PUBLISHED, PUBLISHED_WITH_WARNINGS,
                                              PUBLISHED_WITH_WARNINGS)
     # the verdict first, the steward's raw-data evaluation after it, labelled
-    assert care[1] == ("Published: http://portal/r; publication verdict: use with care: x; "
+    assert care[1] == ("Published: http://portal/r — publication verdict: use with care: x; "
                        "steward's raw-data evaluation: 2-way error 0.01")

@@ -60,11 +60,14 @@ def test_kanon_with_the_confirmation_publishes_and_its_own_manifest_says_void(
     state = release_flow(ReleaseRequest(evaluate=False, mechanism=KANON,
                                         void_lifetime_guarantee=True), return_state=True)
     result = state.result()
-    # After Submit, the run: named by what it releases; its log's first lines (after
-    # Prefect's own two) and its state message give the release's portal URL.
+    # After Submit, the run: named by what it releases; its state message and the log line
+    # that says it was published give the release's portal URL, and no line before it does
+    # (a run refused or rejected later would have logged a link to nothing: issue 56).
     url = release_link("nps-sample", result["release_id"])
     flow_lines = [r.getMessage() for r in caplog.records if r.name == "prefect.flow_runs"]
-    assert url in flow_lines[2], flow_lines[:4]
+    said = next(i for i, line in enumerate(flow_lines) if line.startswith("published: "))
+    assert url in flow_lines[said] and not any(url in line for line in flow_lines[:said])
+    assert f"release {result['release_id']} of nps-sample started" in flow_lines[2]
     assert state.message.startswith(f"Published: {url}")
     from prefect.client.orchestration import get_client
 

@@ -4,6 +4,13 @@ A *cell* is one (finest dimension vector, informative value) combination. Cells 
 sorted ``int64`` key per cell — the dimension leaf codes and the informative code packed in a
 mixed radix, informative code least significant — plus a row count. Generalizing to a lattice
 node then only rewrites digits of the keys and merges equal keys (see ``lattice.py``).
+
+A *wide* table — twenty columns, nine of them continuous — has more combinations than a 64-bit
+key holds. Its cells keep one code per column instead (``CountTable.wide_codes``): ``aim``
+reads only the marginals it measures (``MarginalSpace``: codes per attribute, a weight per
+cell), so it releases such a table; the lattice mechanisms, which rewrite key digits, are
+refused before anything is read, with the columns to coarsen or drop
+(``joint_domain_problem``).
 """
 
 from __future__ import annotations
@@ -116,13 +123,27 @@ class CountTable:
     public_domain: bool = False
     dropped_rows: int = 0  # by missing: drop_rows (n_rows counts the rows kept)
     unit_bound: Any = None  # the privacy unit's BoundReport (steward only), when one ran
+    # A wide table (its combinations overflow a 64-bit key): per cell, each dimension's leaf
+    # code and then the informative code; ``cell_keys`` are then the cells' positions.
+    wide_codes: tuple[np.ndarray, ...] | None = None
 
     @property
     def n_inf(self) -> int:
         return len(self.informative)
 
     @property
+    def wide(self) -> bool:
+        """Whether the cells carry codes per column instead of one packed key."""
+        return self.wide_codes is not None
+
+    @property
     def radices(self) -> np.ndarray:
+        """Place values of the packed key; a wide table has none (the lattice mechanisms that
+        need them are refused at the plan, ``joint_domain_problem``: this is the backstop)."""
+        if self.wide:
+            raise InputValidationError(
+                joint_domain_problem(self.dimensions, self.taxonomies, self.n_inf)
+                or "the dimensions' combined domain is too large for one count table")
         return place_values(self.taxonomies, self.n_inf)
 
     def dimension_codes(self, keys: np.ndarray | None = None) -> np.ndarray:
@@ -132,13 +153,101 @@ class CountTable:
 
     def dimension_columns(self, keys: np.ndarray | None = None) -> list[np.ndarray]:
         """The same codes, one array per dimension."""
+        if self.wide_codes is not None:
+            columns = list(self.wide_codes[:len(self.dimensions)])
+            return columns if keys is None else [c[np.asarray(keys)] for c in columns]
         keys = self.cell_keys if keys is None else keys
         sizes = [t.n_leaves for t in self.taxonomies]
         return mixed_radix_digits(np.asarray(keys, dtype=np.int64) // max(self.n_inf, 1), sizes)
 
     def inf_codes(self, keys: np.ndarray | None = None) -> np.ndarray:
+        if self.wide_codes is not None:
+            codes = self.wide_codes[-1]
+            return codes if keys is None else codes[np.asarray(keys)]
         keys = self.cell_keys if keys is None else keys
         return keys % self.n_inf
+
+
+def distinct_cells(codes: list[np.ndarray], sizes: list[int], weights: np.ndarray
+                   ) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+    """The distinct combinations of ``codes`` (one array per column, codes below ``sizes``)
+    and their summed ``weights``, without one key over all columns: the key of the columns
+    so far is packed with the next column's code while it fits in 63 bits, and renumbered
+    densely (at most one number per row) when it would not. So any number of columns of any
+    size is grouped exactly, at a sort per renumbering."""
+    weights = np.asarray(weights, dtype=np.int64)
+    key = np.zeros(weights.size, dtype=np.int64)
+    span = 1
+    for code, size in zip(codes, sizes, strict=True):
+        size = max(int(size), 1)
+        if span * size >= MAX_KEY:
+            _, key = np.unique(key, return_inverse=True)
+            key = np.asarray(key, dtype=np.int64).reshape(-1)
+            span = int(key.max()) + 1 if key.size else 1
+        key = key * size + np.asarray(code, dtype=np.int64)
+        span *= size
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    sums = np.bincount(np.asarray(inverse).reshape(-1), weights=weights, minlength=first.size)
+    return (tuple(np.asarray(c, dtype=np.int64)[first] for c in codes),
+            np.rint(sums).astype(np.int64))
+
+
+def wide_count_table(dimensions: list[str] | tuple[str, ...], taxonomies: tuple[Taxonomy, ...],
+                     dimension_codes: list[np.ndarray], inf_codes: np.ndarray,
+                     weights: np.ndarray, informative: pd.DataFrame, public_domain: bool,
+                     dropped_rows: int = 0) -> CountTable:
+    """A count table whose cells keep a code per column (``CountTable.wide_codes``): for a
+    table whose combinations overflow the packed key. Rows with equal codes are one cell."""
+    sizes = [t.n_leaves for t in taxonomies] + [max(len(informative), 1)]
+    codes, counts = distinct_cells([*dimension_codes, inf_codes], sizes, weights)
+    return CountTable(
+        dimensions=tuple(dimensions), taxonomies=taxonomies,
+        cell_keys=np.arange(counts.size, dtype=np.int64), counts=counts,
+        informative=informative, n_rows=int(np.asarray(weights, dtype=np.int64).sum()),
+        public_domain=public_domain, dropped_rows=dropped_rows, wide_codes=codes)
+
+
+# The lattice mechanisms stream an extract with room for this many informative codes when no
+# domain is declared (``aggregate_chunks``), so their joint domain is held to it.
+def public_informative_size(config: DatasetConfig) -> int:
+    """How many informative codes a count table of ``config`` may need, from the config alone:
+    the declared domain's size, else the streaming pass's room (``INF_RADIX``)."""
+    if not config.informative:
+        return 1
+    domain = config.informative_domain
+    return max(len(domain), 1) if domain is not None else INF_RADIX
+
+
+def joint_domain_problem(dimensions: list[str] | tuple[str, ...],
+                         taxonomies: tuple[Taxonomy, ...], n_inf: int,
+                         mechanism: str | None = None) -> str | None:
+    """Why the dimensions' combined domain (the product of their leaves, times ``n_inf``
+    informative codes) is too large for one packed count table, naming the columns to coarsen
+    or drop — the fewest, largest first, whose removal would make it fit — and that ``aim``
+    (which reads only marginals) releases it; None when it fits. Public facts only."""
+    if key_space(taxonomies, n_inf) < MAX_KEY:
+        return None
+    leaves = sorted(((t.n_leaves, name) for name, t in zip(dimensions, taxonomies,
+                                                            strict=True)), reverse=True)
+    space, named = key_space(taxonomies, n_inf), []
+    for size, name in leaves:
+        if space < MAX_KEY:
+            break
+        named.append(f"{name!r} ({size:,} values)")
+        space //= max(size, 1)
+    who = f"{mechanism} needs" if mechanism else "the lattice mechanisms need"
+    return (f"the dimensions' combined domain is too large to stream: {len(dimensions)} "
+            f"dimensions whose values multiply to about 10^{_digits(taxonomies)} combinations, "
+            f"and {who} one count table over all of them (at most 2^62 keys); coarsen the "
+            f"finest level of, or drop (role: drop), {', '.join(named)}; or release it with "
+            "aim, which reads only the marginals it measures. Nothing was read or spent.")
+
+
+def _digits(taxonomies: tuple[Taxonomy, ...]) -> int:
+    """The order of magnitude of the dimensions' combined domain (public)."""
+    import math
+
+    return int(sum(math.log10(max(t.n_leaves, 1)) for t in taxonomies))
 
 
 def mixed_radix_digits(numbers: np.ndarray, sizes: list[int] | np.ndarray
@@ -306,11 +415,13 @@ def aggregate_frame(
         inf_codes = np.zeros(len(frame), dtype=np.int64)
         inf_domain = pd.DataFrame(index=pd.RangeIndex(1))
     n_inf = max(len(inf_domain), 1)
-    if key_space(taxonomies, n_inf) >= MAX_KEY:
-        raise InputValidationError(
-            "the combined domain of the dimensions and the informative values is too large to "
-            "encode in 64 bits; coarsen a taxonomy's finest level"
-        )
+    public = bool(informative) and informative_domain is not None
+    if key_space(taxonomies, n_inf) >= MAX_KEY:  # a wide table: a code per column
+        return wide_count_table(
+            dimensions, taxonomies,
+            [t.encode(frame[c]).astype(np.int64) for c, t in zip(dimensions, taxonomies,
+                                                                 strict=True)],
+            inf_codes.astype(np.int64), np.ones(len(frame), dtype=np.int64), inf_domain, public)
     radices = place_values(taxonomies, n_inf)
     keys = inf_codes.astype(np.int64)
     for column, taxonomy, radix in zip(dimensions, taxonomies, radices, strict=True):
@@ -388,10 +499,12 @@ def aggregate_chunks(chunks, config: DatasetConfig) -> CountTable:
     merged_keys = np.zeros(0, dtype=np.int64)
     merged_counts = np.zeros(0, dtype=np.int64)
     n_rows = 0
-    dims_space = key_space(taxonomies, 1)
-    if dims_space * INF_RADIX >= MAX_KEY:
-        raise InputValidationError("the dimensions' combined domain is too large to stream")
-    radices = place_values(taxonomies, INF_RADIX)
+    # Informative codes: the declared domain's (known up front), else global codes as values
+    # are first seen, with room for INF_RADIX of them while chunks arrive.
+    radix = len(domain) if domain is not None else INF_RADIX
+    wide = key_space(taxonomies, radix) >= MAX_KEY  # a code per column (``wide_count_table``)
+    radices = None if wide else place_values(taxonomies, radix)
+    wide_codes: list[np.ndarray] = []
     dropped = seen = 0
     for chunk in chunks:
         if not len(chunk):
@@ -413,13 +526,24 @@ def aggregate_chunks(chunks, config: DatasetConfig) -> CountTable:
             inf_codes = np.zeros(len(frame), dtype=np.int64)
         if len(known) >= INF_RADIX:
             raise InputValidationError("more than 4,194,304 distinct informative values")
+        n_rows += len(frame)
+        if radices is None:  # wide: the chunk's codes, merged into the cells so far
+            codes = [t.encode(frame[c]).astype(np.int64)
+                     for c, t in zip(config.dimensions, taxonomies, strict=True)]
+            codes.append(inf_codes.astype(np.int64))
+            sizes = [t.n_leaves for t in taxonomies] + [radix]
+            if wide_codes:
+                codes = [np.concatenate([a, b]) for a, b in zip(wide_codes, codes, strict=True)]
+            weights = np.concatenate([merged_counts, np.ones(len(frame), dtype=np.int64)])
+            cells, merged_counts = distinct_cells(codes, sizes, weights)
+            wide_codes = list(cells)
+            continue
         keys = inf_codes.astype(np.int64)
-        for column, taxonomy, radix in zip(config.dimensions, taxonomies, radices, strict=True):
-            keys += taxonomy.encode(frame[column]).astype(np.int64) * radix
+        for column, taxonomy, place in zip(config.dimensions, taxonomies, radices, strict=True):
+            keys += taxonomy.encode(frame[column]).astype(np.int64) * place
         chunk_keys, chunk_counts = group_sum(keys, np.ones(len(keys), dtype=np.int64))
         merged_keys, merged_counts = group_sum(np.concatenate([merged_keys, chunk_keys]),
                                                np.concatenate([merged_counts, chunk_counts]))
-        n_rows += len(frame)
     if seen == 0:
         raise InputValidationError(
             "the input has no data rows (empty file or header only): nothing to release")
@@ -428,7 +552,17 @@ def aggregate_chunks(chunks, config: DatasetConfig) -> CountTable:
         informative = pd.DataFrame({config.informative[0]: np.asarray(domain, dtype=object)})
     else:
         informative = pd.DataFrame(index=pd.RangeIndex(1))
-    dims_part, inf_part = np.divmod(merged_keys, INF_RADIX)
+    if wide:
+        inf_part = wide_codes[-1] if wide_codes else np.zeros(0, dtype=np.int64)
+        if domain is None and config.informative:
+            informative, rank = canonical_informative(
+                pd.DataFrame(values, columns=config.informative).astype(object))
+            inf_part = rank[inf_part]
+        return wide_count_table(
+            config.dimensions, taxonomies, wide_codes[:-1] or
+            [np.zeros(0, dtype=np.int64) for _ in taxonomies], inf_part, merged_counts,
+            informative, bool(config.informative) and domain is not None, dropped)
+    dims_part, inf_part = np.divmod(merged_keys, radix)
     if domain is None and config.informative:
         informative, rank = canonical_informative(
             pd.DataFrame(values, columns=config.informative).astype(object))
@@ -548,6 +682,14 @@ def merge_count_tables(parts: list[CountTable]) -> CountTable:
     else:
         informative, remaps = _united_informative([p.informative for p in parts])
     n_inf = max(len(informative), 1)
+    if any(p.wide for p in parts) or key_space(first.taxonomies, n_inf) >= MAX_KEY:
+        columns = [np.concatenate(c) for c in zip(*(p.dimension_columns() for p in parts),
+                                                  strict=True)]
+        inf = np.concatenate([remap[p.inf_codes()] for p, remap in zip(parts, remaps,
+                                                                        strict=True)])
+        return wide_count_table(first.dimensions, first.taxonomies, columns, inf,
+                                np.concatenate([p.counts for p in parts]), informative,
+                                first.public_domain, sum(p.dropped_rows for p in parts))
     keys, counts = [], []
     for part, remap in zip(parts, remaps, strict=True):
         dims_part, inf_part = np.divmod(part.cell_keys, part.n_inf)

@@ -20,7 +20,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from medrelease.data.binning import NUMERIC_TYPES, canonical_number
 from medrelease.data.taxonomy import DEFAULT_MAX_LEAVES, Taxonomy, load_taxonomy
 from medrelease.errors import ConfigError, InputValidationError
-from medrelease.settings import dataset_roots, extra_input_roots, project_root
+from medrelease.settings import (
+    dataset_roots,
+    extra_input_roots,
+    inbox_bindings,
+    inbox_roots,
+    project_root,
+)
 
 DATASET_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 Role = Literal["dimension", "informative", "class", "set_valued", "identifier", "drop"]
@@ -138,6 +144,12 @@ class PrivacySpec(_Strict):
     row_noun: str | None = Field(default=None, min_length=1, max_length=40,
                                  description="what one row is, in words (e.g. admission); "
                                              "none: 'row'")
+
+    @property
+    def one_row_per_unit(self) -> bool:
+        """The steward's nouns say one row is one unit (``row_noun`` = ``unit_noun``, not
+        'row'): without ``unit``, the guarantee then protects one of them (issue 55)."""
+        return bool(self.row_noun) and self.row_noun != "row" and self.row_noun == self.unit_noun
 
     @property
     def unit_words(self) -> str:
@@ -271,6 +283,15 @@ class ReleasePolicy(_Strict):
         default=5_000_000, ge=1, le=10**9,
         description="diffgen: refuse specializations whose final cut could have more leaf "
                     "partitions x class values than this (every one is drawn)")
+    # Input limits, checked on the file's header or Parquet footer before a row is read.
+    max_input_columns: int = Field(
+        default=1000, ge=1, le=1_000_000,
+        description="refuse an extract with more columns than this (its CSV header or Parquet "
+                    "schema, counted before it is read)")
+    max_input_bytes: int = Field(
+        default=4 * 2**30, ge=1, le=2**50,
+        description="refuse an extract larger than this unpacked: a CSV file's size; a Parquet "
+                    "file's size, and its read columns' uncompressed size from its footer")
 
 
 class DatasetConfig(_Strict):
@@ -397,6 +418,7 @@ class DatasetConfig(_Strict):
         input folder (or the watched inbox). Resolved, symbolic links included, before any
         byte is read; the message names the rule, never the file's content."""
         if override is None:
+            self._refuse_another_inbox(self.input_path)
             return self.input_path
         path = Path(override)
         if not path.is_absolute():
@@ -408,7 +430,39 @@ class DatasetConfig(_Strict):
                 f"extracts are read only from {', '.join(str(f) for f in allowed)} (declare "
                 "more with input.folders in the dataset config); symbolic links are resolved "
                 "before this check")
+        self._refuse_another_inbox(path)
         return path
+
+    def _refuse_another_inbox(self, path: Path) -> None:
+        """A file inside a served inbox (``held/`` included) belongs to that inbox's dataset
+        alone: named by any other dataset, on demand or in its YAML, it would be published
+        without the inbox dataset's review and charged to another source. The inbox's dataset
+        is the one ``serve --inbox DIR --dataset NAME`` fixed; an inbox without one releases
+        nothing. Symbolic links are resolved first, so a link in another dataset's folder
+        that points into the inbox is refused too."""
+        real = Path(os.path.realpath(path))
+        for inbox in inbox_roots():
+            root = Path(os.path.realpath(inbox))
+            if real != root and not real.is_relative_to(root):
+                continue
+            bindings = inbox_bindings()
+            bound = (bindings or {}).get(str(root))
+            if bound is None:
+                raise ConfigError(
+                    f"input path {str(path)!r} lies in the inbox {root}, which has no dataset "
+                    "fixed for it (MEDRELEASE_INBOX_DATASETS, set by 'medrelease serve --inbox "
+                    "DIR --dataset NAME'): its extracts are released by that dataset only. "
+                    "Nothing was read or spent.")
+            owner = _inbox_owner(bound)
+            if owner.name == self.name and (not owner.config_file or not self.config_file or
+                                            os.path.realpath(owner.config_file)
+                                            == os.path.realpath(self.config_file)):
+                return
+            raise ConfigError(
+                f"input path {str(path)!r} lies in the inbox {root}, whose extracts belong to "
+                f"dataset {owner.name!r} only (fixed by 'medrelease serve --inbox DIR --dataset "
+                f"NAME'; its review and its source's budget apply to them): dataset "
+                f"{self.name!r} cannot release them. Nothing was read or spent.")
 
     def extract_files(self, override: str | None = None) -> list[Path]:
         """The extract's files: the one file, or — when the file name holds a pattern (``*``,
@@ -427,6 +481,8 @@ class DatasetConfig(_Strict):
         if outside:
             raise ConfigError(f"input file(s) {', '.join(outside[:3])} matched by {path.name!r} "
                               "lead out of the dataset's input folders (symbolic links)")
+        for match in matches:  # a link among the matches may lead into an inbox
+            self._refuse_another_inbox(match)
         if not matches:
             raise InputValidationError(f"no file matches the input pattern {path}: nothing to "
                                        "release")
@@ -488,7 +544,7 @@ class DatasetConfig(_Strict):
     @property
     def unit_warning(self) -> str | None:
         """Said in the report and the form when ids are declared but the unit is one row."""
-        if self.privacy.unit is None and self.identifiers:
+        if self.privacy.unit is None and self.identifiers and not self.privacy.one_row_per_unit:
             return (f"{self.name} declares identifier column(s) {', '.join(self.identifiers)} "
                     "but no privacy unit: the guarantee protects one row, and one "
                     f"{self.privacy.unit_noun or 'id'} with several rows is protected less (declare "
@@ -623,6 +679,13 @@ def domain_file_lines(path: Path, column: str) -> tuple[list[str], list[str]]:
     while header < len(lines) and lines[header].startswith("#"):
         header += 1
     return lines[:header], lines[header:]
+
+
+def _inbox_owner(bound: str) -> DatasetConfig:
+    """The dataset an inbox is bound to: a dataset name, or the path of its YAML."""
+    if bound.endswith((".yaml", ".yml")):
+        return load_config(bound)
+    return find_config(bound)
 
 
 def _inside(path: Path, roots: list[Path]) -> bool:

@@ -14,6 +14,7 @@ spaces) decide its role and its taxonomy:
   mechanism that draws within bands write a 2);
 * other numbers get leaves from the data's minimum to its maximum (no leaf outside them: a
   synthetic age is never below the youngest patient's) and nested round bands above them
+  where the range leaves room for any (the reason says how many)
   (1 -> 5 -> 10 -> 20 -> ``*``);
 * code-like text (letters and digits, e.g. ICD) gets prefix levels, or the shipped ICD-9
   taxonomy when every code is an ICD-9 code; ISO dates get month -> year; the rest is flat;
@@ -52,6 +53,11 @@ from medrelease.errors import ConfigError, InputValidationError
 from medrelease.settings import project_root
 
 BLANK = "(blank)"
+EXPONENT = r"\s*[+-]?(\d+(\.\d*)?|\.\d+)[eE][+-]\d+\s*"
+# What spreadsheets and pandas write for a missing value (schemas/input.py BLANK_LOOKING): a
+# privacy unit's id must name someone, so a column holding them is never the unit.
+BLANK_MARKERS = ("#n/a", "#n/a n/a", "#na", "-1.#ind", "-1.#qnan", "-nan", "1.#ind", "1.#qnan",
+                 "<na>", "n/a", "na", "nan", "nat", "null", "none", "")
 CANDIDATE_DELIMITERS = (",", ";", "\t", "|")
 ISO_DATE = r"\d{4}-\d{2}-\d{2}"
 CODE = r"[A-Za-z]{0,3}[0-9][0-9A-Za-z.]{0,9}"
@@ -113,6 +119,10 @@ class ColumnProfile:
     first_date: date | None
     last_date: date | None
     values: tuple[str, ...] | None = None  # distinct values, when few enough to list
+    exponents: int = 0       # present values that are numbers with an exponent (1.2e+05)
+    blank_looking: int = 0   # present values that read as a missing-value marker (NA, null)
+    controls: int = 0        # present values with a control character (a line break, a tab)
+    date_format: str | None = None  # every value a date in this format (besides ISO dates)
 
     @property
     def blanks(self) -> int:
@@ -125,8 +135,10 @@ class ColumnProfile:
             return "empty"
         if self.listed > self.present / 2:
             return "list"
-        if self.dates == self.present:
+        if self.dates == self.present or self.date_format is not None:
             return "date"
+        if self.exponents and self.exponents + self.decimal == self.present:
+            return "exponent"
         if self.codes == self.present and (self.lettered or self.leading_zero):
             return "code"
         if self.decimal == self.present:
@@ -309,7 +321,7 @@ def profile_csv(path: Path, delimiter: str | None = None,
             raise DraftError(f"{path.name} has a header but no rows: nothing to draft from")
         stats = connection.execute(
             "SELECT " + ", ".join(_column_stats(n) for n in header) + " FROM extract").fetchone()
-        per_column = 17
+        per_column = 20
         profiles = []
         listed = []
         for i, name in enumerate(header):
@@ -345,23 +357,70 @@ def _column_stats(name: str) -> str:
         f"count_if(contains({q}, ' '))", f"count_if(contains({q}, '|'))",
         f"coalesce(avg(length({q})), 0)", places,
         f"count(DISTINCT {number})", f"min({number})", f"max({number})",
-    ]) + f", min(CASE WHEN {is_date} THEN {q} END), max(CASE WHEN {is_date} THEN {q} END)"
+    ]) + (f", min(CASE WHEN {is_date} THEN {q} END), max(CASE WHEN {is_date} THEN {q} END)"
+          f", count_if(regexp_full_match({q}, {literal(EXPONENT)}))"
+          f", count_if(lower({trimmed}) IN ({', '.join(literal(v) for v in BLANK_MARKERS)}))"
+          f", count_if(regexp_matches({q}, '[\\x00-\\x1f\\x7f]'))")
 
 
 def _profile(name: str, rows: int, part: tuple) -> ColumnProfile:
     (present, distinct, whole, decimal, dates, codes, lettered, leading_zero, spaced, listed,
-     mean_length, places, numbers, minimum, maximum, first, last) = part
+     mean_length, places, numbers, minimum, maximum, first, last, exponents, blank_looking,
+     controls) = part
+    # (DuckDB's count_if over a column of blanks is NULL, not 0)
+    whole, decimal, dates, codes, lettered, leading_zero, spaced, listed = (
+        int(n or 0) for n in (whole, decimal, dates, codes, lettered, leading_zero, spaced,
+                              listed))
     return ColumnProfile(name, rows, present, distinct, whole, decimal, dates, codes, lettered,
                          leading_zero, spaced, listed, float(mean_length), int(places or 0),
                          int(numbers), minimum, maximum,
                          date.fromisoformat(first) if dates == present and first else None,
-                         date.fromisoformat(last) if dates == present and last else None)
+                         date.fromisoformat(last) if dates == present and last else None,
+                         exponents=int(exponents or 0),
+                         blank_looking=int(blank_looking or 0), controls=int(controls or 0))
 
 
 def _with_values(profile: ColumnProfile, values: list[str] | None) -> ColumnProfile:
     if values is None:
         return profile
-    return ColumnProfile(**{**profile.__dict__, "values": tuple(sorted(values))})
+    fields = {**profile.__dict__, "values": tuple(sorted(values))}
+    if profile.dates < profile.present and (found := date_format_of(values)) is not None:
+        fields["date_format"], fields["first_date"], fields["last_date"] = found
+    return ColumnProfile(**fields)
+
+
+# Dates as stewards' files write them (ISO dates are found by the profile's own pass); the
+# first format every distinct value parses in wins, day before month where both read.
+DATE_FORMATS = ("%d/%m/%Y", "%m/%d/%Y", "%Y/%m/%d", "%d.%m.%Y", "%d-%m-%Y", "%Y%m%d",
+                "%d-%b-%Y", "%d %b %Y", "%b %d %Y", "%Y-%m")
+DATE_SHAPE = re.compile(r"^(\d{1,4}[-/. ]\d{1,2}[-/. ]\d{2,4}|\d{8}|\d{1,2}[- ][A-Za-z]{3}[- ]"
+                        r"\d{4}|[A-Za-z]{3} \d{1,2} \d{4}|\d{4}-\d{2})$")
+FIRST_YEAR, LAST_YEAR = 1800, 2200
+DATE_TIME = re.compile(r"^\d{4}-\d{2}-\d{2}[ T]\d{1,2}:\d{2}(:\d{2}(\.\d+)?)?\s*$")
+
+
+def date_format_of(values: Sequence[str]) -> tuple[str, date, date] | None:
+    """The format every one of ``values`` is a date in (a year between 1800 and 2200), with
+    the first and last date; None when no format reads them all. Text is matched as written:
+    a taxonomy drafted from it lists every day in this format."""
+    from datetime import datetime
+
+    texts = [str(v) for v in values]
+    if not texts or not all(DATE_SHAPE.match(t) for t in texts):
+        return None
+    for fmt in DATE_FORMATS:
+        days = []
+        for text in texts:
+            try:
+                day = datetime.strptime(text, fmt).date()
+            except ValueError:
+                break
+            if not FIRST_YEAR <= day.year <= LAST_YEAR or day.strftime(fmt) != text:
+                break  # (a value written otherwise than the format writes it: 1/2/2020)
+            days.append(day)
+        else:
+            return fmt, min(days), max(days)
+    return None
 
 
 def _distinct_values(connection, names: list[str]) -> dict[str, list[str]]:
@@ -395,10 +454,16 @@ def _rows_kept_by_bound(connection, ids: list[ColumnProfile]) -> dict[str, dict[
 
 def _id_like(profile: ColumnProfile) -> bool:
     """Named like an id with many values, or unique (and not a measurement or a date)."""
-    if profile.kind in ("decimal", "date", "empty", "list"):
+    if profile.kind in ("decimal", "date", "empty", "list", "exponent"):
         return False
     named = bool(ID_NAME.search(profile.name)) and profile.distinct > max(20, profile.rows // 50)
-    return named or (profile.unique and profile.rows >= 20 and profile.spaced == 0)
+    unique = profile.unique and profile.rows >= 20 and profile.spaced == 0
+    if profile.kind == "integer" and not named:
+        # all-different whole numbers are a measurement (an income), not an id, unless they
+        # run one after the other (row numbers)
+        return unique and profile.minimum is not None and profile.maximum is not None and \
+            profile.maximum - profile.minimum + 1 == profile.distinct
+    return named or unique
 
 
 def _free_text_reason(profile: ColumnProfile) -> str | None:
@@ -506,6 +571,16 @@ def numeric_taxonomy(profile: ColumnProfile, most: int = 3
         last + resolution if last == high else high)
 
 
+def numeric_reason(kind: str, levels: int) -> str:
+    """What a numeric column's taxonomy is, in words that match it: leaves alone when no band
+    fits above them (issue 55: "nested round bands" was said of a column that got none)."""
+    if levels <= 1:
+        return (f"{kind}s: leaves from the smallest to the largest value found, no bands "
+                "above them")
+    return (f"{kind}s: leaves from the smallest to the largest value found, {levels - 1} "
+            f"band level{'s' if levels > 2 else ''} above them")
+
+
 def value_list_taxonomy(profile: ColumnProfile) -> tuple[str, int]:
     """A flag or a small code (few whole numbers): exactly the values found, as the file writes
     them (matched as text), one leaf each, then ``*``; marked as read from the data. Sorted as
@@ -530,28 +605,60 @@ def _is_icd9(profile: ColumnProfile) -> bool:
 
 
 def code_taxonomy(profile: ColumnProfile) -> tuple[str, int]:
-    """Prefix levels for codes: the code, its first three characters, its first, ``*``."""
-    lines = [f"{v};{v[:3]};{v[:1]};*" for v in profile.values or ()]
+    """Prefix levels for codes: the code, its first three characters, its first, ``*``; a
+    prefix level that groups nothing (codes of three characters: S01, S02) or everything
+    (one first letter) is left out, as it would only add lattice nodes. A prefix written like
+    a code of the column gets a ``*`` (``A*``: the codes starting with A), so no label is two
+    things."""
+    codes = list(profile.values or ())
+    levels: list[list[str]] = []
+    previous = len(set(codes))
+    for width in (3, 1):
+        prefixes = [c[:width] for c in codes]
+        distinct = len(set(prefixes))
+        if 1 < distinct < previous:
+            taken = set(codes).union(*(set(level) for level in levels))
+            if taken & set(prefixes):
+                prefixes = [f"{p}*" for p in prefixes]
+            levels.append(prefixes)
+            previous = distinct
+    lines = [";".join([c, *(level[i] for level in levels), "*"]) for i, c in enumerate(codes)]
     if profile.blanks:
-        lines.append(f"{BLANK};{BLANK};{BLANK};*")
-    header = _read_from_data_header(profile.name, f"the {len(profile.values or ())} codes found")
-    return header + "\n".join(lines) + "\n", 3
+        lines.append(";".join([BLANK] * (len(levels) + 1)) + ";*")
+    header = _read_from_data_header(profile.name, f"the {len(codes)} codes found")
+    return header + "\n".join(lines) + "\n", len(levels) + 1
 
 
 def date_taxonomy(profile: ColumnProfile) -> tuple[str, int]:
-    """Every day of whole five-year spans around the dates found: day -> month -> year."""
+    """Every day of whole five-year spans around the dates found: day -> month -> year. Each
+    day is written as the column writes its dates (``date_format``: 31/01/2020, 20200131,
+    ...), its month and year as ISO (2020-01, 2020); a column of months (2020-01) gets month ->
+    year."""
     assert profile.first_date is not None and profile.last_date is not None
+    fmt = profile.date_format or "%Y-%m-%d"
     first = date(profile.first_date.year // 5 * 5, 1, 1)
     last = date(profile.last_date.year // 5 * 5 + 4, 12, 31)
     lines = []
+    monthly = "%d" not in fmt
     day = first
     while day <= last:
-        text = day.isoformat()
-        lines.append(f"{text};{text[:7]};{text[:4]};*")
+        iso = day.isoformat()
+        if monthly:
+            lines.append(f"{day.strftime(fmt)};{iso[:4]};*")
+            day = date(day.year + (day.month == 12), day.month % 12 + 1, 1)
+            continue
+        lines.append(f"{day.strftime(fmt)};{iso[:7]};{iso[:4]};*")
         day += timedelta(days=1)
     if profile.blanks:
-        lines.append(f"{BLANK};{BLANK};{BLANK};*")
-    return "\n".join(lines) + "\n", 3
+        lines.append(";".join([BLANK] * (2 if monthly else 3)) + ";*")
+    return "\n".join(lines) + "\n", 2 if monthly else 3
+
+
+def _format_words(fmt: str) -> str:
+    """A date format as a steward reads it (%d/%m/%Y -> DD/MM/YYYY)."""
+    for code, words in (("%d", "DD"), ("%m", "MM"), ("%Y", "YYYY"), ("%b", "Mon")):
+        fmt = fmt.replace(code, words)
+    return fmt
 
 
 def flat_taxonomy(profile: ColumnProfile) -> tuple[str, int]:
@@ -566,6 +673,23 @@ def flat_taxonomy(profile: ColumnProfile) -> tuple[str, int]:
 def _file_stem(name: str) -> str:
     stem = re.sub(r"[^A-Za-z0-9_-]+", "_", name).strip("_").lower()
     return stem or "column"
+
+
+def unique_stems(names: Sequence[str]) -> dict[str, str]:
+    """A file stem per column, distinct: two names may reduce to one stem (``Größe`` and
+    ``grö_e``, or any two non-Latin names to ``column``), and one file would then serve two
+    columns; ``dataset`` is the config's own file. A clash gets the column's position."""
+    stems: dict[str, str] = {}
+    used = {"dataset"}
+    for position, name in enumerate(names, start=1):
+        stem = _file_stem(name)
+        if stem in used:
+            stem = f"{stem}_{position}"
+        while stem in used:
+            stem = f"{stem}_"
+        used.add(stem)
+        stems[name] = stem
+    return stems
 
 
 def _relative(target: Path, folder: Path) -> str:
@@ -586,12 +710,12 @@ def _value_list(profile: ColumnProfile) -> bool:
             and not any(_unfit_leaf(v) for v in profile.values))
 
 
-def _dimension(profile: ColumnProfile, folder: Path) -> ColumnDraft:
-    kind, stem = profile.kind, _file_stem(profile.name)
+def _dimension(profile: ColumnProfile, folder: Path, stem: str | None = None) -> ColumnDraft:
+    kind, stem = profile.kind, stem or _file_stem(profile.name)
     missing = BLANK if profile.blanks else None
-    # ``type: integer`` makes the input check refuse the (blank) category blanks become; the
-    # taxonomy still holds every value to its form (a value list to its lines, bins to numbers)
-    declared = "string" if kind == "integer" and profile.blanks else kind
+    # (``type: integer`` lets the (blank) category blanks become through, as ``decimal`` does:
+    # schemas/input.py, issue 55)
+    declared = kind
     if _is_icd9(profile) and not profile.blanks:
         icd9 = project_root() / "taxonomies" / "icd9" / "icd9.csv"
         return ColumnDraft(profile.name, "dimension", "ICD-9 codes: the shipped ICD-9 "
@@ -604,13 +728,15 @@ def _dimension(profile: ColumnProfile, folder: Path) -> ColumnDraft:
                            files={f"{stem}.csv": text}, levels=levels, read_from_data=True)
     if kind in ("integer", "decimal"):
         text, levels, *_ = numeric_taxonomy(profile)
-        return ColumnDraft(profile.name, "dimension", f"{kind}s: bands from the smallest to "
-                           "the largest value found", type=declared, taxonomy=f"{stem}.yaml",
-                           missing=missing, files={f"{stem}.yaml": text}, levels=levels,
-                           read_from_data=True)
+        return ColumnDraft(profile.name, "dimension", numeric_reason(kind, levels),
+                           type=declared, taxonomy=f"{stem}.yaml", missing=missing,
+                           files={f"{stem}.yaml": text}, levels=levels, read_from_data=True)
     if kind == "date":
         text, levels = date_taxonomy(profile)
-        return ColumnDraft(profile.name, "dimension", "dates: day -> month -> year",
+        fmt = profile.date_format or "%Y-%m-%d"
+        shape = "months: month -> year" if "%d" not in fmt else "dates: day -> month -> year"
+        return ColumnDraft(profile.name, "dimension", shape + (
+            f" (written {_format_words(fmt)})" if fmt != "%Y-%m-%d" else ""),
                            taxonomy=f"{stem}.csv", missing=missing,
                            files={f"{stem}.csv": text}, levels=levels)
     if kind == "code":
@@ -625,16 +751,20 @@ def _dimension(profile: ColumnProfile, folder: Path) -> ColumnDraft:
                        files={f"{stem}.csv": text}, levels=levels, read_from_data=True)
 
 
-def _informative(profile: ColumnProfile, folder: Path) -> tuple[ColumnDraft, str]:
+def _informative(profile: ColumnProfile, folder: Path,
+                 stem: str | None = None) -> tuple[ColumnDraft, str]:
     """The informative column (its domain file) and the dataset-wide missing-value rule."""
+    if not profile.present:
+        raise DraftError(f"column {profile.name!r} has no values (every row is blank): it "
+                         "cannot be the informative column; name another")
     if profile.values is None or profile.distinct > MAX_DOMAIN_VALUES:
         raise DraftError(f"column {profile.name!r} has more than {MAX_DOMAIN_VALUES:,} "
                          "distinct values: too many to be the informative column; name another")
-    if any(_unfit_leaf(v) for v in profile.values):
-        raise DraftError(f"column {profile.name!r} has values with spaces around them or "
-                         "starting with '#', which a domain file cannot hold; clean the "
-                         "column or name another")
-    stem = _file_stem(profile.name)
+    if any(_unfit_leaf(v) for v in profile.values) or profile.controls:
+        raise DraftError(f"column {profile.name!r} has values with spaces around them, "
+                         "starting with '#' or holding a control character (a line break), "
+                         "which a domain file cannot hold; clean the column or name another")
+    stem = stem or _file_stem(profile.name)
     many_blanks = profile.blanks > FEW_BLANKS * profile.rows
     missing = BLANK if profile.blanks and many_blanks else None
     rule = "drop_rows" if profile.blanks and not many_blanks else "reject"
@@ -666,6 +796,27 @@ def informative_candidates(profile: TableProfile) -> list[str]:
     return [c.name for c in profile.columns
             if not _id_like(c) and _free_text_reason(c) is None and c.kind != "empty"
             and c.values is not None and c.kind not in ("date",)]
+
+
+# Nouns of things a row can be one of that are also privacy units (a person, a household);
+# an admission, a visit or a case is an event: a table of them is not one row per person.
+ONE_ROW_NOUNS = ("patient", "household", "client")
+
+
+def _one_row_each(profile: TableProfile, ids: list[str]) -> str | None:
+    """The noun of a person-like id column whose every row holds a different id (one row per
+    person), else None."""
+    for name in ids:
+        column = profile.column(name)
+        noun = noun_for(name, "")
+        if noun in ONE_ROW_NOUNS and column.present == column.rows == column.distinct:
+            return noun
+    return None
+
+
+def _ids_named(profile: TableProfile, ids: list[str], noun: str) -> str:
+    return next(repr(c) for c in ids if noun_for(c, "") == noun
+                and profile.column(c).distinct == profile.column(c).rows)
 
 
 def noun_for(column: str, fallback: str) -> str:
@@ -701,15 +852,28 @@ def draft_dataset(profile: TableProfile, name: str, root: Path, informative: str
     review: list[str] = []
     drafts: list[ColumnDraft] = []
     rule = "reject"
+    stems = unique_stems(names)
     for column in profile.columns:
         if column.name == informative:
-            draft, rule = _informative(column, folder)
+            draft, rule = _informative(column, folder, stems[column.name])
         elif column.name == unit or _id_like(column):
             draft = ColumnDraft(column.name, "identifier", "an id: never released"
                                 + (" (rows repeat per id)" if column.distinct < column.present
                                    else " (one row each)"))
         elif column.kind == "empty":
             draft = ColumnDraft(column.name, "drop", "no values")
+        elif column.controls:
+            draft = ColumnDraft(column.name, "drop", f"{column.controls:,} value(s) hold a "
+                                "control character (a line break, a tab), which the input "
+                                "check refuses in a released column")
+        elif column.kind == "exponent":
+            draft = ColumnDraft(column.name, "drop", "numbers written with an exponent (such "
+                                "as 1.2e+05), which the input check does not read as numbers: "
+                                "write them as plain decimals to release this column")
+        elif _date_times(column):
+            draft = ColumnDraft(column.name, "drop", "dates with a time of day: too fine to "
+                                "release as written; keep the date alone (YYYY-MM-DD) to "
+                                "release it by day, month and year")
         elif column.kind == "list":
             draft = ColumnDraft(column.name, "drop", "a list of items in one cell ('|'): "
                                 "declare it set_valued with an item taxonomy by hand (diffgen "
@@ -717,11 +881,13 @@ def draft_dataset(profile: TableProfile, name: str, root: Path, informative: str
         elif (reason := _free_text_reason(column)) is not None:
             draft = ColumnDraft(column.name, "drop", reason)
         else:
-            draft = _dimension(column, folder)
+            draft = _dimension(column, folder, stems[column.name])
         drafts.append(draft)
     if not any(d.role == "dimension" for d in drafts):
-        raise DraftError("no column can be a dimension (every other column is an id, free "
-                         "text or empty): a release needs at least one")
+        others = "; ".join(f"{d.name!r}: {d.role}, {d.reason}" for d in drafts
+                           if d.role != "informative") or "the table has no other column"
+        raise DraftError("no column can be a dimension, and a release needs at least one "
+                         f"besides the informative column ({others}); nothing was written")
     declared = _declared_analyses(analyses, drafts, profile.path.name)
     chosen_unit, bound = _unit(profile, drafts, unit, review)
     lattice = _fit_lattice(drafts, profile, review)
@@ -729,7 +895,14 @@ def draft_dataset(profile: TableProfile, name: str, root: Path, informative: str
     row_ids = [d.name for d in drafts if d.role == "identifier" and d.name != chosen_unit]
     row_noun = next((noun_for(c, "") for c in row_ids if noun_for(c, "")), "row")
     unit_noun = noun_for(chosen_unit, "unit") if chosen_unit else "row"
-    if row_noun == unit_noun:
+    if chosen_unit is None and (one := _one_row_each(profile, row_ids)) is not None:
+        # a person-like id with one row each: one row is one person, in the steward's nouns
+        row_noun = unit_noun = one
+        review.append(f"one row per {one}: the ids of {_ids_named(profile, row_ids, one)} are "
+                      f"all different, so row_noun and unit_noun are both {one!r} and the "
+                      f"guarantee protects one {one}; if a {one} can have several rows, "
+                      "declare privacy.unit (and max_rows_per_unit) instead")
+    elif row_noun == unit_noun:
         row_noun = "row"
     return DatasetDraft(
         name=name, folder=folder, input_path=_relative(profile.path, folder),
@@ -773,14 +946,37 @@ def _declared_analyses(asked: Sequence[str | Sequence[str]], drafts: list[Column
     return declared
 
 
+def _names_everyone(column: ColumnProfile) -> bool:
+    """Every row holds an id that names someone (no blank, no NA or null): what the input
+    check asks of a privacy unit's column."""
+    return column.blanks == 0 and column.blank_looking == 0
+
+
+def _date_times(column: ColumnProfile) -> bool:
+    """Every value a date with a time of day (2020-01-31 12:30:00, or with a 'T')."""
+    return column.values is not None and bool(column.values) and all(
+        DATE_TIME.match(v) for v in column.values)
+
+
 def _unit(profile: TableProfile, drafts: list[ColumnDraft], asked: str | None,
           review: list[str]) -> tuple[str | None, int]:
     """The privacy unit: as asked, else the id with the fewest ids whose rows repeat."""
     if asked == "row":
         return None, 1
+    if asked is not None and not _names_everyone(column := profile.column(asked)):
+        raise DraftError(f"--unit {asked!r}: {column.blanks + column.blank_looking} "
+                         "row(s) have a blank id or a missing-value marker (NA, null, ...), and "
+                         "every row must name its unit; clean the column, or use --unit row; "
+                         "nothing was written")
     if asked is None:
         repeating = [d.name for d in drafts if d.role == "identifier"
                      and d.name in profile.rows_kept_by_bound]
+        unnamed = [n for n in repeating if not _names_everyone(profile.column(n))]
+        for name in unnamed:
+            review.append(f"{name!r} repeats per id but some rows have a blank id or a "
+                          "missing-value marker, so it cannot be the privacy unit (every row "
+                          "must name its unit): the guarantee protects one row")
+        repeating = [n for n in repeating if n not in unnamed]
         if not repeating:
             return None, 1
         asked = min(repeating, key=lambda n: profile.column(n).distinct)
@@ -805,13 +1001,16 @@ def _fit_lattice(drafts: list[ColumnDraft], profile: TableProfile, review: list[
         numeric = [d for d in dims if (d.taxonomy or "").endswith(".yaml") and d.levels > 1]
         if not numeric:
             review.append(f"the lattice has {nodes:,} nodes, over the default limit "
-                          f"{LATTICE_LIMIT:,}: drop some columns (role: drop) or raise "
-                          "policy.max_lattice_nodes")
+                          f"{LATTICE_LIMIT:,}: aim (the default here) never walks it, but "
+                          "ipa, histogram and kanon are refused until you drop some columns "
+                          "(role: drop) or coarsen their taxonomies (or raise "
+                          "policy.max_lattice_nodes: they then score every node)")
             break
         tallest = max(numeric, key=lambda d: d.levels)
         text, tallest.levels, *_ = numeric_taxonomy(profile.column(tallest.name),
                                                     most=tallest.levels - 2)
         tallest.files = {tallest.taxonomy or "": text}
+        tallest.reason = numeric_reason(profile.column(tallest.name).kind, tallest.levels)
         nodes = math.prod(d.levels + 1 for d in dims)
     return nodes
 
@@ -864,7 +1063,9 @@ def _yaml_scalar(text: str) -> str:
 
 
 def _yaml_key(text: str) -> str:
-    return text if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_\-]*", text) else _yaml_scalar(text)
+    """A column name as a YAML key that reads back as the same text (``_yaml_word``): ``no``,
+    ``null`` or ``on`` unquoted would read as False, None or True."""
+    return _yaml_word(text)
 
 
 def _yaml_text(draft: DatasetDraft) -> str:
@@ -913,8 +1114,6 @@ def _yaml_text(draft: DatasetDraft) -> str:
               f"  row_noun: {_yaml_scalar(draft.row_noun)}",
               "# No mechanism named: the registry's rule picks one (medrelease check shows "
               "which)."]
-    if draft.lattice_nodes > LATTICE_LIMIT:
-        lines += ["policy:", f"  max_lattice_nodes: {draft.lattice_nodes}"]
     lines += _analyses_lines(draft)
     lines += ["# Review before publishing: uncomment to have every release built into a staging "
               "area with its",

@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from medrelease.data.config import DatasetConfig
-from medrelease.data.content import row_digest
+from medrelease.data.content import row_digests
 from medrelease.errors import ConfigError, InputValidationError
 
 ROWS_CLAIM = "rows:"  # the ledger's claim key of a row digest (a byte hash has no prefix)
@@ -43,13 +43,16 @@ class ExtractFile:
 
     ``rows_by_count``: the row digest is taken by the count's own pass over the file instead
     of a pass of its own at resolution (``rows_sha256`` is ``None`` until
-    ``ResolvedExtract.counted`` fills it in); the ledger's claims cannot be read before."""
+    ``ResolvedExtract.counted`` fills it in); the ledger's claims cannot be read before.
+    ``text_rows_sha256``: the text digest, where a number was spelled otherwise than in its
+    one spelling (``content``: what earlier versions recorded as the row digest)."""
 
     path: str
     sha256: str
     rows_sha256: str | None = None
     snapshot: str | None = None
     rows_by_count: bool = False
+    text_rows_sha256: str | None = None
 
     @property
     def read_from(self) -> Path:
@@ -81,7 +84,8 @@ class ResolvedExtract:
             raise RuntimeError("the extract's row digest is taken by its count: charge after "
                                "the count (ResolvedExtract.counted)")
         return (*self.hashes,
-                *(ROWS_CLAIM + f.rows_sha256 for f in self.files if f.rows_sha256))
+                *(ROWS_CLAIM + f.rows_sha256 for f in self.files if f.rows_sha256),
+                *(ROWS_CLAIM + f.text_rows_sha256 for f in self.files if f.text_rows_sha256))
 
     @property
     def rows_digest(self) -> str | None:
@@ -97,13 +101,16 @@ class ResolvedExtract:
             return digests[0]
         return hashlib.sha256("\n".join(digests).encode()).hexdigest()
 
-    def counted(self, rows_sha256: str | None) -> ResolvedExtract:
-        """The extract with the row digest its count took (``rows_by_count``: a one-file
-        extract); unchanged when it was digested at resolution."""
+    def counted(self, rows_sha256: str | None,
+                text_rows_sha256: str | None = None) -> ResolvedExtract:
+        """The extract with the row digest (and text digest) its count took
+        (``rows_by_count``: a one-file extract); unchanged when it was digested at
+        resolution."""
         if not any(f.rows_by_count for f in self.files):
             return self
         (file,) = self.files
         return replace(self, files=(replace(file, rows_sha256=rows_sha256,
+                                            text_rows_sha256=text_rows_sha256,
                                             rows_by_count=False),))
 
     def discard(self) -> None:
@@ -146,6 +153,120 @@ def _check_single_link(info: os.stat_result, path: Path, what: str) -> None:
             "read. Copy the file instead of linking it. Nothing was read or spent.")
 
 
+# A Parquet footer (the file's schema and statistics) is read whole to count its columns: one
+# larger than this is refused before it is parsed (a footer of 10^6 columns is ~100 MB).
+MAX_PARQUET_FOOTER = 64 * 2**20
+HEADER_BLOCK = 1 << 16
+
+
+def check_extract_bounds(config: DatasetConfig, path: Path) -> None:
+    """Refuse (``InputValidationError``, with the numbers and the policy field to change) an
+    extract wider than ``policy.max_input_columns`` or larger unpacked than
+    ``policy.max_input_bytes``, reading only its size, its CSV header or its Parquet footer.
+
+    Why before reading: the readers hold what they read, so a file of 10^6 columns, or a small
+    Parquet file whose columns decompress to gigabytes, ran out of memory (the process
+    aborted) instead of being refused. A file the checks cannot read is left to the readers,
+    whose messages say what is wrong with it."""
+    policy = config.policy
+    try:
+        size = os.stat(path).st_size
+    except OSError:
+        return  # the readers say "not found"
+    name = Path(path).name
+    if size > policy.max_input_bytes:
+        raise InputValidationError(
+            f"input file {name} is {size:,} bytes, more than the {policy.max_input_bytes:,} "
+            "the dataset's policy allows (policy.max_input_bytes): it was not read. Send a "
+            "smaller extract (only the declared columns), or raise the limit. Nothing was read "
+            "or spent.")
+    if config.input.format == "parquet" or Path(path).suffix.lower() == ".parquet":
+        _check_parquet_bounds(config, Path(path), size)
+        return
+    columns = _csv_header_width(Path(path), config.input.delimiter, config.input.encoding,
+                                policy.max_input_columns)
+    if columns is not None and columns > policy.max_input_columns:
+        raise InputValidationError(
+            f"input file {name} has more than {policy.max_input_columns:,} columns (counted in "
+            "its header), more than the dataset's policy allows (policy.max_input_columns): it "
+            "was not read. Send an extract of the declared columns, or raise the limit. "
+            "Nothing was read or spent.")
+
+
+def _csv_header_width(path: Path, delimiter: str, encoding: str, limit: int) -> int | None:
+    """The fields of a CSV file's first record, counted as it streams by (quotes respected)
+    and no further than ``limit + 1``; None when it cannot be decoded (the reader says so)."""
+    fields, quoted = 1, False
+    try:
+        with path.open(encoding=encoding, newline="") as handle:
+            while block := handle.read(HEADER_BLOCK):
+                for char in block:
+                    if char == '"':
+                        quoted = not quoted
+                    elif not quoted and char == delimiter:
+                        fields += 1
+                        if fields > limit:
+                            return fields
+                    elif not quoted and char in "\r\n":
+                        return fields
+    except (OSError, UnicodeDecodeError, LookupError):
+        return None
+    return fields
+
+
+def _check_parquet_bounds(config: DatasetConfig, path: Path, size: int) -> None:
+    """A Parquet file's column count and its read columns' uncompressed size, from its footer
+    (the footer's own length read first, from the file's last 8 bytes)."""
+    import pyarrow.parquet as pq
+
+    policy, name = config.policy, path.name
+    try:
+        with path.open("rb") as handle:
+            handle.seek(max(0, size - 8))
+            tail = handle.read(8)
+    except OSError:
+        return
+    if len(tail) < 8 or tail[4:] != b"PAR1":
+        return  # not Parquet: its reader says so
+    footer = int.from_bytes(tail[:4], "little")
+    if footer > min(MAX_PARQUET_FOOTER, size):
+        raise InputValidationError(
+            f"input file {name} has a Parquet footer (its schema) of {footer:,} bytes, more "
+            f"than the {MAX_PARQUET_FOOTER:,} this reader allows (a table of many thousands "
+            "of columns): it was not read. Send an extract of the declared columns. Nothing "
+            "was read or spent.")
+    try:
+        metadata = pq.ParquetFile(path).metadata
+    except Exception:  # pyarrow raises several unrelated types: the reader explains
+        return
+    if metadata.num_columns > policy.max_input_columns:
+        raise InputValidationError(
+            f"input file {name} has {metadata.num_columns:,} columns (in its Parquet schema), "
+            f"more than the {policy.max_input_columns:,} the dataset's policy allows "
+            "(policy.max_input_columns): it was not read. Send an extract of the declared "
+            "columns, or raise the limit. Nothing was read or spent.")
+    read = set(read_columns(config))
+    unpacked = sum(group.column(i).total_uncompressed_size
+                   for group in (metadata.row_group(g) for g in range(metadata.num_row_groups))
+                   for i in range(group.num_columns)
+                   if group.column(i).path_in_schema.split(".", 1)[0] in read)
+    if unpacked > policy.max_input_bytes:
+        raise InputValidationError(
+            f"input file {name} unpacks to {unpacked:,} bytes in the columns a release reads "
+            f"(its footer says so), more than the {policy.max_input_bytes:,} the dataset's "
+            "policy allows (policy.max_input_bytes): it was not read. Send a smaller extract, "
+            "or raise the limit. Nothing was read or spent.")
+
+
+def read_columns(config: DatasetConfig) -> list[str]:
+    """The columns a release reads from an extract (what its input schema checks); a
+    ``drop`` column, an identifier that is not the privacy unit and any undeclared column
+    are never read into memory."""
+    from schemas.input import schema_columns
+
+    return list(dict.fromkeys(schema_columns(config)))
+
+
 def resolve_extract(config: DatasetConfig, override: str | None = None,
                     rows_by_count: bool = False) -> ResolvedExtract:
     """The extract's files (input-folder rule, regular, one hard link), each copied to a
@@ -170,9 +291,13 @@ def resolve_extract(config: DatasetConfig, override: str | None = None,
         later = rows_by_count and len(files) == 1
         for path in files:
             check_single_link(path)
+            check_extract_bounds(config, path)  # its size and width, before the copy
             copy, sha256 = snapshot_file(path, folder)
-            digest = None if later else row_digest(config, copy)
-            resolved.append(ExtractFile(str(path), sha256, digest, str(copy), later))
+            check_extract_bounds(config, copy)  # what is read: the copy
+            digests = () if later else row_digests(config, copy)
+            resolved.append(ExtractFile(str(path), sha256, digests[0] if digests else None,
+                                        str(copy), later,
+                                        digests[1] if len(digests) > 1 else None))
         _refuse_identical_partitions(resolved)
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)
@@ -241,3 +366,26 @@ class InputInfo:
     dropped_rows: int = 0
     unit_bound: dict | None = None  # what the privacy unit's bound cut (steward only)
     rows_sha256: str | None = None  # the digest of the parsed rows (steward only)
+    text_rows_sha256: str | None = None  # their text digest, where it differs (content)
+
+
+def refuse_several_files(extract: ResolvedExtract, config: DatasetConfig, rows_kind: bool,
+                         unit_column: str | None) -> None:
+    """What an extract of several files cannot be read as, before anything is counted or
+    spent: a mechanism that releases from the rows reads one file, and a privacy unit's rows
+    (which may lie in several files) must be bounded together. The flow's input steps and
+    ``medrelease check`` both ask this (``tasks/inputs.py``, ``medrelease/checkup.py``)."""
+    if len(extract.files) < 2:
+        return
+    pattern = Path(extract.pattern).name
+    if rows_kind:
+        raise InputValidationError(
+            f"{len(extract.files)} files match {pattern!r}: this mechanism reads one file; "
+            "extracts in several files are read by the mechanisms that search the lattice "
+            "(ipa, ipa-paper, kanon)")
+    if unit_column is not None:
+        raise InputValidationError(
+            f"{len(extract.files)} files match {pattern!r}, and dataset {config.name!r} "
+            f"declares the privacy unit {unit_column!r}: one unit's rows may lie in several "
+            "files and must be bounded together, which is not built yet; merge the files into "
+            "one extract")

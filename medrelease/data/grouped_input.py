@@ -32,14 +32,16 @@ from medrelease.data.aggregate import (
     key_space,
     numeric_informative,
     place_values,
+    wide_count_table,
 )
 from medrelease.data.binning import canonical_numbers
 from medrelease.data.config import DatasetConfig
 from medrelease.data.content import (
+    DigestSpec,
     RowSums,
-    digested_columns,
+    digest_query,
+    digest_spec,
     hash_halves_sql,
-    row_text_sql,
     weighted_row_sums,
 )
 from medrelease.data.duckdb_read import (
@@ -97,7 +99,7 @@ def grouped_count(config: DatasetConfig, source: Path, threads: int | None = Non
     if scan is None:
         return GroupedCount(None)
     whole = is_text_scan(scan) and source.stat().st_size <= WHOLE_FETCH_MAX_BYTES
-    digested = digested_columns(config) if row_sums and is_text_scan(scan) else None
+    digested = digest_spec(config) if row_sums and is_text_scan(scan) else None
     grouped, weights, sums = _group(scan, columns, threads, whole, digested)
     if grouped is None or weights.sum() == 0:
         return GroupedCount(None)
@@ -126,7 +128,7 @@ Grouped = tuple[dict[str, GroupedColumn] | None, np.ndarray, RowSums | None]
 
 
 def _group(scan: str, columns: list[str], threads: int | None, whole: bool = False,
-           digested: list[str] | None = None) -> Grouped:
+           digested: DigestSpec | None = None) -> Grouped:
     """``_group_within`` DuckDB's memory limit, once more without it if that was too little
     (a run slower than the grouped pass is the row-wise pass, minutes at 30M rows)."""
     import duckdb
@@ -143,9 +145,11 @@ def _group(scan: str, columns: list[str], threads: int | None, whole: bool = Fal
 
 
 HASH, HIGH, LOW = "__medrelease_hash", "__medrelease_high", "__medrelease_low"
+TEXT_HASH, TEXT_HIGH, TEXT_LOW = ("__medrelease_text_hash", "__medrelease_text_high",
+                                  "__medrelease_text_low")
 
 
-def _groups_query(scan: str, columns: list[str], digested: list[str] | None) -> str:
+def _groups_query(scan: str, columns: list[str], digested: DigestSpec | None) -> str:
     """Distinct rows and their counts; with ``digested``, each distinct row's hash halves
     too (hashed once per distinct row, over the digest's columns in its order)."""
     names = ", ".join(identifier(c) for c in columns)
@@ -153,12 +157,14 @@ def _groups_query(scan: str, columns: list[str], digested: list[str] | None) -> 
     if digested is None:
         return query
     high, low = hash_halves_sql(HASH)
-    return (f"SELECT * EXCLUDE ({HASH}), {high} AS {HIGH}, {low} AS {LOW} FROM "
-            f"(SELECT *, md5_number({row_text_sql(digested)}) AS {HASH} FROM ({query}))")
+    text_high, text_low = hash_halves_sql(TEXT_HASH)
+    return (f"SELECT * EXCLUDE ({HASH}, {TEXT_HASH}), {high} AS {HIGH}, {low} AS {LOW}, "
+            f"{text_high} AS {TEXT_HIGH}, {text_low} AS {TEXT_LOW} FROM "
+            f"({digest_query(digested, f'({query})', HASH, TEXT_HASH)})")
 
 
 def _group_within(scan: str, columns: list[str], threads: int | None, memory: str | None,
-                  whole: bool = False, digested: list[str] | None = None) -> Grouped:
+                  whole: bool = False, digested: DigestSpec | None = None) -> Grouped:
     """Distinct rows of the declared columns and how often each occurs (one pass), and with
     ``digested`` the row sums of the rows read.
 
@@ -188,8 +194,9 @@ def _group_within(scan: str, columns: list[str], threads: int | None, memory: st
                     counts = np.asarray(batch.column(ROWS))
                     weights.append(counts)
                     if sums is not None:
-                        sums = sums + weighted_row_sums(counts, np.asarray(batch.column(HIGH)),
-                                                        np.asarray(batch.column(LOW)))
+                        sums = sums + weighted_row_sums(
+                            counts, *(np.asarray(batch.column(c))
+                                      for c in (HIGH, LOW, TEXT_HIGH, TEXT_LOW)))
         except duckdb.OutOfMemoryException:
             raise
         except Exception as exc:  # DuckDB's message quotes the file; only its kind is kept
@@ -265,8 +272,13 @@ def _count_table(config: DatasetConfig, grouped: dict[str, GroupedColumn],
     inf_codes, informative = _informative_codes(config, grouped, filled, keep, kept.size)
     taxonomies = tuple(config.taxonomies[c] for c in config.dimensions)
     n_inf = max(len(informative), 1)
-    if key_space(taxonomies, n_inf) >= MAX_KEY:
-        return None
+    public = bool(config.informative) and config.informative_domain is not None
+    if key_space(taxonomies, n_inf) >= MAX_KEY:  # a wide table: a code per column per group
+        codes = [_leaf_codes(filled[name], taxonomy)[grouped[name].index[keep]]
+                 for name, taxonomy in zip(config.dimensions, taxonomies, strict=True)]
+        grouped.clear()
+        return wide_count_table(config.dimensions, taxonomies, codes, inf_codes, kept,
+                                informative, public, dropped)
     keys = inf_codes.astype(np.int64)
     for name, taxonomy, radix in zip(config.dimensions, taxonomies,
                                      place_values(taxonomies, n_inf), strict=True):
@@ -282,6 +294,14 @@ def _count_table(config: DatasetConfig, grouped: dict[str, GroupedColumn],
         counts=counts, informative=informative, n_rows=int(kept.sum()),
         public_domain=bool(config.informative) and config.informative_domain is not None,
         dropped_rows=dropped)
+
+
+def _leaf_codes(values: pd.Series, taxonomy) -> np.ndarray:
+    """Leaf code of each distinct value (-1 for a missing one, whose groups were dropped)."""
+    present = values.notna().to_numpy()
+    leaf = np.full(len(values), -1, dtype=np.int64)
+    leaf[present] = taxonomy.encode(values[present].reset_index(drop=True))
+    return leaf
 
 
 def _canonical(column: GroupedColumn) -> GroupedColumn:

@@ -22,14 +22,29 @@ import pandas as pd
 
 from medrelease.privacy.randomness import StreamSeed, generator_for
 
+# The published count of rows the bound removed counts at most this many per unit, so that one
+# unit moves it by at most this much (its sensitivity; a public constant, stated in the budget
+# step). A unit with more rows over the bound still counts this many: the count is a floor.
+UNIT_CUT_CAP = 4
+
 
 @dataclass(frozen=True)
 class UnitBound:
-    """What the bound needs: the identifier column, ``m``, and its random stream."""
+    """What the bound needs: the identifier column, ``m``, its random stream, and the config's
+    words for one unit and one row (what every interval statement says it is about)."""
 
     column: str
     max_rows: int
     seed: StreamSeed = field(repr=False)
+    unit_noun: str = "unit"
+    row_noun: str = "row"
+
+    def scope(self) -> str:
+        """What every published count and interval is about, in words: the table the
+        mechanism saw, not the input."""
+        rows = f"{self.row_noun}s" if self.max_rows != 1 else self.row_noun
+        return (f"the table after each {self.unit_noun}'s {self.row_noun}s were cut to at most "
+                f"{self.max_rows} {rows} (chosen at random), not the whole input")
 
 
 @dataclass(frozen=True)
@@ -40,11 +55,15 @@ class BoundReport:
     rows_before: int
     rows_after: int
     units_over_bound: int
+    # rows removed, counting at most UNIT_CUT_CAP per unit: what the "unit bound: rows removed"
+    # budget step noises and publishes (sensitivity UNIT_CUT_CAP for one unit)
+    rows_cut_capped: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return {"units": self.units, "rows before the bound": self.rows_before,
                 "rows after the bound": self.rows_after,
-                "units over the bound": self.units_over_bound}
+                "units over the bound": self.units_over_bound,
+                f"rows cut, at most {UNIT_CUT_CAP} per unit": self.rows_cut_capped}
 
 
 def bounded_weights(unit_codes: np.ndarray, weights: np.ndarray, max_rows: int,
@@ -67,8 +86,10 @@ def bounded_weights(unit_codes: np.ndarray, weights: np.ndarray, max_rows: int,
         rank = np.arange(rows.size) - np.repeat(starts, np.diff(np.r_[starts, rows.size]))
         out[groups] = 0
         out += np.bincount(rows[rank < max_rows], minlength=out.size).astype(np.int64)
+    cut = np.minimum(np.maximum(totals - max_rows, 0), UNIT_CUT_CAP)
     report = BoundReport(units=int((totals > 0).sum()), rows_before=int(weights.sum()),
-                         rows_after=int(out.sum()), units_over_bound=int(over_units.sum()))
+                         rows_after=int(out.sum()), units_over_bound=int(over_units.sum()),
+                         rows_cut_capped=int(cut.sum()))
     return out, report
 
 

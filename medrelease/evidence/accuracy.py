@@ -599,6 +599,11 @@ def _leaf_codes(coded: CodedColumns, column: str, taxonomy: Taxonomy) -> np.ndar
     try:
         leaves = taxonomy.encode(pd.Series(texts, dtype=object))
     except InputValidationError:
+        # an input read from the count table holds leaves by their labels (a decimal's bin
+        # "[9.5-9.55)", not its raw values): those are their own codes
+        position = {str(label): i for i, label in enumerate(taxonomy.level_labels[0])}
+        if all(str(t) in position for t in texts):
+            return np.array([position[str(t)] for t in texts], dtype=np.int64)[codes]
         return taxonomy.encode(coded.frame[column].astype(str))
     return leaves[codes]
 

@@ -37,6 +37,7 @@ from pydantic import ValidationError
 from medrelease.data.config import DatasetConfig, find_config
 from medrelease.errors import MedreleaseError, ParameterError
 from medrelease.evidence.audit import TIPPING_VALUE, UNIQUE_VALUE
+from medrelease.evidence.audit_intervals import header_of, intervals_findings, read_intervals
 from medrelease.evidence.verdict import publication_verdict
 from medrelease.mechanisms import capabilities
 from medrelease.privacy.publication import (
@@ -104,19 +105,27 @@ def published_tables(manifest: dict[str, Any]) -> tuple[str, ...]:
         return ()
 
 
-def _tables_checked(folder: Path, manifest: dict[str, Any]) -> list[Finding]:
+def _tables_checked(folder: Path, manifest: dict[str, Any],
+                    config: DatasetConfig | None = None) -> list[Finding]:
     """Each published table: its columns on its allow-list (or a released column's labels),
-    its statistics its own values'."""
+    its statistics its own values' (a Parquet table), what the data file determines re-derived
+    (``intervals.csv``: ``audit_intervals``)."""
     import pyarrow.parquet as pq
 
     findings = []
     for name in published_tables(manifest):
         path = folder / name
-        columns = pq.read_schema(path).names
+        columns = (list(read_intervals(path).columns) if path.suffix == ".csv"
+                   else pq.read_schema(path).names)
         for column in table_columns_allowed(name, columns, list(manifest["columns"])):
             findings.append(Finding("boundary", f"{name} column {column!r}",
                                     "not on the allow-list of the table's columns"))
-        findings += _statistics_rederived(path)
+        if path.suffix == ".csv":
+            data = pd.read_parquet(find_data_file(folder, ".parquet"))
+            findings += [Finding("re-derivation", where, what) for where, what in
+                         intervals_findings(folder, manifest, data, config)]
+        else:
+            findings += _statistics_rederived(path)
     return findings
 
 
@@ -126,7 +135,7 @@ def _rederive(folder: Path, manifest: dict[str, Any], config: DatasetConfig | No
     published data alone (the verdict: with the published manifest and the config's public
     declarations)."""
     findings = _statistics_rederived(find_data_file(folder, ".parquet"))
-    findings += _tables_checked(folder, manifest)
+    findings += _tables_checked(folder, manifest, config or _dataset_config(manifest))
     for name in sorted(set(manifest.get("mechanism_details") or {}) - set(DETAILS)):
         findings.append(Finding("boundary", f"manifest.mechanism_details.{name}",
                                 "entry not on the allow-list of mechanism details"))
@@ -221,6 +230,11 @@ def _parquet_compared(without: Path, with_target: Path) -> list[Finding]:
     files = [pq.ParquetFile(find_data_file(f, ".parquet")) for f in (without, with_target)]
     findings = []
     for name in published_tables(_manifest(without)):
+        if name.endswith(".csv"):  # a text table's schema: its header, byte for byte
+            if header_of(without / name) != header_of(with_target / name):
+                findings.append(Finding("neighbour-diff", f"{name} header",
+                                        "column names differ between neighbours"))
+            continue
         schemas = [pq.read_schema(f / name) for f in (without, with_target)]
         if not schemas[0].equals(schemas[1], check_metadata=True):
             findings.append(Finding("neighbour-diff", f"{name} schema",
@@ -301,6 +315,11 @@ def decoded_texts(folder: Path, with_data: bool = True) -> dict[str, list[str]]:
     out[f"{parquet_path.name} metadata and statistics"] = _metadata_texts(
         parquet_path, statistics=with_data)
     for name in published_tables(_manifest(folder)):
+        if name.endswith(".csv"):  # parsed like data.csv: every cell and the header
+            if with_data:
+                parsed = read_intervals(folder / name)
+                out[f"{name} values"] = parsed.to_numpy().ravel().tolist() + list(parsed)
+            continue
         out[f"{name} metadata and statistics"] = _metadata_texts(folder / name)
         if with_data:
             out[f"{name} values"] = pd.read_parquet(folder / name).astype(str) \

@@ -88,6 +88,8 @@ class InputRows:
                 or any(config.columns[c].missing is not None for c in counts.dimensions)
                 or set(config.declared) - set(columns)):
             return None
+        if counts.wide:  # codes per column: no class keys (risk then reads the table)
+            return cls._from_wide(counts, columns)
         radix = max(counts.n_inf, 1)
         class_keys = counts.cell_keys // radix  # sorted: cells of a class are contiguous
         informative_codes = counts.cell_keys - class_keys * radix
@@ -107,6 +109,20 @@ class InputRows:
         return cls(pd.DataFrame(data, columns=columns), weights,
                    class_sizes=np.add.reduceat(weights, starts) if len(starts) else None,
                    sized_dimensions=frozenset(counts.dimensions))
+
+    @classmethod
+    def _from_wide(cls, counts: CountTable, columns: list[str]) -> InputRows:
+        """A wide count table (a code per column per cell) as cells."""
+        data: dict[str, Any] = {}
+        for column, taxonomy, codes in zip(counts.dimensions, counts.taxonomies,
+                                           counts.dimension_columns(), strict=True):
+            data[column] = pd.Categorical.from_codes(
+                codes, categories=[str(leaf) for leaf in taxonomy.leaves])
+        for column in counts.informative.columns:
+            per_code, uniques = pd.factorize(counts.informative[column])
+            data[column] = pd.Categorical.from_codes(
+                per_code[counts.inf_codes()], categories=[str(v) for v in uniques])
+        return cls(pd.DataFrame(data, columns=columns), np.asarray(counts.counts, np.int64))
 
 
 @dataclass

@@ -516,7 +516,7 @@ def _leaf_numbers(name: str, config: DatasetConfig, taxonomy: Taxonomy | None,
         if taxonomy.kind != "binned":
             return None
         numbers = pd.to_numeric(pd.Series(leaves, dtype=object), errors="coerce").to_numpy(
-            dtype=np.float64)
+            dtype=np.float64, copy=True)  # (a view of an all-NaN column is read-only)
         for i, label in enumerate(leaves):
             if (found := BIN.match(str(label))) is not None:
                 numbers[i] = (float(found.group(1)) + float(found.group(2))) / 2

@@ -26,6 +26,7 @@ from medrelease.mechanisms.base import Capabilities, MechanismBase, MechanismPar
 from medrelease.plan import MaterializedRelease, ReleasePlan
 from medrelease.privacy.guarantee import ADD_REMOVE_ONE_ROW, BudgetStep, Guarantee
 from medrelease.privacy.randomness import MIN_NOISE_EPSILON
+from medrelease.privacy.unit_cut import unit_cut_step
 from medrelease.synthetic.release import (
     analysis_sigma,
     release_rho,
@@ -79,6 +80,7 @@ class AIMParams(MechanismParams):
     # Set by the release driver from the dataset config, never by users (hidden from forms).
     public_domain: SkipJsonSchema[bool] = True
     unit_rows: SkipJsonSchema[int] = 1  # m: marginals move by m in L2, scores by m * w_r
+    unit_column: SkipJsonSchema[str | None] = None  # a declared unit: its cut is published
     declared_analyses: SkipJsonSchema[int] = 0  # the config's analyses, measured first
 
 
@@ -91,7 +93,7 @@ class AIM(MechanismBase):
         kind="synthetic",
         audit_designs=("unique", "common"),
         audit_public_domain=True,
-        published_tables=("measurements.parquet",),
+        published_tables=("intervals.csv", "measurements.parquet"),
     )
     selection: ClassVar[str] = "rounds"
     Params: ClassVar[type[MechanismParams]] = AIMParams
@@ -109,9 +111,14 @@ class AIM(MechanismBase):
         rho = self.rho(params)
         per_row = (f"; rounds calibrated at rho / {params.unit_rows}^2 for a unit of "
                    f"{params.unit_rows} rows" if params.unit_rows > 1 else "")
-        notes = (f"rho = {rho:.6g}-zCDP (the largest rho that implies ({params.epsilon:g}, "
-                 f"{params.delta:g})-DP){per_row}; synthetic rows sampled from a Private-PGM model fitted "
-                 "to noisy marginals — no released row describes a real patient")
+        cut = sum(s.epsilon for s in unit_cut_step(params.epsilon, params.unit_column,
+                                                   self.name))
+        rounds_eps = f"{params.epsilon - cut:.6g}" if cut else f"{params.epsilon:g}"
+        plus = f", plus the unit cut's count at epsilon {cut:.3g}" if cut else ""
+        notes = (f"rho = {rho:.6g}-zCDP (the largest rho that implies ({rounds_eps}, "
+                 f"{params.delta:g})-DP){plus}{per_row}; synthetic rows sampled from a "
+                 "Private-PGM model fitted to noisy marginals — no released row describes a "
+                 "real patient")
         if not params.public_domain:
             return Guarantee(self.name, params.epsilon, params.delta, ADD_REMOVE_ONE_ROW, False,
                              "synthetic rows — informative domain taken from the data, not DP",
@@ -128,11 +135,14 @@ class AIM(MechanismBase):
             analyses = (f"; first {params.analyses_share:.0%} of it on the "
                         f"{params.declared_analyses} declared analyses, each measured once "
                         f"with a discrete Gaussian of sigma {sigma:.3g}")
+        cut = unit_cut_step(params.epsilon, params.unit_column, self.name)
         return [BudgetStep(
-            "rounds (zCDP)", params.epsilon, params.delta, self.name,
+            "rounds (zCDP)", params.epsilon - sum(s.epsilon for s in cut), params.delta,
+            self.name,
             f"rho = {rho:.6g} over AIM's rounds: leaf 1-way marginals, then per round an "
             "exponential-mechanism selection (eps_t^2/8) and a discrete Gaussian measurement "
-            f"(1/(2 sigma_t^2)); rho's add up, the last round spends what is left{analyses}")]
+            f"(1/(2 sigma_t^2)); rho's add up, the last round spends what is left{analyses}"),
+                *cut]
 
     def row_bounds(self, params: AIMParams, shape: ReleaseShape) -> tuple[int, int]:
         """Plausible released rows (steward check): within 12 of the noisy total's sigmas of

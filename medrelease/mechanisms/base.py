@@ -24,6 +24,7 @@ from medrelease.errors import ParameterError
 from medrelease.evidence.metrics import ILParts, ReleasedCells, class_ncp, information_loss
 from medrelease.plan import MechanismParams, NodeSummary  # (defined below mechanisms)
 from medrelease.privacy.guarantee import BudgetStep, StepDraws
+from medrelease.storage.released_rows import ReleasedRows
 
 SHARE_TOLERANCE = 1e-9
 
@@ -69,14 +70,24 @@ class Capabilities:
 
 @dataclass
 class ReleaseContext:
-    """The aggregated input and its lattice: everything a node perturbation reads."""
+    """The aggregated input and its lattice: everything a node perturbation reads.
+
+    The lattice is built when first asked for: ``aim`` never walks it, and the nodes of a wide
+    table's lattice (twenty columns: billions) would not fit in memory, nor would a wide
+    table's cells fit the packed keys the lattice rolls up."""
 
     counts: CountTable
-    lattice: Lattice
+    built_lattice: Lattice | None = dataclass_field(default=None, repr=False)
 
     @classmethod
     def from_counts(cls, counts: CountTable) -> ReleaseContext:
-        return cls(counts=counts, lattice=Lattice(counts))
+        return cls(counts=counts)
+
+    @property
+    def lattice(self) -> Lattice:
+        if self.built_lattice is None:
+            self.built_lattice = Lattice(self.counts)
+        return self.built_lattice
 
     @property
     def n_inf(self) -> int:
@@ -115,6 +126,9 @@ class RowsOutput:
     shape: ReleaseShape
     il: ILParts | None = None
     details: dict[str, Any] = dataclass_field(default_factory=dict)
+    # ``intervals.csv`` (a ``privacy.interval_table.IntervalTable``), for a mechanism that
+    # declares it in ``published_tables``
+    intervals: Any = None
 
 
 class MechanismBase:
@@ -158,6 +172,14 @@ class MechanismBase:
         """The published error bars (public parameters and the node's public domain only);
         none by default."""
         return {}
+
+    def interval_table(self, params: MechanismParams, context: ReleaseContext,
+                       cells: ReleasedCells, rows: ReleasedRows,
+                       analyses: tuple[tuple[str, ...], ...] = ()) -> Any:
+        """``intervals.csv`` of a lattice release (a ``privacy.interval_table.IntervalTable``)
+        from the released cells and public parameters; None for a mechanism that states no
+        intervals (it then declares no ``intervals.csv`` in ``published_tables``)."""
+        return None
 
     # -- lattice kind ----------------------------------------------------------------------
 

@@ -8,7 +8,7 @@ below it follows, and the driver (``medrelease/release.py``) dispatches on that 
 Every kind declares its privacy map as data (``guarantee``, ``budget_steps``), refuses what
 public facts can refuse (``parse_params``, ``check_work``, ``expected_noise_rows``), and states
 its plausible row range (``row_bounds``, one signature: a ``ReleaseShape``) and its published
-error bars (``error_bars``).
+error bars (``error_bars``; a lattice mechanism's ``intervals.csv`` from ``interval_table``).
 """
 
 from __future__ import annotations
@@ -88,6 +88,10 @@ class LatticeMechanism(Mechanism, Protocol):
     def materialize(self, context: ReleaseContext, table: NodeTable,
                     seed: np.random.SeedSequence, params: MechanismParams,
                     draws: StepDraws | None = None) -> ReleasedCells: ...
+
+    def interval_table(self, params: MechanismParams, context: ReleaseContext,
+                       cells: ReleasedCells, rows: Any,
+                       analyses: tuple[tuple[str, ...], ...] = ()) -> Any: ...
 
 
 @runtime_checkable

@@ -46,10 +46,26 @@ from medrelease.mechanisms.base import (
     expected_rows_above,
     noise_bound,
 )
+from medrelease.mechanisms.interval_rows import listed_clipped_bounds
 from medrelease.mechanisms.setvalued import ChildGroups, SetCut, encode_item_sets
 from medrelease.privacy.guarantee import ADD_REMOVE_ONE_ROW, BudgetStep, Guarantee, StepDraws
-from medrelease.privacy.intervals import LEVEL, CountIntervals, cells_entry, noise_law_epsilon
-from medrelease.privacy.randomness import discrete_laplace, exponential_mechanism
+from medrelease.privacy.interval_table import (
+    PER_ESTIMATE,
+    SIMULTANEOUS,
+    IntervalTable,
+    bonferroni_level,
+    joined_cells,
+)
+from medrelease.privacy.intervals import (
+    LEVEL,
+    CountIntervals,
+    cells_entry,
+    clipped_interval,
+    clipped_total_interval,
+    noise_law_epsilon,
+)
+from medrelease.privacy.randomness import discrete_laplace, exponential_mechanism, noise_epsilon
+from medrelease.privacy.unit_cut import unit_cut_epsilon, unit_cut_step
 
 LABEL = "DiffGen, epsilon-DP (exponential mechanism + discrete Laplace counts)"
 
@@ -64,10 +80,17 @@ class DiffGenParams(MechanismParams):
                     "(sets the emptiness threshold; lower = higher threshold)")
     n_numeric: SkipJsonSchema[int] = 0  # set by the release driver from the dataset config
     unit_rows: SkipJsonSchema[int] = 1  # m: every sensitivity is m times the row's (a unit)
+    unit_column: SkipJsonSchema[str | None] = None  # a declared unit: its cut is published
+
+    @property
+    def main_epsilon(self) -> float:
+        """DiffGen's own budget: epsilon less the unit cut's share (``privacy/unit_cut.py``)
+        when a unit is declared."""
+        return self.epsilon - unit_cut_epsilon(self.epsilon, self.unit_column)
 
     @property
     def eps_call(self) -> float:
-        return self.epsilon / (2 * (self.n_numeric + 2 * self.specializations) or 1)
+        return self.main_epsilon / (2 * (self.n_numeric + 2 * self.specializations) or 1)
 
 
 @dataclass
@@ -133,6 +156,7 @@ class DiffGen(MechanismBase):
         needs_class_domain=True,
         output_roles=("dimension", "set_valued", "class"),
         audit_designs=("common", "classification"),
+        published_tables=("intervals.csv",),
     )
     selection: ClassVar[str] = "none"
     Params: ClassVar[type[MechanismParams]] = DiffGenParams
@@ -154,9 +178,9 @@ class DiffGen(MechanismBase):
                                     "per round: split points of a newly specialized interval, "
                                     "or the noisy emptiness test of a set-valued split"))
         spent = sum(s.epsilon for s in steps)
-        steps.append(BudgetStep("leaf counts", params.epsilon - spent, 0.0, self.name,
+        steps.append(BudgetStep("leaf counts", params.main_epsilon - spent, 0.0, self.name,
                                 "discrete Laplace per leaf partition x class, empty ones included"))
-        return steps
+        return steps + unit_cut_step(params.epsilon, params.unit_column, self.name)
 
     def error_bars(self, params: DiffGenParams, context: Any = None,
                    node: Any = None) -> dict[str, Any]:
@@ -168,9 +192,12 @@ class DiffGen(MechanismBase):
                              CountIntervals.clipped(noise_law_epsilon(leaves, m)), leaves, m)]
         return {"level": LEVEL,
                 "statement": ("Every leaf partition of the final cut, with every class value, "
-                              "was released as max(0, n + Z) rows, Z discrete Laplace: the "
-                              "intervals hold with 95 % probability for every true count; no "
-                              "partition is left out."),
+                              "was released as max(0, n + Z) rows, Z discrete Laplace. A "
+                              "partition x class with rows (in data.csv and intervals.csv) has "
+                              "the interval of its true count given that it came out at 1 or "
+                              "more (95 % for every true count); one absent from data.csv was "
+                              "released as 0 and its true count lies in [0, "
+                              f"{clipped_interval(0, noise_law_epsilon(leaves, m))[1]}]."),
                 "cells": cells,
                 "totals": ("A total over c partitions x class values with released total T "
                            "lies in [T - q+, T + q] (the 97.5 % quantiles of the sum of c "
@@ -178,7 +205,7 @@ class DiffGen(MechanismBase):
 
     def row_bounds(self, params: DiffGenParams, shape: ReleaseShape) -> tuple[int, int]:
         return 0, shape.rows + shape.noise_cells * noise_bound(
-            params.epsilon / (2 * params.unit_rows))
+            params.main_epsilon / (2 * params.unit_rows))
 
     def release_rows(self, table: pd.DataFrame, config: DatasetConfig, params: DiffGenParams,
                      rng: np.random.Generator, draws: StepDraws | None,
@@ -188,7 +215,36 @@ class DiffGen(MechanismBase):
         frame = prepare_table(table, config, include_class=True)
         released, summary = self.release_frame(frame, config, params, rng, draws)
         return RowsOutput(released, ReleaseShape(rows=len(frame), noise_cells=summary["cells"]),
-                          details=summary)
+                          details=summary,
+                          intervals=self.interval_table_of(released, config, params, summary))
+
+    def interval_table_of(self, released: pd.DataFrame, config: DatasetConfig,
+                          params: DiffGenParams, summary: dict[str, Any]) -> Any:
+        """``intervals.csv``: every released (partition, class) count's interval under
+        max(0, n + Z), and every class value's total over the leaf partitions (per estimate
+        and simultaneous), from the released rows and the leaf-count step's epsilon only."""
+        eps = noise_epsilon(self.leaf_noise_epsilon(params))
+        columns = list(released.columns)
+        class_column = config.class_columns[0]
+        table = IntervalTable(LEVEL)
+        counts = (released.astype(str).groupby(columns, sort=True).size()
+                  if len(released) else pd.Series(dtype=np.int64))
+        if len(counts):
+            frame = counts.reset_index(name="__n")
+            low, high = listed_clipped_bounds(frame["__n"].to_numpy(), eps, LEVEL)
+            table.add("count", columns, joined_cells([frame[c].to_numpy() for c in columns]),
+                      frame["__n"].to_numpy(), low, high)
+        values = list(config.class_domain or [])
+        by_class = released[class_column].astype(str).value_counts() if len(released) else {}
+        totals = np.array([int(by_class.get(v, 0)) for v in values], dtype=np.int64)
+        partitions = int(summary["leaf_partitions"])
+        for holds, each in ((PER_ESTIMATE, LEVEL),
+                            (SIMULTANEOUS, bonferroni_level(LEVEL, len(values)))):
+            spans = np.array([clipped_total_interval(t, eps, partitions, each)
+                              for t in totals]).reshape(-1, 2)
+            table.add("total", [class_column], np.asarray(values, dtype=object), totals,
+                      spans[:, 0], spans[:, 1], holds)
+        return table
 
     def leaf_noise_epsilon(self, params: DiffGenParams) -> float:
         """The epsilon each leaf cell's discrete Laplace is drawn at (the leaf-count step's,

@@ -33,9 +33,17 @@ from medrelease.mechanisms.base import (
     expected_rows_above,
     noise_bound,
 )
+from medrelease.mechanisms.interval_rows import histogram_interval_table
 from medrelease.privacy.guarantee import ADD_REMOVE_ONE_ROW, BudgetStep, Guarantee, StepDraws
-from medrelease.privacy.intervals import LEVEL, CountIntervals, cells_entry, noise_law_epsilon
+from medrelease.privacy.intervals import (
+    LEVEL,
+    CountIntervals,
+    cells_entry,
+    clipped_interval,
+    noise_law_epsilon,
+)
 from medrelease.privacy.randomness import discrete_laplace, generator_for
+from medrelease.privacy.unit_cut import unit_cut_epsilon, unit_cut_step
 
 DEFAULT_CELL_LIMIT = 5_000_000
 
@@ -52,6 +60,7 @@ class HistogramParams(MechanismParams):
     # Set by the release driver from the dataset config, never by users (hidden from forms).
     public_domain: SkipJsonSchema[bool] = True
     unit_rows: SkipJsonSchema[int] = 1  # m: one unit changes the counts by m in L1
+    unit_column: SkipJsonSchema[str | None] = None  # a declared unit: its cut is published
 
 
 class Histogram(MechanismBase):
@@ -61,6 +70,7 @@ class Histogram(MechanismBase):
         gives="every cell of one generalization level with a noisy count, empty cells included",
         audit_public_domain=True,
         draws_declared_steps=True,
+        published_tables=("intervals.csv",),
     )
     selection: ClassVar[str] = "fixed"
     Params: ClassVar[type[MechanismParams]] = HistogramParams
@@ -75,9 +85,15 @@ class Histogram(MechanismBase):
             "noisy contingency table — informative domain taken from the data, not DP",
             "Declare a public 'domain' file for the informative column to make this epsilon-DP.")
 
+    def cells_epsilon(self, params: HistogramParams) -> float:
+        """The cell counts' epsilon: the release's, less the unit cut's share when a unit is
+        declared (``privacy/unit_cut.py``)."""
+        return params.epsilon - unit_cut_epsilon(params.epsilon, params.unit_column)
+
     def budget_steps(self, params: HistogramParams) -> list[BudgetStep]:
-        return [BudgetStep("cell counts", params.epsilon, 0.0, self.name,
-                           "discrete Laplace(1/eps) on every cell of the node's full domain")]
+        return [BudgetStep("cell counts", self.cells_epsilon(params), 0.0, self.name,
+                           "discrete Laplace(1/eps) on every cell of the node's full domain"),
+                *unit_cut_step(params.epsilon, params.unit_column, self.name)]
 
     def candidate_nodes(self, context: ReleaseContext, params: HistogramParams) -> list[Node]:
         return [self.fixed_node(context, params)]
@@ -118,7 +134,7 @@ class Histogram(MechanismBase):
     def expected_noise_rows(self, context: ReleaseContext, params: HistogramParams) -> float:
         """Every cell of the node's full domain is released with its clipped noisy count."""
         cells = self.domain_cells(context, self.fixed_node(context, params))
-        return cells * expected_rows_above(params.epsilon / params.unit_rows)
+        return cells * expected_rows_above(self.cells_epsilon(params) / params.unit_rows)
 
     def error_bars(self, params: HistogramParams, context: ReleaseContext | None = None,
                    node: Node | None = None) -> dict[str, Any]:
@@ -126,18 +142,20 @@ class Histogram(MechanismBase):
         every cell of the node's domain is drawn, clipped at 0; a total over c cells by
         ``clipped_total_interval``."""
         m = params.unit_rows
-        eps = noise_law_epsilon(params.epsilon, m)
+        step = self.cells_epsilon(params)
+        eps = noise_law_epsilon(step, m)
         cells = [cells_entry("every cell of the node's domain (a combination with no rows "
-                             "was released as 0)", CountIntervals.clipped(eps), params.epsilon,
-                             m)]
+                             "was released as 0)", CountIntervals.clipped(eps), step, m)]
         out: dict[str, Any] = {
             "level": LEVEL,
             "statement": ("Every cell of the chosen node's full domain — every combination of "
                           "the generalized dimensions times every informative value, empty "
                           "ones included — was released as max(0, n + Z) rows, Z discrete "
-                          "Laplace. The intervals hold with 95 % probability for every true "
-                          "count n >= 0; no cell is left out, so nothing is biased by a "
-                          "threshold."),
+                          "Laplace. A cell with rows (in data.csv and intervals.csv) has the "
+                          "interval of its true count given that it came out at 1 or more, "
+                          "which holds with 95 % probability for every true count; a "
+                          "combination absent from data.csv was released as 0 and its true "
+                          f"count lies in [0, {clipped_interval(0, eps)[1]}] (95 %)."),
             "cells": cells,
             "totals": ("A total over c cells of the domain (e.g. a value over every class: c = "
                        "the node's classes) with released total T lies in [T - q+, T + q], q+ "
@@ -148,10 +166,20 @@ class Histogram(MechanismBase):
             out["classes"] = self.domain_cells(context, node) // max(context.n_inf, 1)
         return out
 
+    def interval_table(self, params: HistogramParams, context: ReleaseContext,
+                       cells: ReleasedCells, rows: Any,
+                       analyses: tuple[tuple[str, ...], ...] = ()) -> Any:
+        """``intervals.csv``: every released cell's interval and every value's total over the
+        node's classes (``interval_rows.histogram_interval_table``)."""
+        node = cells.nodes[0] if cells.nodes else self.fixed_node(context, params)
+        classes = self.domain_cells(context, node) // max(context.n_inf, 1)
+        return histogram_interval_table(params, self.cells_epsilon(params), context, cells,
+                                        rows, classes, node=tuple(node), analyses=analyses)
+
     def row_bounds(self, params: HistogramParams, shape: ReleaseShape) -> tuple[int, int]:
         cells = shape.cells
         return 0, int(cells.true_counts.sum()) + cells.released_counts.size * noise_bound(
-            params.epsilon / params.unit_rows)
+            self.cells_epsilon(params) / params.unit_rows)
 
     def perturb_node(self, context: ReleaseContext, table: NodeTable,
                      seed: np.random.SeedSequence, params: HistogramParams,
@@ -181,7 +209,7 @@ class Histogram(MechanismBase):
                        else np.zeros(len(codes), dtype=np.int64))
         true = np.bincount(dense_class * n_inf + table.inf_codes, weights=table.counts,
                            minlength=size).astype(np.int64)
-        epsilon = params.epsilon if epsilon is None else epsilon
+        epsilon = self.cells_epsilon(params) if epsilon is None else epsilon
         # L1 sensitivity m (a unit of m rows): noise scale m / eps
         released = np.maximum(0, true + discrete_laplace(rng, epsilon / params.unit_rows, size))
         keep = np.flatnonzero((true > 0) | (released > 0))  # empty both ways: nothing to show

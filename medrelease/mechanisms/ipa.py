@@ -51,6 +51,7 @@ from medrelease.mechanisms.base import (
     split_budget,
     summarize,
 )
+from medrelease.mechanisms.interval_rows import ipa_interval_table
 from medrelease.privacy.guarantee import ADD_REMOVE_ONE_ROW, BudgetStep, Guarantee, StepDraws
 from medrelease.privacy.intervals import (
     LEVEL,
@@ -66,13 +67,14 @@ from medrelease.privacy.randomness import (
     noise_epsilon,
     selection_probabilities,
 )
+from medrelease.privacy.unit_cut import unit_cut_epsilon, unit_cut_step
 
 # Default shares of epsilon, measured in benchmarks/ipa_split.py (docs/PRIVACY.md says why).
 IPA_SHARES = {"eps_candidates": 0.05, "eps_cells": 0.62, "eps_ladder": 0.31,
               "eps_suppression": 0.02}
 NO_LADDER_SHARES = {"eps_candidates": 0.05, "eps_cells": 0.90, "eps_suppression": 0.05}
 LADDER_SELECTION_SHARE = 0.1   # of each rung's epsilon: choosing the rung's node
-LABEL = "sound (epsilon, delta)-DP, proof in docs/PRIVACY.md"
+LABEL = "sound (epsilon, delta)-DP, proven (what it means: this release's report)"
 WEIGHT_SCALE = 1 << 16         # score unit: a class weight is an integer in [0, 2^16]
 DEFAULT_DELTA = 1e-6
 MAX_EXACT_SCORE = 1 << 53      # scores pass through doubles: they must stay exact integers
@@ -132,6 +134,7 @@ class IPAParams(MechanismParams):
     max_rows: SkipJsonSchema[int | None] = None
     public_domain: SkipJsonSchema[bool] = False
     unit_rows: SkipJsonSchema[int] = 1  # m: a unit of up to m rows, spread over up to m cells
+    unit_column: SkipJsonSchema[str | None] = None  # a declared unit: its cut is published
 
 
 def default_delta(max_rows: int | None) -> float:
@@ -235,6 +238,7 @@ class IPA(MechanismBase):
         loss_reason=("a cell is released only when its noisy count reaches a threshold; rows "
                      "of smaller cells are pooled per value, and a pool below its own "
                      "threshold is not released"),
+        published_tables=("intervals.csv",),
     )
     selection: ClassVar[str] = "exponential"
     selection_step: ClassVar[str] = "node selection"
@@ -251,7 +255,9 @@ class IPA(MechanismBase):
         if not params.ladder_rungs and params.eps_ladder is not None:
             raise ParameterError("ipa: eps_ladder is given but ladder_rungs is 0")
         given = {k: getattr(params, k) for k in defaults}
-        shares = split_budget(self.name, params.epsilon, given, defaults)
+        # with a declared unit, the count of rows its bound removed takes its share first
+        main = params.epsilon - unit_cut_epsilon(params.epsilon, params.unit_column)
+        shares = split_budget(self.name, main, given, defaults)
         delta = params.delta if params.delta is not None else default_delta(params.max_rows)
         return params.model_copy(update={**shares, "delta": delta})
 
@@ -337,7 +343,7 @@ class IPA(MechanismBase):
         else:
             steps.append(BudgetStep("suppressed cells", params.eps_suppression, d, self.name,
                                     "discrete Laplace per pooled (*, v) cell + threshold"))
-        return steps
+        return steps + unit_cut_step(params.epsilon, params.unit_column, self.name)
 
     def error_bars(self, params: IPAParams, context: ReleaseContext | None = None,
                    node: Node | None = None) -> dict[str, Any]:
@@ -366,14 +372,23 @@ class IPA(MechanismBase):
                 "(*, ..., *, value) cell."),
             "cells": cells,
             "totals": (
-                "A value's total over its released cells is the sum of their counts, within "
-                "the 95 % interval of the sum of their independent noises; when the release "
-                f"has no pooled (*, ..., *, value) row for a value, up to {lost} of its rows "
-                f"(95 %) fell below the pool's threshold: its released total is biased down "
-                f"by at most {lost} rows, and a value absent from the release had at most "
-                f"{lost} rows."),
+                "A value's total (intervals.csv, what = total) is valid under selection: the "
+                "published cells near a threshold were published because their noise was "
+                "high, so the lower end allows for that noise given publication (and for "
+                "cells that fell short of the threshold), and the upper end adds what the "
+                "release could not show: when the release has no pooled (*, ..., *, value) "
+                f"row for a value, up to {lost} of its rows (95 %) may have fallen below the "
+                "pool's threshold, so its upper end is that much above the released total. "
+                "A value absent from the release had at most that many rows."),
             "value_loss_bound": lost,
         }
+
+    def interval_table(self, params: IPAParams, context: ReleaseContext,
+                       cells: ReleasedCells, rows: Any,
+                       analyses: tuple[tuple[str, ...], ...] = ()) -> Any:
+        """``intervals.csv``: every published cell's selective interval and every value's
+        total valid under selection (``interval_rows.ipa_interval_table``)."""
+        return ipa_interval_table(self, params, context, cells, rows, analyses)
 
     def pool_loss_bound(self, params: IPAParams) -> int:
         """Rows of one value a dropped pooled cell may have held, at 97.5 %: n + Z < tau

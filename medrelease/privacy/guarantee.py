@@ -19,7 +19,16 @@ ADD_REMOVE_ONE_ROW = "add/remove one row"
 def row_unit_note(row_noun: str | None = None, unit_noun: str | None = None) -> str:
     """What a reader must not miss under add/remove one row: "one individual" reads as one
     person, and the unit is a row. In the config's own words (``privacy.row_noun`` /
-    ``unit_noun``), generic when it names none (a table of households never says 'patient')."""
+    ``unit_noun``), generic when it names none (a table of households never says 'patient').
+
+    A config whose row and unit are one noun declares that one row is one of them (a cohort
+    with one row per patient): the note then says so, in that noun, without the caveat about
+    units with several rows (issue 55). The declaration is the steward's, as the nouns are:
+    a table where one patient has several rows declares ``privacy.unit`` instead."""
+    if row_noun and row_noun != "row" and row_noun == unit_noun:
+        return (f"The privacy unit is one row of the extract, and one row is one {unit_noun} "
+                f"(the dataset declares one row per {unit_noun}): the guarantee protects one "
+                f"{unit_noun}.")
     row = f" (one {row_noun})" if row_noun and row_noun != "row" else ""
     if unit_noun and unit_noun != "row":
         return (f"The privacy unit is one row of the extract{row}, not one {unit_noun}: a "

@@ -495,3 +495,259 @@ def cells_entry(applies_to: str, intervals: CountIntervals, step_epsilon: float,
             "interval": intervals.interval_kind,
             "near_threshold": [[r, lo, hi] for r, lo, hi in intervals.rows],
             "near_threshold_complete": intervals.rows_complete}
+
+
+# -- 7. totals of thresholded cells, valid under selection ---------------------------------
+#
+# A value's total N over an ipa release: its rows sit in cells of the chosen node, of the
+# ladder rungs and of the pooled (*, ..., *, v) cell; a cell c (true count n_c, step epsilon
+# eps_c, threshold tau_c) is published iff R_c = n_c + Z_c >= tau_c. T = the sum of the
+# published R_c. Given every selection outcome S (which cells were published, which nodes the
+# rungs chose), the published R_c are independent, each with the truncated law of n_c + Z
+# given n_c + Z >= tau_c (each step draws fresh noise; its cells are fixed by the outputs
+# before it). ``selected_total_interval`` states [lo, hi] with P(lo <= N <= hi) >= level for
+# every input (docs/PRIVACY.md, "Error bars": the proof).
+#
+# Upper end. N - T = -sum_P D_c + U, D_c = R_c - n_c and U the rows left after the last step:
+# U = n_pool (published: D_pool in the sum) or, unpublished, U + Z_pool < tau_pool, so
+# U <= tau_pool - 1 - Z_pool. Given S, D_c | published = Z | Z >= tau_c - n_c is stochastically
+# larger than Z (conditioning on an upper set), and Z_pool is independent of S's earlier part.
+# So N <= T + (tau_pool - 1)[pool unpublished] + q, q the upper alpha/2 quantile of a sum of
+# |P| + [pool unpublished] independent discrete Laplace noises (``_noise_sum_quantile``).
+#
+# Lower end. N >= sum_P n_c = theta' - shortfall, theta' = sum_P max(n_c, tau_c), shortfall =
+# sum_P (tau_c - n_c)^+. With m_c = (n_c - tau_c)^+, V_c = R_c - max(n_c, tau_c) has the law
+# L(m_c) = Z | Z >= -m_c (memorylessness makes every n_c <= tau_c give m_c = 0), which is
+# stochastically decreasing in m_c. Berger & Boos (1994): lower confidence bounds m^_c that
+# hold simultaneously with probability >= 1 - gamma (one-sided, gamma / |P| each) give
+# theta' >= T - q_V(m^) with probability >= 1 - alpha_V - gamma, q_V the upper alpha_V quantile
+# of sum_c L(m^_c) (exact convolution): on {m^ <= m}, q_V(m^) >= q_V(m). The shortfall is
+# bounded twice, taking the smaller: (a) a cell with n_c < tau_c is published only with
+# R_c - tau_c ~ G = Z | Z >= 0, P(G >= F) = a^F, so with probability >= 1 - beta' no cell with
+# R_c >= tau_c + F_c (a_c^F_c <= beta' / |P|) falls short and the shortfall is at most
+# sum over the other published cells of (tau_c - 1); (b) unconditionally, a cell of n rows
+# falls short by b = tau - n with probability P(Z >= b): a Chernoff bound over every cell of
+# every step (each step's cells partition at most N of the value's rows) gives
+# shortfall <= x(N) with probability >= 1 - beta. Then lo = the smallest N with
+# N + min(x(N), (a)) >= T - q_V. Failure budget of the lower end: alpha/2 = alpha_V + gamma +
+# beta + beta' (0.8, 0.1, 0.05, 0.05 of it).
+
+LOWER_SPLIT = (0.8, 0.1, 0.05, 0.05)  # alpha_V, gamma (Berger-Boos), beta (Chernoff), beta'
+LAW_SUPPORT_MASS = 1e-15  # upper tail mass of each law dropped by the convolution
+EXACT_SELECTIVE_SUPPORT = 1 << 18  # beyond: normal approximation of the sum
+
+
+def _tail_ge(eps: float, k: np.ndarray) -> np.ndarray:
+    """P(Z >= k) elementwise: a^k / (1 + a) for k >= 1, 1 - a^(1 - k) / (1 + a) for k <= 0."""
+    k = np.asarray(k, dtype=np.float64)
+    log1pa = math.log1p(math.exp(-eps))
+    high = np.exp(-np.maximum(k, 1.0) * eps - log1pa)
+    low = 1.0 - np.exp(-(1.0 - np.minimum(k, 0.0)) * eps - log1pa)
+    return np.where(k >= 1, high, low)
+
+
+def selection_floor(released: np.ndarray, eps: float, tau: int, failure: float) -> np.ndarray:
+    """m^: for each published R >= tau, the smallest m >= 0 with P(R' >= R | n = tau + m,
+    published) > ``failure`` — a one-sided lower confidence bound on m = (n - tau)^+ that fails
+    with probability <= ``failure`` for every n (P_m(R' >= r) grows with m, and for n <= tau the
+    law is that of m = 0)."""
+    eps = noise_epsilon(eps)
+    j = np.asarray(released, dtype=np.int64) - int(tau)
+    if np.any(j < 0):
+        raise ValueError("a published count is below its threshold")
+
+    def survival(m: np.ndarray) -> np.ndarray:  # P(Z >= j - m) / P(Z >= -m)
+        return _tail_ge(eps, j - m) / _tail_ge(eps, -m)
+
+    low = np.full(j.shape, -1, dtype=np.int64)   # survival(low) <= failure (virtual at -1)
+    high = j.copy()                               # survival(j) >= 1/2 > failure
+    while np.any(high - low > 1):
+        mid = (low + high) // 2
+        ok = survival(np.maximum(mid, 0)) > failure
+        high, low = np.where(ok, mid, high), np.where(ok, low, mid)
+    return np.maximum(high, 0)
+
+
+@lru_cache(maxsize=4096)
+def _law(eps: float, m: int) -> tuple[int, np.ndarray]:
+    """(offset, pmf) of V = Z | Z >= -m on [-m, B], B dropping <= LAW_SUPPORT_MASS above."""
+    a = math.exp(-eps)
+    top = _smallest_tail_index(eps, math.log(LAW_SUPPORT_MASS))
+    support = np.arange(-m, top + 1)
+    pmf = (1 - a) / (1 + a) * np.exp(-eps * np.abs(support))
+    return -m, pmf / float(_tail_ge(eps, np.array([-m]))[0])
+
+
+def law_cap(eps: float) -> int:
+    """m from which L(m) is taken as L(cap) (conservative: L decreases in m), where
+    P(Z < -cap) <= 1e-9: the laws differ by less than that."""
+    return _smallest_tail_index(noise_epsilon(eps), math.log(1e-9))
+
+
+@lru_cache(maxsize=8192)
+def _selective_sum_quantile(laws: tuple[tuple[float, int, int], ...], prob: float) -> int:
+    """The smallest w with P(sum V <= w) >= prob, V_i ~ L(eps_i, m_i) independent; ``laws``
+    lists (eps, m, how many). Exact (FFT) while the support is small, else normal with the
+    exact mean and variance."""
+    parts = [(_law(e, m), c) for e, m, c in laws if c > 0]
+    if not parts:
+        return 0
+    support = 1 + sum(c * (len(pmf) - 1) for (_, pmf), c in parts)
+    if support <= EXACT_SELECTIVE_SUPPORT:
+        size = 1 << (support - 1).bit_length()
+        spectrum = np.ones(size // 2 + 1, dtype=np.complex128)
+        offset = 0
+        for (start, pmf), count in parts:
+            spectrum *= np.fft.rfft(pmf, size) ** count
+            offset += start * count
+        mass = np.clip(np.fft.irfft(spectrum, size)[:support], 0.0, None)
+        cdf = np.cumsum(mass) / mass.sum()
+        return int(np.searchsorted(cdf, prob - 1e-12, side="left")) + offset
+    mean = variance = 0.0
+    for (start, pmf), count in parts:
+        values = np.arange(start, start + len(pmf))
+        mu = float((values * pmf).sum())
+        mean += count * mu
+        variance += count * float(((values - mu) ** 2 * pmf).sum())
+    return math.ceil(mean + NormalDist().inv_cdf(prob) * math.sqrt(variance)) + 1
+
+
+@lru_cache(maxsize=1024)
+def _shortfall_rate(eps: float, tau: int, lam: float) -> float:
+    """max over b = 1 .. tau - 1 of P(Z >= b) (e^(lam b) - 1) / (tau - b): the Chernoff
+    exponent per row of one step's shortfall (a cell of n = tau - b rows is published short
+    by b with probability P(Z >= b); log(1 + p x) <= p x)."""
+    if tau < 2:
+        return 0.0
+    b = np.arange(1, tau, dtype=np.float64)
+    with np.errstate(over="ignore"):
+        rate = _tail_ge(eps, b) * np.expm1(lam * b) / (tau - b)
+    return float(np.max(rate))
+
+
+@lru_cache(maxsize=8192)
+def shortfall_bound(rows: float, eps: float, tau: int, single: bool, failure: float) -> float:
+    """x: one thresholded step's shortfall over a value's ``rows`` rows exceeds this with
+    probability <= ``failure``, for every input. Many cells (a node's, a rung's: they
+    partition at most ``rows`` rows): Chernoff, log E e^(lam S) <= rows r(lam), minimised over
+    lam < eps'. One cell (the pooled (*, v) cell): S >= x needs Z >= x, so the smallest x with
+    P(Z >= x) <= failure. Never above tau - 1 per cell (a cell has a row)."""
+    eps = noise_epsilon(eps)
+    if tau < 2 or rows <= 0:
+        return 0.0
+    if single:
+        return float(min(tau - 1, _smallest_tail_index(eps, math.log(failure)) + 1))
+    best = float(rows * (tau - 1))  # always: a short cell has a row, short by <= tau - 1
+    for lam in np.linspace(eps / 40, eps * 0.95, 40):
+        rate = _shortfall_rate(eps, int(tau), float(lam))
+        if math.isfinite(rate):
+            best = min(best, (rows * rate + math.log(1 / failure)) / float(lam))
+    return best
+
+
+def selected_total_interval(released: np.ndarray, step_of: np.ndarray,
+                            steps: tuple[tuple[float, int, bool], ...], pool_step: int,
+                            lost_pools: int, level: float = LEVEL,
+                            covering: np.ndarray | None = None,
+                            covering_step_of: np.ndarray | None = None) -> tuple[int, int]:
+    """A level interval for a true total N (a value's, or a marginal cell's) from the
+    published thresholded cells that lie inside it, valid under selection for every input (the
+    section's comment; docs/PRIVACY.md, "Error bars").
+
+    ``released``: those cells' counts, ``step_of`` the index in ``steps`` of the step that
+    published each; ``steps``: every thresholded step that may hold the total's rows, as (the
+    sampler's eps', tau, whether it is one cell per value: the pool); ``pool_step``: the
+    pool's index. The upper end also allows for rows the release placed where they cannot be
+    told apart: ``covering`` (with ``covering_step_of``), published cells coarser than the
+    total's own labels that contain it (every row of one may belong here: its n <= R - Z), and
+    ``lost_pools`` pooled (*, v) cells that were not published (each may have held up to
+    tau_pool - 1 - Z of the total's rows). A value's total: no covering cell, one lost pool
+    unless its pooled cell was published. With no published cell: [0, upper]."""
+    level = _check_level(level)
+    alpha = 1 - level
+    released = np.asarray(released, dtype=np.int64)
+    step_of = np.asarray(step_of, dtype=np.int64)
+    covering = np.zeros(0, dtype=np.int64) if covering is None else np.asarray(covering,
+                                                                               dtype=np.int64)
+    covering_step_of = (np.zeros(0, dtype=np.int64) if covering_step_of is None
+                        else np.asarray(covering_step_of, dtype=np.int64))
+    total = int(released.sum())
+    laws_z: dict[float, int] = {}
+    for s in (*step_of, *covering_step_of):
+        e = noise_epsilon(steps[s][0])
+        laws_z[e] = laws_z.get(e, 0) + 1
+    pool_eps, pool_tau, _ = steps[pool_step]
+    if lost_pools:
+        e = noise_epsilon(pool_eps)
+        laws_z[e] = laws_z.get(e, 0) + int(lost_pools)
+    q_up, _ = _noise_sum_quantile_cached(tuple(sorted(laws_z.items())), level)
+    upper = (total + int(covering.sum()) + int(lost_pools) * (int(pool_tau) - 1)
+             + math.ceil(q_up))
+    if released.size == 0:
+        return 0, max(0, upper)
+    a_v, gamma, beta, beta_far = (alpha / 2 * s for s in LOWER_SPLIT)
+    count = released.size
+    floors = np.empty(count, dtype=np.int64)
+    near = np.zeros(len(steps))
+    for s in np.unique(step_of):
+        eps, tau, _ = steps[s]
+        eps = noise_epsilon(eps)
+        here = step_of == s
+        floors[here] = np.minimum(selection_floor(released[here], eps, tau, gamma / count),
+                                  law_cap(eps))
+        # F with P(G >= F) = a^F <= beta' / |P|: a cell published F or more above tau cannot
+        # be short (but with that probability, over all cells)
+        reach = math.ceil(math.log(count / beta_far) / eps)
+        near[s] = float(((released[here] < tau + reach) * (tau - 1)).sum())
+    groups: dict[tuple[float, int], int] = {}
+    for s, m in zip(step_of, floors, strict=True):
+        key = (noise_epsilon(steps[s][0]), int(m))
+        groups[key] = groups.get(key, 0) + 1
+    q_v = _selective_sum_quantile(tuple(sorted((e, m, c) for (e, m), c in groups.items())),
+                                  round(1 - a_v, 12))
+    target = total - q_v
+
+    def shortfall(rows: int) -> float:
+        return sum(min(near[s], shortfall_bound(rows, eps, tau, single, beta / len(steps)))
+                   for s, (eps, tau, single) in enumerate(steps) if near[s] > 0)
+
+    if target <= 0 or shortfall(0) >= target:
+        return 0, max(0, upper)
+    low, high = 0, target  # N = target always reaches it: the shortfall bound is >= 0
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (low, mid) if mid + shortfall(mid) >= target else (mid, high)
+    return high, max(high, upper)
+
+
+@lru_cache(maxsize=8192)
+def _noise_sum_quantile_cached(eps_counts: tuple[tuple[float, int], ...],
+                               level: float) -> tuple[float, bool]:
+    """``_noise_sum_quantile`` for a hashable list (a release asks for the same few often)."""
+    return _noise_sum_quantile(list(eps_counts), level)
+
+
+def thresholded_bounds(released: np.ndarray, eps: float, tau: int,
+                       level: float = LEVEL) -> tuple[np.ndarray, np.ndarray]:
+    """``thresholded_interval`` of many published counts of one step at once (the cached table
+    near tau, R +- k beyond): a released count of 1M cells costs a few array operations."""
+    r = np.asarray(released, dtype=np.int64)
+    if np.any(r < tau):
+        raise ValueError("a published count is below its threshold")
+    table = _threshold_table(noise_epsilon(eps), _count(tau, "tau", 1), _check_level(level))
+    lows, highs = r - table.k, r + table.k
+    near = r <= table.last
+    if table.last >= table.tau and np.any(near):
+        index = r[near] - table.tau
+        lows[near] = np.asarray(table.low, dtype=np.int64)[index]
+        highs[near] = np.asarray(table.high, dtype=np.int64)[index]
+    return lows, highs
+
+
+def clipped_bounds(released: np.ndarray, eps: float, level: float = LEVEL
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """``clipped_interval`` of many counts at once (its closed form, vectorised)."""
+    r = np.asarray(released, dtype=np.int64)
+    k, k1 = half_width(eps, level), one_sided_width(eps, level)
+    low = np.where(r <= k + k1, np.maximum(0, r - k1), np.maximum(k + 1, r - k))
+    return low, r + k

@@ -19,7 +19,18 @@ cap, content hashes, input, policy, owner config, privacy unit), its outcome, a 
 appended and fsynced there *before* its SQLite transaction commits. The SQLite file is an index
 of the journal: every charge (and ``medrelease ledger verify``) replays the journal and refuses
 a ledger that differs from it (``LedgerIntegrityError``: a table dropped or edited, a failed
-spend deleted, a cap changed outside ``set-cap``, the journal removed). ``restore`` rebuilds the
+spend deleted, a cap changed outside ``set-cap``, the journal removed).
+
+The journal is a hash chain, as the PostgreSQL ledger's is (issue 56, hole 8): each line carries
+``chain: {seq, prev, hash}``, its hash taken over the line before's and its own event, and the
+newest line this host wrote is kept apart (``ledger-head.json`` in the data home). So the same
+edit made to the ledger and to its journal is caught: an edited line no longer matches its
+hash, a chain recomputed after it no longer holds the head, and the newest lines removed with
+their rows leave the head behind. Lines written before the chain (an older journal) stay as
+they are; the first chained line follows a hash of all of them. ``verify`` also holds every
+release on record to its charge: the spend named by a steward record, or charged for a
+published manifest, must say what they say (source, mechanism, epsilon, delta, DP, TEST), so a
+spend edited in both files is caught by the releases that state it. ``restore`` rebuilds the
 ledger by replaying the journal, then adds the releases that steward records or published
 manifests show and the journal lacks (journaling them too).
 
@@ -30,6 +41,7 @@ service); both run the rules here (``BudgetLedger``), and ``ledger_backends.open
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -389,6 +401,9 @@ class BudgetLedger:
     def reconcile(self, records: list[dict], manifests: list[dict] = ()) -> None:
         raise NotImplementedError
 
+    def forget_head(self) -> None:
+        """Forget the newest journal event this host saw (after a deliberate new start)."""
+
     def verify(self) -> None:
         """Refuse (``LedgerIntegrityError``) a ledger that differs from its journal. Holds the
         write lock: a change is journaled just before it commits, and must not be caught
@@ -566,18 +581,24 @@ class BudgetLedger:
 class Ledger(BudgetLedger):
     """A SQLite ledger file (the default); safe to open from several processes at once."""
 
-    def __init__(self, path: str | Path, timeout_s: float | None = None) -> None:
+    def __init__(self, path: str | Path, timeout_s: float | None = None,
+                 head_file: Path | None = None) -> None:
         self.path = Path(path)
         self.location = str(self.path)
         # the bounded wait for a lock held by another process (MEDRELEASE_LEDGER_TIMEOUT_S)
         self.timeout_s = timeout_s if timeout_s is not None else float(
             os.environ.get("MEDRELEASE_LEDGER_TIMEOUT_S", "30"))
+        self.heads = HeadFile(head_file if head_file is not None
+                              else sqlite_head_file(self.path))
+        self._head: JournalHead | None = None  # the line this process journaled last
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with self._connect() as conn:
                 conn.executescript(SCHEMA)
                 _add_columns(conn)
-                _adopt_if_unjournaled(conn, self.path)
+                adopted = _adopt_if_unjournaled(conn, self.path, self.heads, self._head_key)
+            if adopted is not None:
+                self.heads.remember(self._head_key, adopted)
         except (LedgerLockedError, LedgerIntegrityError):
             raise
         except (OSError, sqlite3.Error) as exc:
@@ -606,20 +627,36 @@ class Ledger(BudgetLedger):
     def _transaction(self) -> Iterator[sqlite3.Connection]:
         with self._connect() as conn:
             conn.execute("BEGIN IMMEDIATE")
+            self._head = None
             try:
                 yield conn
                 conn.execute("COMMIT")
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
+        if self._head is not None:  # committed: this host has now seen this line
+            self.heads.remember(self._head_key, self._head)
+
+    @property
+    def _head_key(self) -> str:
+        """How the head file names this ledger: its real path."""
+        return str(self.path.resolve())
 
     def _verify_locked(self, conn: LedgerConnection) -> None:
-        _verify_against_journal(conn, self.path)
+        _verify_against_journal(conn, self.path, self.heads, self._head_key)
 
     def _journal(self, conn: LedgerConnection, event: dict) -> None:
-        _append_journal(self.journal_path, event)  # before COMMIT: no change unjournaled
+        # before COMMIT: no change unjournaled
+        self._head = _append_journal(self.journal_path, event)
+
+    def forget_head(self) -> None:
+        """A deliberate new start (``ledger init``, ``ledger restore``): the head this host
+        saw belongs to the journal that was there before."""
+        self.heads.forget(self._head_key)
 
     def _replay_for_restore(self, conn: LedgerConnection) -> bool:
+        _refuse_a_broken_chain(self.journal_path)
+        self.forget_head()  # the journal replayed may be older than the head, or new
         events = read_journal(self.journal_path)
         for table in _tables(conn):  # what an emptied ledger kept is rebuilt from the journal
             conn.execute(f'DELETE FROM "{table}"')
@@ -681,16 +718,19 @@ def _add_columns(conn: sqlite3.Connection) -> None:
     conn.execute("CREATE INDEX IF NOT EXISTS spends_source ON spends (source)")
 
 
-def _adopt_if_unjournaled(conn: sqlite3.Connection, ledger_path: Path) -> None:
+def _adopt_if_unjournaled(conn: sqlite3.Connection, ledger_path: Path, heads: HeadFile,
+                          head_key: str) -> JournalHead | None:
     """A ledger this version has not opened before (``user_version`` 0): a new one is marked
     journaled; an older one with rows is migrated in place (each spend's source, a source row
-    per source), checked against the cap journal it kept, and journaled as one snapshot.
+    per source), checked against the cap journal it kept, and journaled as one snapshot (the
+    head of the journal it starts; ``None`` when nothing was journaled).
 
     A ledger marked journaled is never migrated again: a table dropped from it comes back
     empty and is then caught by the check against the journal, never silently rebuilt.
     """
     if conn.execute("PRAGMA user_version").fetchone()[0] >= JOURNAL_VERSION:
-        return
+        return None
+    head = None
     conn.execute("BEGIN IMMEDIATE")
     try:
         if conn.execute("PRAGMA user_version").fetchone()[0] < JOURNAL_VERSION:
@@ -702,13 +742,15 @@ def _adopt_if_unjournaled(conn: sqlite3.Connection, ledger_path: Path) -> None:
                     "created_at) SELECT source, lifetime_epsilon, lifetime_delta, "
                     "MIN(created_at) FROM spends GROUP BY source")
                 _refuse_caps_unlike_legacy_journal(conn, ledger_path)
-                _append_journal(journal, {"event": "adopt", "at": _now(),
-                                          "tables": _snapshot(conn)})
+                heads.forget(head_key)  # a journal begins
+                head = _append_journal(journal, {"event": "adopt", "at": _now(),
+                                                 "tables": _snapshot(conn)})
             conn.execute(f"PRAGMA user_version = {JOURNAL_VERSION}")
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
         raise
+    return head
 
 
 def _refuse_a_second_charge_of_one_run(conn: LedgerConnection,
@@ -733,8 +775,8 @@ def _refuse_a_second_charge_of_one_run(conn: LedgerConnection,
         f"this run was already charged (ledger spend {spend_id}, now '{status}'): its budget "
         "stays counted because noise may have been drawn before it stopped, and a retry would "
         "charge it a second time. Start a new run (Run > Quick run or Custom run on the "
-        "deployment) after fixing the cause shown in the failed run's log; 'medrelease ledger "
-        "show' lists the spend. Nothing was spent.")
+        "deployment) after fixing the cause shown in the failed run's log; 'medrelease ledger' "
+        "lists the spend. Nothing was spent.")
 
 
 def _claim_content(conn: LedgerConnection, request: SpendRequest) -> None:
@@ -887,19 +929,82 @@ def _units_spent(conn: LedgerConnection, source: str) -> tuple[UnitSpent, ...]:
     return tuple(UnitSpent(unit, float(eps), float(delta), int(n)) for unit, eps, delta, n in rows)
 
 
-def _append_journal(path: Path, event: dict) -> None:
-    """One line per change, flushed to disk before the ledger commits it."""
+# -- the journal's hash chain and the head this host saw ------------------------------------
+
+GENESIS_HASH = "0" * 64
+HEAD_FILE = "ledger-head.json"
+# What the first chained line follows when the journal began before the chain: a hash of
+# every line written before it, so that none of them can change unseen either.
+BEFORE_THE_CHAIN = "medrelease journal lines written before the chain\n"
+
+
+@dataclass(frozen=True)
+class JournalHead:
+    """A journal line as the chain names it: its number (1 = the first line) and hash."""
+
+    seq: int
+    hash: str
+
+
+def _event_text(event: dict) -> str:
+    """An event as its line's hash covers it: the line without its chain, keys sorted."""
+    return json.dumps({k: v for k, v in event.items() if k != "chain"}, sort_keys=True)
+
+
+def _chain_hash(prev: str, text: str) -> str:
+    return hashlib.sha256((prev + text).encode("utf-8")).hexdigest()
+
+
+def _before_the_chain(lines: list[str]) -> str:
+    return hashlib.sha256((BEFORE_THE_CHAIN + "\n".join(lines)).encode("utf-8")).hexdigest()
+
+
+def _journal_tail(path: Path) -> JournalHead:
+    """What the next line follows: the last line's chain, or (a journal written before the
+    chain) a hash of all its lines, or the genesis of an empty journal."""
+    if not path.is_file():
+        return JournalHead(0, GENESIS_HASH)
+    with path.open("rb") as handle:
+        end = handle.seek(0, os.SEEK_END)
+        tail, start = b"", end
+        while start > 0 and tail.strip().count(b"\n") < 1:
+            start = max(0, start - (1 << 16))
+            handle.seek(start)
+            tail = handle.read(end - start)
+    lines = [line for line in tail.decode("utf-8", "replace").splitlines() if line.strip()]
+    if not lines:
+        return JournalHead(0, GENESIS_HASH)
+    try:
+        chain = json.loads(lines[-1]).get("chain")
+    except (json.JSONDecodeError, AttributeError):
+        chain = None
+    if isinstance(chain, dict) and isinstance(chain.get("seq"), int) and chain.get("hash"):
+        return JournalHead(chain["seq"], chain["hash"])
+    everything = [line for line in path.read_text(encoding="utf-8").splitlines()
+                  if line.strip()]
+    return JournalHead(len(everything), _before_the_chain(everything))
+
+
+def _append_journal(path: Path, event: dict) -> JournalHead:
+    """One line per change, chained to the line before and flushed to disk before the ledger
+    commits it (the caller holds the ledger's write lock, so the chain has one writer)."""
+    prev = _journal_tail(path)
+    text = json.dumps(event, sort_keys=True)
+    head = JournalHead(prev.seq + 1, _chain_hash(prev.hash, text))
+    line = json.dumps({**event, "chain": {"seq": head.seq, "prev": prev.hash,
+                                          "hash": head.hash}}, sort_keys=True)
     with path.open("a", encoding="utf-8") as handle:
-        handle.write(json.dumps(event, sort_keys=True) + "\n")
+        handle.write(line + "\n")
         handle.flush()
         os.fsync(handle.fileno())
+    return head
 
 
-def read_journal(path: Path) -> list[dict]:
-    """The changes journaled beside a ledger, oldest first (none if there is no journal)."""
+def _journal_lines(path: Path) -> list[tuple[int, str, dict]]:
+    """(line number, text, event as written) of every non-blank journal line."""
     if not path.is_file():
         return []
-    events = []
+    lines = []
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
         if not line.strip():
             continue
@@ -910,8 +1015,124 @@ def read_journal(path: Path) -> list[dict]:
         if not isinstance(event, dict):
             raise LedgerIntegrityError(f"the ledger journal {path} is damaged at line {number}; "
                                        "restore it from backup. Nothing was spent.")
-        events.append(event)
-    return events
+        lines.append((number, line, event))
+    return lines
+
+
+def read_journal(path: Path) -> list[dict]:
+    """The changes journaled beside a ledger, oldest first, without their chain (none if
+    there is no journal)."""
+    return [{k: v for k, v in event.items() if k != "chain"}
+            for _, _, event in _journal_lines(path)]
+
+
+def journal_chain(path: Path) -> tuple[dict[int, str], list[str]]:
+    """The chain's hash of each chained line by its number, and where the chain breaks: a
+    line edited (its hash no longer matches it), lines missing or added, a line that does not
+    follow the one before (or, first after lines written before the chain, their hash)."""
+    lines = _journal_lines(path)
+    before = 0
+    while before < len(lines) and "chain" not in lines[before][2]:
+        before += 1
+    prev = _before_the_chain([text for _, text, _ in lines[:before]]) if before \
+        else GENESIS_HASH
+    hashes: dict[int, str] = {}
+    problems: list[str] = []
+    for seq, (number, _, event) in enumerate(lines[before:], start=before + 1):
+        chain = event.get("chain")
+        if not isinstance(chain, dict):
+            problems.append(f"line {number} carries no hash (added after the chain began)")
+            continue
+        if chain.get("seq") != seq:
+            problems.append(f"event {seq} is numbered {chain.get('seq')} (events removed or "
+                            "added before it)")
+        elif chain.get("prev") != prev:
+            problems.append(
+                f"event {seq} does not follow "
+                + ("the lines written before the chain began (one of them was edited, added "
+                   "or removed)" if seq == before + 1 and before else f"event {seq - 1}"))
+        if _chain_hash(str(chain.get("prev")), _event_text(event)) != chain.get("hash"):
+            problems.append(f"event {seq} was edited (its hash does not match it)")
+        hashes[seq] = str(chain.get("hash"))
+        prev = str(chain.get("hash"))
+    return hashes, problems
+
+
+def _refuse_a_broken_chain(path: Path) -> dict[int, str]:
+    hashes, problems = journal_chain(path)
+    if problems:
+        raise LedgerIntegrityError(
+            f"the ledger journal {path}, the system of record, was altered: "
+            f"{'; '.join(problems[:MAX_LISTED])}"
+            + (f"; and {len(problems) - MAX_LISTED} more" if len(problems) > MAX_LISTED else "")
+            + ". Its lines are hash-chained: an edit, even one made to the ledger as well, "
+            "breaks the chain. Nothing was spent. Restore the ledger and its journal from "
+            "backup.")
+    return hashes
+
+
+def sqlite_head_file(ledger_path: Path) -> Path:
+    """Where this host keeps the newest journal line it saw: ``ledger-head.json`` in the data
+    home (the PostgreSQL ledger's file too), or beside a ledger kept outside the home."""
+    from medrelease.settings import data_home
+
+    home = data_home()
+    real = Path(os.path.realpath(ledger_path))
+    return home / HEAD_FILE if real.is_relative_to(home) else real.parent / HEAD_FILE
+
+
+@dataclass(frozen=True)
+class HeadFile:
+    """The newest journal line this host saw, per ledger (a JSON object by location)."""
+
+    path: Path
+
+    def read(self) -> dict[str, dict]:
+        if not self.path.is_file():
+            return {}
+        try:
+            heads = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            raise LedgerIntegrityError(f"the ledger head file {self.path} is damaged; "
+                                       "restore it from backup. Nothing was spent.") from None
+        return heads if isinstance(heads, dict) else {}
+
+    def get(self, key: str) -> JournalHead | None:
+        head = self.read().get(key)
+        if not isinstance(head, dict) or not isinstance(head.get("seq"), int):
+            return None
+        return JournalHead(head["seq"], str(head.get("hash")))
+
+    def remember(self, key: str, head: JournalHead) -> None:
+        heads = self.read()
+        if heads.get(key, {}).get("seq", 0) > head.seq:
+            return  # another process of this host saw a newer line already
+        heads[key] = {"seq": head.seq, "hash": head.hash}
+        self._write(heads)
+
+    def forget(self, key: str) -> None:
+        heads = self.read()
+        if heads.pop(key, None) is not None:
+            self._write(heads)
+
+    def _write(self, heads: dict) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fresh = self.path.with_name(f".{self.path.name}.{os.getpid()}.{uuid.uuid4().hex[:6]}")
+        fresh.write_text(json.dumps(heads, sort_keys=True, indent=1), encoding="utf-8")
+        fresh.replace(self.path)
+
+
+def _refuse_a_lost_head(location: str, heads: HeadFile, key: str,
+                        hashes: dict[int, str]) -> None:
+    head = heads.get(key)
+    if head is None or hashes.get(head.seq) == head.hash:
+        return
+    raise LedgerIntegrityError(
+        f"the budget ledger {location} no longer holds event {head.seq} of its journal as this "
+        f"host saw it ({heads.path}): the newest changes were removed, the journal was "
+        "rewritten, or the ledger and its journal were replaced by an older copy; their budget "
+        "would be spent again. Nothing was spent. Restore both from backup, or rebuild with "
+        "'medrelease ledger restore'.")
 
 
 def _claim_input(conn: LedgerConnection, request: SpendRequest) -> None:
@@ -1015,6 +1236,14 @@ def _refuse_overspend(request: SpendRequest, eps_spent: float, delta_spent: floa
             f"spent {delta_spent:g} + requested {request.delta:g} > total {cap_delta:g}")
 
 
+def refuse_overspend(request: SpendRequest, state: BudgetState) -> None:
+    """The charge's overspend rule against a budget read beforehand (``BudgetLedger.state``),
+    so that a release over its source's cap is refused before its input is read (issue 56).
+    A pre-check only: ``reserve`` applies the same rule again, inside its transaction."""
+    _refuse_overspend(request, state.epsilon_spent, state.delta_spent, state.lifetime_epsilon,
+                      state.lifetime_delta)
+
+
 # -- the journal: replayed, compared, restored ---------------------------------------------------
 
 MAX_LISTED = 4  # differences named in one message
@@ -1106,16 +1335,21 @@ def _replayed(events: list[dict], journal: Path) -> sqlite3.Connection:
     return conn
 
 
-def _verify_against_journal(conn: sqlite3.Connection, ledger_path: Path) -> None:
-    """Refuse a ledger whose tables differ from its journal's replay, row by row and column
-    by column (``LedgerIntegrityError`` naming what differs)."""
+def _verify_against_journal(conn: sqlite3.Connection, ledger_path: Path,
+                            heads: HeadFile | None = None, head_key: str = "") -> None:
+    """Refuse a ledger whose journal's chain is broken or no longer holds the newest line this
+    host saw, or whose tables differ from its journal's replay, row by row and column by
+    column (``LedgerIntegrityError`` naming what differs)."""
     journal = Ledger.journal_path_for(ledger_path)
+    hashes = _refuse_a_broken_chain(journal)
     expected = _replayed(read_journal(journal), journal)
     try:
         problems = _differences(conn, expected)
     finally:
         expected.close()
     if not problems:
+        if heads is not None:  # the newest lines removed with their rows agree with each other
+            _refuse_a_lost_head(str(ledger_path), heads, head_key, hashes)
         return
     listed = "; ".join(problems[:MAX_LISTED]) + (
         f"; and {len(problems) - MAX_LISTED} more" if len(problems) > MAX_LISTED else "")
@@ -1265,7 +1499,10 @@ def reconcile_sqlite(ledger_path: Path, records: list[dict], manifests: list[dic
                            else "does not hold", known_spends, known_releases, records,
                            manifests)
     if ledger_path.is_file():
-        Ledger(ledger_path).verify()
+        ledger = Ledger(ledger_path)
+        ledger.verify()
+        refuse_charges_unlike_releases(str(ledger_path), ledger.spends(), records,
+                                       list(manifests))
         return
     journal = Ledger.journal_path_for(ledger_path)
     if read_journal(journal):
@@ -1297,6 +1534,90 @@ def refuse_releases_not_in(location: str, state: str, known_spends: set[str],
             "replaced, and its budgets would restart from zero. Nothing was spent. Restore the "
             "ledger from backup, or rebuild it with 'medrelease ledger restore' (from its "
             "journal, the steward records, and the published manifests where those are gone).")
+
+
+def _facts_of_record(record: dict) -> dict[str, Any]:
+    charge = record.get("ledger_charge") or {}
+    return {"source": charge.get("source"), "mechanism": charge.get("mechanism"),
+            "epsilon": charge.get("epsilon"), "delta": charge.get("delta"),
+            "DP": charge.get("dp"), "TEST": record.get("test_release")}
+
+
+def _facts_of_manifest(manifest: dict) -> dict[str, Any]:
+    return {"source": manifest.get("source"), "mechanism": manifest.get("mechanism"),
+            "epsilon": manifest.get("epsilon_spent"), "delta": manifest.get("delta_spent"),
+            "DP": (manifest.get("guarantee") or {}).get("proven"),
+            "TEST": manifest.get("test_release")}
+
+
+def _facts_of_spend(spend: Spend) -> dict[str, Any]:
+    return {"source": spend.source, "mechanism": spend.mechanism, "epsilon": spend.epsilon,
+            "delta": spend.delta, "DP": spend.dp, "TEST": spend.test}
+
+
+def _unlike(stated: dict[str, Any], charged: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """(fact, as the release states it, as the ledger holds it) where the two differ; a fact
+    an older record or manifest does not state is not compared."""
+    differ = []
+    for name, said in stated.items():
+        held = charged[name]
+        if said is None:
+            continue
+        if isinstance(held, bool):
+            same = bool(said) == held
+        elif isinstance(held, float):
+            same = isinstance(said, int | float) and not isinstance(said, bool) and \
+                math.isclose(float(said), held, rel_tol=1e-9, abs_tol=1e-15)
+        else:
+            same = said == held
+        if not same:
+            differ.append((name, said, held))
+    return differ
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return f"{value:g}" if isinstance(value, float) else repr(value) if isinstance(
+        value, str) else str(value)
+
+
+def refuse_charges_unlike_releases(location: str, spends: list[Spend], records: list[dict],
+                                   manifests: list[dict]) -> None:
+    """Refuse (``LedgerIntegrityError``) a ledger whose spend of a release on record says
+    otherwise than the release: its steward record's charge, or its published manifest
+    (source, mechanism, epsilon, delta, DP, TEST). The ledger and its journal edited together
+    agree with each other; the releases, kept elsewhere, still say what was charged."""
+    by_spend = {s.spend_id: s for s in spends}
+    by_release = {s.release_id: s for s in spends if s.release_id}
+    of_record = {r["release_id"]: by_spend[r["ledger_spend_id"]] for r in records
+                 if r.get("ledger_spend_id") in by_spend}
+    problems = []
+    stated = [(r["release_id"], "steward record", _facts_of_record(r),
+               by_spend.get(r.get("ledger_spend_id"))) for r in records
+              if r.get("ledger_charge")]
+    stated += [(m["release_id"], "manifest", _facts_of_manifest(m),
+                by_release.get(m["release_id"]) or of_record.get(m["release_id"]))
+               for m in manifests if m.get("release_id")]
+    for release_id, where, facts, spend in stated:
+        if spend is None:
+            continue  # a release without its spend: refuse_releases_not_in says so
+        differ = _unlike(facts, _facts_of_spend(spend))
+        if differ:
+            said = ", ".join(f"{name} {_shown(value)}" for name, value, _ in differ)
+            held = ", ".join(f"{name} {_shown(value)}" for name, _, value in differ)
+            problems.append(f"release {release_id}: its {where} says {said}; the ledger's "
+                            f"spend {spend.spend_id} says {held}")
+    if problems:
+        listed = "; ".join(problems[:MAX_LISTED]) + (
+            f"; and {len(problems) - MAX_LISTED} more" if len(problems) > MAX_LISTED else "")
+        raise LedgerIntegrityError(
+            f"the budget ledger {location} does not match the releases on record "
+            f"({len(problems)} difference{'s' if len(problems) != 1 else ''}: {listed}). A "
+            "spend was edited in the ledger (and its journal) after its release; nothing was "
+            "spent. Restore the ledger and its journal from backup, or move them aside and "
+            "run 'medrelease ledger restore' (it rebuilds from the steward records and the "
+            "published manifests).")
 
 
 def _ledger_contents(ledger_path: Path) -> tuple[set[str], set[str]]:

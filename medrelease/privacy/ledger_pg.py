@@ -36,7 +36,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 from medrelease.errors import MedreleaseError
 from medrelease.privacy.ledger import (
@@ -53,7 +52,7 @@ from medrelease.privacy.ledger import (
     _replayed,
     refuse_releases_not_in,
 )
-from medrelease.privacy.ledger_url import redacted
+from medrelease.privacy.ledger_url import redacted, scrubbed, with_user_and_database
 
 SCHEMA_NAME = "medrelease"
 OWNER_ROLE = "medrelease_owner"
@@ -62,6 +61,90 @@ SERVICE_ROLE = "medrelease_service"
 LOCK_KEY = 0x6D6564_72656C65
 GENESIS_HASH = "0" * 64
 HEAD_FILE = "ledger-head.json"
+
+# Migration 2 (issue 56, holes 5 and 7): the product's bounds held by the database itself, so
+# that a row the service role appends can never hold what the Python checks refuse. A plain
+# ``CHECK (epsilon >= 0)`` accepts NaN (PostgreSQL orders NaN above every number), so every
+# bound has an upper end as well (NaN and +Infinity fail ``<= 100``, -Infinity fails ``>= 0``)
+# and says ``<> 'NaN'`` outright. A journal event's body must be a JSON object of its kind whose
+# numbers are numbers within the same bounds (NaN and Infinity are not JSON): the replay of
+# the journal never meets a value the tables could not hold. ``ALTER TABLE ... ADD
+# CONSTRAINT`` checks the rows already there: a database holding a row that breaks a bound is
+# not migrated (``migrate`` says why; nothing is changed).
+_EPSILON = f"BETWEEN 0 AND {MAX_CAP_EPSILON}"
+_DELTA = f"BETWEEN 0 AND {MAX_CAP_DELTA}"
+
+
+def _bounded(*columns_and_bounds: tuple[str, str]) -> str:
+    return " AND ".join(f"{column} <> 'NaN' AND {column} {bound}"
+                        for column, bound in columns_and_bounds)
+
+
+_BOUNDS_SQL = f"""
+ALTER TABLE spend_reservations
+    ADD CONSTRAINT spend_reservations_spend_bounds
+        CHECK ({_bounded(("epsilon", _EPSILON), ("delta", _DELTA))}),
+    ADD CONSTRAINT spend_reservations_cap_bounds
+        CHECK ({_bounded(("lifetime_epsilon", _EPSILON), ("lifetime_delta", _DELTA))});
+ALTER TABLE source_caps
+    ADD CONSTRAINT source_caps_bounds
+        CHECK ({_bounded(("lifetime_epsilon", _EPSILON), ("lifetime_delta", _DELTA))}
+               AND lifetime_epsilon > 0);
+ALTER TABLE cap_changes
+    ADD CONSTRAINT cap_changes_bounds
+        CHECK ({_bounded(("old_epsilon", _EPSILON), ("old_delta", _DELTA),
+                         ("new_epsilon", _EPSILON), ("new_delta", _DELTA))}
+               AND new_epsilon > 0);
+
+-- What is wrong with a journal event (NULL: nothing). IMMUTABLE: a CHECK constraint calls it.
+CREATE FUNCTION medrelease_event_problem(p_kind text, p_body text) RETURNS text
+LANGUAGE plpgsql IMMUTABLE AS $$
+DECLARE
+    event jsonb;
+    request jsonb;
+BEGIN
+    BEGIN
+        event := p_body::jsonb;
+    EXCEPTION WHEN others THEN
+        RETURN 'its body is not JSON (NaN and Infinity are not numbers there)';
+    END;
+    IF jsonb_typeof(event) IS DISTINCT FROM 'object'
+            OR event->>'event' IS DISTINCT FROM p_kind THEN
+        RETURN 'its body is not a ' || p_kind || ' event';
+    END IF;
+    IF p_kind = 'reserve' THEN
+        request := event->'request';
+        IF jsonb_typeof(request) IS DISTINCT FROM 'object'
+                OR jsonb_typeof(request->'epsilon') IS DISTINCT FROM 'number'
+                OR jsonb_typeof(request->'delta') IS DISTINCT FROM 'number'
+                OR jsonb_typeof(request->'lifetime_epsilon') IS DISTINCT FROM 'number'
+                OR jsonb_typeof(request->'lifetime_delta') IS DISTINCT FROM 'number'
+                OR NOT (request->>'epsilon')::numeric {_EPSILON}
+                OR NOT (request->>'delta')::numeric {_DELTA}
+                OR NOT (request->>'lifetime_epsilon')::numeric > 0
+                OR NOT (request->>'lifetime_delta')::numeric >= 0 THEN
+            RETURN 'its request''s epsilon, delta and cap are not numbers within the bounds';
+        END IF;
+    ELSIF p_kind = 'outcome' THEN
+        IF event->>'status' IS NULL
+                OR event->>'status' NOT IN ('reserved', 'released', 'failed') THEN
+            RETURN 'its status is not reserved, released or failed';
+        END IF;
+    ELSIF p_kind = 'cap' THEN
+        IF jsonb_typeof(event->'new_epsilon') IS DISTINCT FROM 'number'
+                OR jsonb_typeof(event->'new_delta') IS DISTINCT FROM 'number'
+                OR NOT (event->>'new_epsilon')::numeric {_EPSILON}
+                OR NOT (event->>'new_epsilon')::numeric > 0
+                OR NOT (event->>'new_delta')::numeric {_DELTA} THEN
+            RETURN 'its new cap is not within the bounds';
+        END IF;
+    END IF;
+    RETURN NULL;
+END $$;
+ALTER TABLE ledger_events
+    ADD CONSTRAINT ledger_events_body_bounds
+        CHECK (medrelease_event_problem(kind, body) IS NULL);
+"""
 
 # The versioned schema: applied in order by ``init_db`` (as the owner role), recorded in
 # ``schema_migrations``. A service refuses a database whose version is not its own.
@@ -234,7 +317,7 @@ BEGIN
 END $$;
 CREATE TRIGGER ledger_events_guard BEFORE INSERT ON ledger_events
     FOR EACH ROW EXECUTE FUNCTION medrelease_guard_event();
-"""),)
+"""), (2, "bounds as constraints", _BOUNDS_SQL))
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 # What the service may do, per object (init_db grants exactly this, nothing else).
 SERVICE_INSERTS = ("ledger_events", "source_caps", "source_policies", "spend_reservations",
@@ -316,7 +399,7 @@ class PostgresLedger(BudgetLedger):
                                         options=f"-c search_path={SCHEMA_NAME}")
         except psycopg.Error as exc:
             raise MedreleaseError(f"cannot connect to the budget ledger {self.location}: "
-                                  f"{type(exc).__name__}: {_first_line(exc)}") from None
+                                  f"{type(exc).__name__}: {_first_line(exc, self.url)}") from None
         return self._raw
 
     @contextmanager
@@ -331,11 +414,11 @@ class PostgresLedger(BudgetLedger):
                 f"{self.timeout_s:g} s; nothing was spent — try again later") from None
         except psycopg.errors.InsufficientPrivilege as exc:
             raise MedreleaseError(f"the budget ledger {self.location} refused the change: "
-                                  f"{_first_line(exc)}") from None
+                                  f"{_first_line(exc, self.url)}") from None
         except psycopg.OperationalError as exc:  # the server went away: reconnect next time
             self.close()
             raise MedreleaseError(f"the budget ledger {self.location} is unreachable "
-                                  f"({_first_line(exc)})") from None
+                                  f"({_first_line(exc, self.url)})") from None
 
     @contextmanager
     def _transaction(self) -> Iterator[_PgConnection]:
@@ -371,7 +454,7 @@ class PostgresLedger(BudgetLedger):
                              (event["source"], float(event["new_epsilon"]),
                               float(event["new_delta"]), event["reason"], event["at"]))
         except psycopg.errors.RaiseException as exc:
-            raise MedreleaseError(_first_line(exc)) from None
+            raise MedreleaseError(_first_line(exc, self.url)) from None
         last = conn.execute("SELECT seq, hash FROM ledger_events ORDER BY seq DESC "
                             "LIMIT 1").fetchone()
         self._head = (last[0], last[1])
@@ -509,8 +592,10 @@ def _default_head_file() -> Path:
     return data_home() / HEAD_FILE
 
 
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+def _first_line(exc: BaseException, url: str = "") -> str:
+    """The driver's message, first line, with the URL's secrets cut out (libpq may quote a
+    value it could not decode, a password included)."""
+    return scrubbed((str(exc).strip().splitlines() or [type(exc).__name__])[0], url)
 
 
 def _chain_problems(rows: list[tuple]) -> list[str]:
@@ -573,10 +658,22 @@ def migrate(conn: _PgConnection) -> list[int]:
                  "name TEXT NOT NULL, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())")
     have = {r[0] for r in conn.execute("SELECT version FROM schema_migrations").fetchall()}
     applied = []
+    psycopg = _psycopg()
     for version, name, sql in MIGRATIONS:
         if version in have:
             continue
-        conn.raw.execute(sql)
+        try:
+            conn.raw.execute(sql)
+        except psycopg.errors.CheckViolation as exc:
+            raise MedreleaseError(
+                f"migration {version} ({name}) cannot be applied: {_first_line(exc)}. The "
+                "ledger holds a row that breaks the product's bounds (NaN, infinite or negative "
+                f"epsilon or delta, a cap outside 0 < epsilon <= {MAX_CAP_EPSILON:g} and "
+                f"0 <= delta <= {MAX_CAP_DELTA:g}, or a journal event that is not JSON): it "
+                "was appended while the database allowed it, and replaying it fails already. "
+                "Restore the database from a backup taken before it, or rebuild the ledger "
+                "into a new database ('medrelease ledger restore'), then run init-db again. "
+                "Nothing was changed.") from None
         conn.execute("INSERT INTO schema_migrations (version, name) VALUES (?, ?)",
                      (version, name))
         applied.append(version)
@@ -600,7 +697,7 @@ def init_db(admin_url: str, owner: str = OWNER_ROLE, service: str = SERVICE_ROLE
         raw = psycopg.connect(admin_url, autocommit=True, connect_timeout=10)
     except psycopg.Error as exc:
         raise MedreleaseError(f"cannot connect with --admin-url {redacted(admin_url)}: "
-                              f"{_first_line(exc)}") from None
+                              f"{_first_line(exc, admin_url)}") from None
     with raw:
         conn = _PgConnection(raw)
         existing = {r[0] for r in conn.execute("SELECT rolname FROM pg_roles WHERE rolname IN "
@@ -624,9 +721,7 @@ def init_db(admin_url: str, owner: str = OWNER_ROLE, service: str = SERVICE_ROLE
         raw.execute(sql.SQL("ALTER ROLE {} SET search_path = {}").format(
             sql.Identifier(service), sql.Identifier(SCHEMA_NAME)))
         database = raw.info.dbname
-    parts = urlsplit(admin_url)
-    netloc = f"{service}@{parts.hostname or ''}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit((parts.scheme, netloc, f"/{database}", parts.query, "")), applied
+    return with_user_and_database(admin_url, service, database), applied
 
 
 def _grant_service(raw: Any, service: str) -> None:
@@ -647,7 +742,12 @@ def _grant_service(raw: Any, service: str) -> None:
         raw.execute(sql.SQL("GRANT SELECT ON {} TO {}").format(sql.Identifier(table), role))
     raw.execute(sql.SQL("GRANT USAGE ON SEQUENCE ledger_order TO {}").format(role))
     for function in ("medrelease_set_cap(text, double precision, double precision, text, text)",
-                     "medrelease_guard_event()"):
-        raw.execute(sql.SQL(f"REVOKE ALL ON FUNCTION {function} FROM PUBLIC"))
+                     "medrelease_guard_event()", "medrelease_event_problem(text, text)"):
+        if raw.execute("SELECT to_regprocedure(%s)", (function,)).fetchone()[0] is not None:
+            raw.execute(sql.SQL(f"REVOKE ALL ON FUNCTION {function} FROM PUBLIC"))
+    if raw.execute("SELECT to_regprocedure('medrelease_event_problem(text, text)')"
+                   ).fetchone()[0] is not None:  # the journal's CHECK calls it as the inserter
+        raw.execute(sql.SQL("GRANT EXECUTE ON FUNCTION medrelease_event_problem(text, text) "
+                            "TO {}").format(role))
     raw.execute(sql.SQL("GRANT EXECUTE ON FUNCTION medrelease_set_cap(text, double precision, "
                         "double precision, text, text) TO {}").format(role))

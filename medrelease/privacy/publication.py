@@ -21,6 +21,7 @@ A fact on neither list is an error: a new field must be placed on one side delib
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -78,7 +79,7 @@ PUBLISHED: dict[str, PublishedField] = {
                                              "non-DP release voided the lifetime guarantee"),
     "seed_policy": PublishedField(Basis.PUBLIC, "whether the request fixed a seed"),
     "randomness": PublishedField(Basis.PUBLIC, "the random source in words (fixed by the seed "
-                                               "policy)"),
+                                               "policy and whether the mechanism draws noise)"),
     "columns": PublishedField(Basis.PUBLIC, "the released columns' roles, types, taxonomy and "
                                             "domain file names, declared class values"),
     "checks": PublishedField(Basis.PUBLIC, "the output checks, phrased over public values; "
@@ -128,6 +129,7 @@ DETAILS: dict[str, Basis] = {
     "noisy_total_clipped": Basis.OUTPUT,   # aim: whether the noisy total reached the ceiling
     "merged_value_expansion": Basis.PUBLIC,  # aim: how merged values become leaves (a constant)
     "impossible_rows_redrawn": Basis.OUTPUT,  # aim: rows drawn again (model + sampler draws)
+    "unit_cut": Basis.OUTPUT,              # the unit bound's rows removed: its own DP step
 }
 
 # Tables a mechanism publishes beside its data (``Capabilities.published_tables``), column by
@@ -135,6 +137,19 @@ DETAILS: dict[str, Basis] = {
 # labels of its cells (taxonomy levels, the declared domain, "<parent> (rare)" groups chosen
 # from round 0's noisy counts); it is checked against ``PUBLISHED_TABLE_LABELS``.
 PUBLISHED_TABLES: dict[str, dict[str, Basis]] = {
+    # every estimate a researcher reads with its 95 % interval (privacy/interval_table.py):
+    # post-processing of the released counts, the steps' public noise laws and thresholds, and
+    # aim's noisy measurements; ``released`` the audit re-derives from the data file
+    "intervals.csv": {
+        "what": Basis.PUBLIC,       # count / total / marginal: the kinds of estimate
+        "columns": Basis.PUBLIC,    # the released columns it is about (config names)
+        "cell": Basis.OUTPUT,       # released labels (data.csv's) or declared public values
+        "released": Basis.RELEASED,  # from the released rows (aim: the synthetic rows)
+        "lower": Basis.OUTPUT,      # interval: released counts / measurements + public laws
+        "upper": Basis.OUTPUT,
+        "level": Basis.PUBLIC,      # 0.95
+        "holds": Basis.PUBLIC,      # per estimate / simultaneous
+    },
     "measurements.parquet": {
         "round": Basis.OUTPUT,        # aim: which round measured it (0: the 1-way marginals)
         "marginal": Basis.OUTPUT,     # the columns measured (the round's private choice)
@@ -244,7 +259,7 @@ def render_public_report(manifest: dict[str, Any]) -> str:
     """report.md: the public manifest in plain words (a function of the manifest alone)."""
     guarantee = manifest["guarantee"]
     lines = [f"# Release {manifest['release_id']} of `{manifest['dataset']}`", "",
-             *_verdict_line(manifest)]
+             *_verdict_line(manifest), *how_to_use(manifest)]
     if manifest["test_release"]:
         lines += ["> **TEST RELEASE — NOT FOR PUBLICATION**: made with a fixed seed; anyone "
                   "who knows the seed can remove the noise. It lives in the test store only.",
@@ -269,6 +284,7 @@ def render_public_report(manifest: dict[str, Any]) -> str:
             f"- mechanism: `{manifest['mechanism']}`; generalization (lattice node): {node}")
     lines += [
         "## Guarantee", guarantee["statement"], "",
+        *guarantee_meaning(manifest),
         "## Lifetime of the source", manifest["lifetime"]["statement"], "",
         "## What was released", what,
         *(_synthetic_lines(manifest) if synthetic else
@@ -298,6 +314,106 @@ def render_public_report(manifest: dict[str, Any]) -> str:
 
 # The cells of one declared analysis report.md lists (the manifest's error bars hold them all).
 REPORT_ANALYSIS_CELLS = 100
+
+
+def how_to_use(manifest: dict[str, Any]) -> list[str]:
+    """The report's opening for a researcher: how to read the released numbers, with one
+    worked example taken from this release's own ``intervals.csv`` (its row in the manifest's
+    ``error_bars.intervals.example``), and what every interval is about."""
+    bars = manifest.get("error_bars") or {}
+    files = manifest.get("files") or []
+    synthetic = bool((manifest.get("mechanism_details") or {}).get("synthetic"))
+    lines = ["## How to use these numbers"]
+    intervals = bars.get("intervals")
+    if not intervals:
+        lines += [_markdown_text(bars.get("statement") or "This release states no intervals."),
+                  ""]
+        return lines
+    rows = intervals.get("rows") or {}
+    data = next((f for f in files if f.endswith("data.csv")), "data.csv")
+    what = ("the synthetic rows are drawn from a model of the real table, so a count of them "
+            "is an estimate of the real count" if synthetic else
+            "every count in it has noise added, so a count is an estimate of the true count")
+    lines += [
+        f"`{data}` holds the released rows; {what}. `intervals.csv` lists every estimate you "
+        "can read from this release, one per row, with the range the true count lies in: "
+        "`released` is what the release says, `lower` to `upper` the 95 % interval of the "
+        "true count. `what` says which kind of estimate it is (`count`: a released cell; "
+        "`total`: all rows of one value; `marginal`: a cell of a declared analysis or of one "
+        "column's distribution), `columns` and `cell` which one.", ""]
+    example = intervals.get("example") or {}
+    if example.get("what"):
+        kind = {"total": "the total of", "count": "the released cell", "marginal": "the cell"}
+        lines += [
+            f"**Worked example** (a row of this release's `intervals.csv`): "
+            f"{kind.get(example['what'], '')} {_markdown_text(example['columns'])} = "
+            f"{_markdown_text(example['cell'])}. The release shows {example['released']:,}; "
+            f"the true count lies between {example['lower']:,} and {example['upper']:,}, with "
+            f"95 % confidence. Report it as {example['released']:,} "
+            f"(95 % interval {example['lower']:,}–{example['upper']:,}), not as an exact "
+            "number."
+            + (" The interval is not centred on the released figure: rows the release could "
+               "not publish (too few to pass a threshold, pooled away) may still belong here, "
+               "so the true count can be larger than what you see."
+               if example["upper"] - example["released"] > 2 * max(
+                   1, example["released"] - example["lower"]) else ""), ""]
+    simultaneous = sum(v for k, v in rows.items() if k.endswith("simultaneous"))
+    lines += [
+        "- Each row marked `per estimate` holds with 95 % probability on its own: among 100 "
+        "such rows, about 5 miss. If you read many at once — a whole table, a ranking, the "
+        "largest of many — use the rows marked `simultaneous`"
+        + (f" ({simultaneous:,} rows here)" if simultaneous else "")
+        + ": they are wider, and all of them hold together with 95 % probability.",
+        f"- {_markdown_text(intervals.get('about') or bars.get('about') or '')}",
+        *([f"- {_markdown_text(cut['statement'])}"] if (cut := (
+            manifest.get("mechanism_details") or {}).get("unit_cut")) else []),
+        "- A difference between two released counts is not significant unless their "
+        "intervals are far apart; an interval that reaches 0 means the data cannot tell that "
+        "count from nothing.", ""]
+    return lines
+
+
+def guarantee_meaning(manifest: dict[str, Any]) -> list[str]:
+    """What the guarantee means, in plain words, inside the release itself (a researcher has
+    the release, not the project's repository)."""
+    guarantee = manifest["guarantee"]
+    epsilon, delta = guarantee.get("epsilon"), guarantee.get("delta")
+    lines = ["## What the guarantee means"]
+    if epsilon is None:
+        return [*lines, "This release makes no differential-privacy claim: "
+                        f"{_markdown_text(guarantee.get('label', ''))}. Nothing here bounds "
+                        "what can be learned about a person from it.", ""]
+    who = guarantee.get("neighbouring", "")
+    lines += [
+        f"Take any one {_markdown_text(_protected(who))}: imagine the data with it and "
+        "without it. Differential privacy says the release could have come out of either "
+        f"with nearly the same probability: no outcome is more than e^{epsilon:g} "
+        f"= {math.exp(epsilon):.3g} times likelier one way than the other, except with "
+        f"probability at most {delta:g}. So whatever anyone concludes about one "
+        f"{_markdown_text(_protected(who))} from this release, they could have concluded "
+        "almost as well had it never been in the data. The neighbouring relation, exactly: "
+        f"{_markdown_text(who)}.",
+        "",
+        "- What it covers: everything in this folder (the rows, `intervals.csv` and every "
+        "figure in the manifest are computed from the mechanism's noisy outputs and public "
+        "parameters only), and anything computed from it later.",
+        "- What it does not cover: what is true of everyone (a released rate describes the "
+        "whole population, including people who were not in the data), and other releases: "
+        "the guarantees of several releases of the same source add up (the section below "
+        "gives the source's total).",
+        "- Epsilon is the budget this release spent; smaller is more private and noisier. "
+        "The noise is why every number comes with an interval.",
+    ]
+    if not guarantee.get("proven"):
+        lines.append("- **This claim is not upheld by a proof** (see the label above): treat "
+                     "the release as not differentially private.")
+    return [*lines, ""]
+
+
+def _protected(neighbouring: str) -> str:
+    """Who the neighbouring relation protects, in a few words ("row", "patient ...")."""
+    text = neighbouring.removeprefix("add/remove one ").strip()
+    return text.split(" (")[0] or "row"
 
 
 def _verdict_line(manifest: dict[str, Any]) -> list[str]:
@@ -429,27 +545,35 @@ def render_error_bars(bars: dict[str, Any]) -> list[str]:
     title = f"## Error bars ({100 * level:g} % confidence)" if level else "## Error bars"
     lines = [title, bars.get("statement", ""), ""]
     for c in bars.get("cells") or []:  # a list, not a table: it wraps on a laptop screen
-        near = ", ".join(f"{r} → [{lo}, {hi}]" for r, lo, hi in c.get("near_threshold", []))
         lines.append(
             f"- **{_markdown_text(c['applies_to'])}** ({_markdown_text(c['noise'])}): the true "
             f"count of a released count R lies in [R - {c['half_width']}, "
             f"R + {c['half_width']}]" + (f" for R ≥ {c['far_from']}" if c.get("far_from") else "")
-            + (f"; below that: {near}" if near else ""))
+            + ("; every released count's own interval, near the threshold too, is its row in "
+               "`intervals.csv`" if bars.get("intervals") else ""))
     if bars.get("cells"):
         lines.append("")
     if bars.get("totals"):
         lines += [_markdown_text(bars["totals"]), ""]
     marginals = bars.get("marginals") or []
+    useful = [m for m in marginals if m["basis"] != "none" and m["tvd_bound"] < 1]
     if marginals:
-        lines += ["Levels are taxonomy levels (0 = the raw values; higher = coarser). A bound "
-                  "of 1 excludes nothing: at this size and budget the measurements cannot "
-                  "vouch for that marginal; read the coarser measured ones.", "",
-                  "| marginal | levels | bound from | within (TVD) |", "|---|---|---|---|"]
-        for m in marginals:
+        nothing = sum(1 for m in marginals if m["basis"] == "none")
+        vacuous = len(marginals) - len(useful) - nothing
+        lines += ["Beyond the cell-by-cell intervals of `intervals.csv`, a bound on how far a "
+                  "whole marginal of the released rows is from the source's (total variation "
+                  "distance; levels are taxonomy levels, 0 = the raw values)."
+                  + (f" No bound for {nothing} marginal(s): no measurement covers them."
+                     if nothing else "")
+                  + (f" {vacuous} more get only the trivial bound 1: the measurements are "
+                     "too noisy at this size and budget to say anything about them; read "
+                     "their 1-way cells in `intervals.csv` instead." if vacuous else ""), ""]
+    if useful:
+        lines += ["| marginal | levels | bound from | within (TVD) |", "|---|---|---|---|"]
+        for m in useful:
             levels = ", ".join(str(x) for x in m.get("levels", [])) or "0"
-            bound = ("no bound" if m["basis"] == "none" else "1 (nothing excluded)"
-                     if m["tvd_bound"] >= 1 else f"{m['tvd_bound']:.3f}")
-            lines.append(f"| {' × '.join(m['columns'])} | {levels} | {m['basis']} | {bound} |")
+            lines.append(f"| {' × '.join(m['columns'])} | {levels} | {m['basis']} | "
+                         f"{m['tvd_bound']:.3f} |")
         lines.append("")
     return lines
 
@@ -547,7 +671,7 @@ def public_facts(run: RunFacts, release_id: str) -> dict[str, Any]:
         "delta_spent": sum(s["delta"] for s in steps),
         "lifetime": run.charge.public_lifetime(),
         "seed_policy": plan.random.seed_policy,
-        "randomness": plan.random.randomness,
+        "randomness": randomness_words(plan),
         "columns": public_columns(config, columns),
         "checks": {"passed": run.checks.success, "checks": run.checks.public},
         "files": published_file_names(plan.random.test_release, tuple(chosen.tables)),
@@ -561,6 +685,16 @@ def public_facts(run: RunFacts, release_id: str) -> dict[str, Any]:
     # config's public declarations: the audit recomputes it from the published folder
     facts["verdict"] = publication_verdict(facts, chosen.rows, config).as_dict()
     return facts
+
+
+def randomness_words(plan: Any) -> str:
+    """The random source in words. A mechanism with no budget step (kanon, mondrian,
+    pseudonymize) draws no noise: its report named the noise source as if it used one (issue
+    56). It says "none", and what the source still does: shuffle the released rows' order."""
+    if any(step.epsilon > 0 for step in plan.budget_steps):
+        return plan.random.randomness
+    return (f"none: {plan.mechanism} draws no noise (the same input gives the same rows); "
+            f"only the order of the released rows is shuffled, from {plan.random.randomness}")
 
 
 def declared_tables(chosen: MaterializedRelease, mechanism: str) -> dict[str, pd.DataFrame]:

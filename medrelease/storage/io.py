@@ -2,7 +2,10 @@
 
 Everything is read as text first; types are checked and coerced by the input schema
 (``schemas/input.py``), so a non-numeric age is reported with its rows instead of silently
-turning the whole column into text.
+turning the whole column into text. Only the columns a release reads (``extract.read_columns``)
+are kept in memory: a ``drop`` column, an identifier that is not the privacy unit and any
+undeclared column are dropped from each chunk as it is parsed (Parquet: never decoded), so a
+wide or heavy column nobody releases is never held whole.
 """
 
 from __future__ import annotations
@@ -69,12 +72,28 @@ def counting_positions(config: DatasetConfig, path: str | Path | None = None):
     return positions_counted_as("file line", 2)
 
 
+def _wanted(config: DatasetConfig) -> set[str]:
+    """The read columns (``extract.read_columns``: what the input schema checks)."""
+    from schemas.input import schema_columns
+
+    return set(schema_columns(config))
+
+
+def _parquet_columns(config: DatasetConfig, parquet) -> list[str]:
+    """The read columns a Parquet file holds, in its order (the others are never decoded)."""
+    wanted = _wanted(config)
+    return [name for name in parquet.schema_arrow.names if name in wanted]
+
+
 def read_input(config: DatasetConfig, path: str | Path | None = None) -> pd.DataFrame:
-    """The extract as a frame of text columns (Parquet keeps its own types)."""
+    """The extract's read columns as a frame of text columns (Parquet keeps its own types)."""
     source = _existing_source(config, path)
     if _is_parquet(config, source):
+        import pyarrow.parquet as pq
+
         try:
-            return pd.read_parquet(source)
+            parquet = pq.ParquetFile(source)
+            return parquet.read(columns=_parquet_columns(config, parquet)).to_pandas()
         except Exception as exc:  # pyarrow raises several unrelated types
             raise _unreadable_parquet(source, exc) from None
     return _read_csv(config, source)
@@ -88,7 +107,11 @@ def read_validated_input(config: DatasetConfig, path: str | Path | None = None) 
     if _is_parquet(config, source):
         return read_input(config, source)
     try:
-        return pd.read_csv(source, engine="pyarrow", **_csv_options(config))
+        wanted = _wanted(config)
+        header = [name.removeprefix("\ufeff") for name in  # (a byte-order mark)
+                  _raw_header(source, config.input.encoding, config.input.delimiter)]
+        return pd.read_csv(source, engine="pyarrow", **_csv_options(config),
+                           usecols=[c for c in header if c in wanted])
     except Exception:  # the C engine reads what pyarrow's will not
         return read_input(config, source)
 
@@ -126,17 +149,36 @@ def _csv_options(config: DatasetConfig) -> dict:
             "keep_default_na": False, "na_values": [""]}
 
 
+# A CSV is parsed in chunks of about this many cells, each cut to the read columns before the
+# next is parsed: the parser's own ``usecols`` would skip the other columns but also stop
+# refusing a row with more fields than the header (a ragged row).
+CELLS_PER_CHUNK = 5_000_000
+
+
+def _csv_chunks(config: DatasetConfig, source: Path, rows_per_chunk: int):
+    """The CSV in chunks of its read columns (row labels continuing across chunks), the file
+    checks run on the first; within ``_csv_errors``."""
+    wanted = _wanted(config)
+    width = max(1, len(_raw_header(source, config.input.encoding, config.input.delimiter)))
+    rows = max(1_000, min(rows_per_chunk, CELLS_PER_CHUNK // width))
+    reader = pd.read_csv(source, engine="c", chunksize=rows, **_csv_options(config))
+    for position, chunk in enumerate(reader):
+        if position == 0:
+            _check_header(config, source, chunk, config.input.delimiter)
+        yield chunk[[c for c in chunk.columns if c in wanted]]
+
+
 def _read_csv(config: DatasetConfig, source: Path) -> pd.DataFrame:
     with _csv_errors(config, source):
-        frame = pd.read_csv(source, engine="c", **_csv_options(config))
-        _check_header(config, source, frame, config.input.delimiter)
-    return frame
+        parts = list(_csv_chunks(config, source, CELLS_PER_CHUNK))
+    return pd.concat(parts) if len(parts) > 1 else parts[0]
 
 
 def _check_header(config: DatasetConfig, source: Path, frame: pd.DataFrame, delimiter: str) -> None:
-    """Catch the common file mistakes before column-level validation."""
-    header = list(frame.columns)
+    """Catch the common file mistakes before column-level validation (on the file's own
+    header: the frame holds the read columns only)."""
     raw_header = _raw_header(source, config.input.encoding, delimiter)
+    header = raw_header
     repeated = sorted({c for c in raw_header if raw_header.count(c) > 1})
     if repeated:
         named = [c for c in repeated if c in config.columns]
@@ -175,15 +217,12 @@ def iter_chunks(config: DatasetConfig, path: str | Path | None = None,
         except Exception as exc:  # pyarrow raises several unrelated types
             raise _unreadable_parquet(source, exc) from None
         offset = 0
-        for batch in parquet.iter_batches(batch_size=rows_per_chunk):
+        for batch in parquet.iter_batches(batch_size=rows_per_chunk,
+                                          columns=_parquet_columns(config, parquet)):
             chunk = batch.to_pandas()
             chunk.index = pd.RangeIndex(offset, offset + len(chunk))  # rows of the whole file
             offset += len(chunk)
             yield chunk
         return
     with _csv_errors(config, source):
-        reader = pd.read_csv(source, chunksize=rows_per_chunk, **_csv_options(config))
-        for position, chunk in enumerate(reader):
-            if position == 0:
-                _check_header(config, source, chunk, config.input.delimiter)
-            yield chunk
+        yield from _csv_chunks(config, source, rows_per_chunk)

@@ -118,11 +118,16 @@ def write_table(frame: pd.DataFrame, path: Path) -> None:
     schema metadata: it records the index and so the row count, which would then differ
     between neighbouring inputs in bytes the audit compares. Categorical columns are written
     as plain text: a dictionary's unused categories would enter the row groups' statistics,
-    which must be the values' own."""
+    which must be the values' own. A ``.csv`` name (``intervals.csv``) is written as CSV with
+    data.csv's text safety (formula-like cells prefixed with ')."""
     import pyarrow.parquet as pq
 
     plain = frame.astype({c: object for c in frame.columns
                           if isinstance(frame[c].dtype, pd.CategoricalDtype)})
+    if path.suffix == ".csv":  # a text table (intervals.csv): formula-like cells made inert
+        neutralise_formulas(plain).to_csv(path, index=False, encoding="utf-8",
+                                          lineterminator="\n")
+        return
     pq.write_table(_arrow(plain).replace_schema_metadata(None), path)
 
 

@@ -188,7 +188,21 @@ class Model:
             if set(clique) <= set(attrs):
                 axes, perm = _reduce(attrs, clique)
                 return np.transpose(table.sum(axis=axes) if axes else table, perm)
-        factors = [(attrs, table) for attrs, table in self.potentials.items() if attrs]
+        parts: dict[frozenset[str], list[str]] = {}
+        for a in clique:
+            parts.setdefault(self._components.get(a, frozenset({a})), []).append(a)
+        if len(parts) > 1:  # independent parts of the model: the product of their marginals
+            out = self._product([(tuple(p), self.marginal(tuple(p))) for p in parts.values()],
+                                clique)
+            self._cache[clique] = out
+            return out
+        # Only the factors connected to the clique's attributes: every other part of the model
+        # sums to a constant, which the normalization below removes (a wide table's model is
+        # mostly separate parts early in the rounds: eliminating all of them for every
+        # candidate was most of a round's scoring).
+        reach = set().union(*(self._components.get(a, {a}) for a in clique))
+        factors = [(attrs, table) for attrs, table in self.potentials.items()
+                   if attrs and attrs[0] in reach]
         keep = set(clique)
         # in domain order, so that ties go the same way in every process (a set's order
         # follows string hashing: the same seed gave another release in another process)
@@ -196,7 +210,7 @@ class Model:
         eliminate = [a for a in self.domain.attributes if a in present]
         sizes = self.domain.sizes
         while eliminate:
-            z = min(eliminate, key=lambda a: _joined_size(factors, a, sizes))
+            z = _cheapest(eliminate, factors, sizes)
             eliminate.remove(z)
             involved = [f for f in factors if z in f[0]]
             factors = [f for f in factors if z not in f[0]]
@@ -211,6 +225,54 @@ class Model:
         return out
 
 
+    def _product(self, parts: list[tuple[Clique, np.ndarray]], clique: Clique) -> np.ndarray:
+        """The joint of independent parts (each a marginal in counts summing to the total):
+        their outer product over the total to the power of parts - 1, in ``clique``'s axis
+        order. A wide table's model is mostly independent parts: each part's marginal is
+        computed once and shared by every candidate that crosses it (issue 55)."""
+        order: list[str] = []
+        table = np.ones(())
+        for attrs, part in parts:
+            table = np.multiply.outer(table, part / self.total)
+            order.extend(attrs)
+        perm = [order.index(a) for a in clique]
+        return np.transpose(table, perm) * self.total
+
+    @cached_property
+    def _components(self) -> dict[str, frozenset[str]]:
+        """Each attribute's connected part of the model (attributes joined by a clique)."""
+        parent = {a: a for a in self.domain.attributes}
+
+        def root(a: str) -> str:
+            while parent[a] != a:
+                parent[a] = parent[parent[a]]
+                a = parent[a]
+            return a
+
+        for attrs in self.potentials:
+            for a in attrs[1:]:
+                parent[root(a)] = root(attrs[0])
+        parts: dict[str, set[str]] = {}
+        for a in self.domain.attributes:
+            parts.setdefault(root(a), set()).add(a)
+        return {a: frozenset(parts[root(a)]) for a in self.domain.attributes}
+
+
+def _cheapest(eliminate: list[str], factors: list, sizes: dict[str, int]) -> str:
+    """The attribute whose elimination joins the fewest cells (the first in ``eliminate``'s
+    order on a tie: ``min``'s rule), in exact integers."""
+    best, best_size = eliminate[0], None
+    for attribute in eliminate:
+        joined: set[str] = set()
+        for attrs, _ in factors:
+            if attribute in attrs:
+                joined.update(attrs)
+        size = prod(sizes[a] for a in joined)
+        if best_size is None or size < best_size:
+            best, best_size = attribute, size
+    return best
+
+
 def model_marginal(model: Model, clique: tuple[str, ...]) -> np.ndarray:
     """The model's marginal on ``clique`` (axes in clique order), in counts."""
     return model.marginal(clique)
@@ -218,11 +280,6 @@ def model_marginal(model: Model, clique: tuple[str, ...]) -> np.ndarray:
 
 def model_size_mb(model_domain: Domain, cliques: list[tuple[str, ...]]) -> float:
     return _tree_size_mb(model_domain.attributes, model_domain.shape, cliques)
-
-
-def _joined_size(factors: list, attribute: str, sizes: dict[str, int]) -> int:
-    joined = {a for attrs, _ in factors if attribute in attrs for a in attrs}
-    return int(np.prod([sizes[a] for a in joined]))
 
 
 def _log_product(factors: list, order: tuple[str, ...] | None = None

@@ -22,11 +22,14 @@ from medrelease.data.config import DatasetConfig
 from medrelease.data.constraints import impossible_for
 from medrelease.errors import ParameterError
 from medrelease.plan import MaterializedRelease, ReleasePlan
+from medrelease.privacy.interval_table import with_intervals
 from medrelease.privacy.randomness import generator_for
+from medrelease.privacy.unit_cut import draw_unit_cut, unit_cut_epsilon
 from medrelease.privacy.zcdp import rho_for
 from medrelease.storage.released_rows import ReleasedRows
 from medrelease.synthetic.aim_rounds import AIMRounds, Settings
 from medrelease.synthetic.error_bars import (
+    aim_interval_table,
     analysis_tables,
     bounds_summary,
     marginal_bounds,
@@ -60,11 +63,15 @@ class RoundsParams(Protocol):
     workload_degree: int
     max_synthetic_rows: int
     analyses_share: float
+    unit_column: str | None
 
 
 def release_rho(params: RoundsParams) -> float:
-    """The release's rho, for one privacy unit: the largest that implies (epsilon, delta)."""
-    return rho_for(params.epsilon, params.delta)
+    """The release's rho, for one privacy unit: the largest that implies (epsilon, delta) —
+    less, with a declared unit, the unit cut's pure-epsilon share (``privacy/unit_cut.py``),
+    which composes with the rounds' (epsilon - its share, delta)."""
+    cut = unit_cut_epsilon(params.epsilon, getattr(params, "unit_column", None))
+    return rho_for(params.epsilon - cut, params.delta)
 
 
 def rounds_rho(params: RoundsParams) -> float:
@@ -208,13 +215,21 @@ def synthetic_release(run: AIMRounds, counts: CountTable, plan: ReleasePlan) -> 
     }
     if run.impossible:
         details["impossible_rows_redrawn"] = int(run.rejected)
+    cut = draw_unit_cut(plan.budget_steps, plan.unit, counts.unit_bound)
+    if cut is not None:  # the unit bound's cut, a DP count of its own declared step
+        details["unit_cut"] = cut
+    bars = researcher_error_bars(run, codes)
+    informative = next((n for n in run.space.names if n not in counts.dimensions), None)
+    error_bars, tables = with_intervals(
+        bars, aim_interval_table(run, codes, bars.get("analyses") or [], informative),
+        plan.unit.scope() if plan.unit is not None else None)
     return MaterializedRelease(
         index=-1, node=tuple(0 for _ in counts.dimensions), rows=released, il=None,
         row_bounds=sampled_row_bounds(state.total, state.total_sigma, run.settings.max_rows),
         details=details,
         nodes=(tuple(0 for _ in counts.dimensions),),
-        error_bars=researcher_error_bars(run, codes),
-        tables={"measurements.parquet": measurements_frame(run)})
+        error_bars=error_bars,
+        tables={**tables, "measurements.parquet": measurements_frame(run)})
 
 
 def researcher_error_bars(run: AIMRounds, released_codes: dict[str, np.ndarray]) -> dict:
