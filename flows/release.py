@@ -221,11 +221,13 @@ def _release(request: ReleaseRequest, budget: BudgetInView) -> Any:
     if decided is not None:
         return decided
     refuse_missing_input(request.dataset, request.input_path)
-    resolved = resolve_request(request.dataset, request.mechanism, request.epsilon,
-                               request.parameters, request.input_path, request.seed, ledger,
-                               void_confirmed=request.void_lifetime_guarantee,
-                               # a scheduled run's unchanged extract ends 'No new data'
-                               budget_first=not request.skip_unchanged)
+    with ticking("resolving the request", "the plan, then the extract's files (copied and "
+                 "hashed)"):
+        resolved = resolve_request(request.dataset, request.mechanism, request.epsilon,
+                                   request.parameters, request.input_path, request.seed,
+                                   ledger, void_confirmed=request.void_lifetime_guarantee,
+                                   # a scheduled run's unchanged extract ends 'No new data'
+                                   budget_first=not request.skip_unchanged)
     test = resolved.plan.random.test_release
     release_id = new_release_id(resolved.mechanism, resolved.requested_at, test)
     # no link yet: a release refused or rejected later would leave a link to nothing in the
@@ -459,10 +461,11 @@ def _score_candidates(request: ReleaseRequest, config, context: ReleaseContext, 
                             f"{len(summaries):,}/{total:,} nodes")
 
     report_progress("scoring lattice nodes", 0, total, f"0/{total:,} nodes")
-    # A first wave, one batch a worker, measures the rate; the rest goes in tasks of about
-    # SCORING_TASK_SECONDS at that rate: a task costs ~0.15 s of Prefect's bookkeeping on two
-    # busy cores, and 288 tasks of 64 nodes made an 8,000-row cohort's 18,432 nodes take 53 s
-    # where 16 took 4 s (issue 55); a task of seconds still reports every few seconds.
+    # A first wave (a task of PROBE_NODES a worker) measures the rate; the rest goes in tasks
+    # of about SCORING_TASK_SECONDS at that rate: a task costs ~0.15 s of Prefect's
+    # bookkeeping on two busy cores, and 288 tasks of 64 nodes made an 8,000-row cohort's
+    # 18,432 nodes take 53 s where 16 took 4 s (issue 55); a task of seconds still reports
+    # every few seconds.
     workers = max(1, int(os.environ.get("MEDRELEASE_WORKERS", "2")))
     probe = _packed(batches, PROBE_NODES)[:workers]  # large enough that a task's own cost
     started = time.perf_counter()                    # does not set the rate
@@ -480,8 +483,8 @@ def _score_candidates(request: ReleaseRequest, config, context: ReleaseContext, 
                         f"{len(summaries):,}/{total:,} nodes; about "
                         f"{per_node * left / workers:.0f} s for the other {left:,} at the rate "
                         "of the first", headline=True)
-        scored(_packed(rest, max(request.batch_size, int(SCORING_TASK_SECONDS / per_node)
-                                 if per_node > 0 else len(rest))))
+        per_task = int(SCORING_TASK_SECONDS / per_node) if per_node > 0 else left
+        scored(_packed(rest, max(request.batch_size, per_task)))
     logger.info("scored %d of %d lattice nodes", len(summaries), total)
     return summaries
 

@@ -16,8 +16,17 @@ spaces) decide its role and its taxonomy:
   synthetic age is never below the youngest patient's) and nested round bands above them
   where the range leaves room for any (the reason says how many)
   (1 -> 5 -> 10 -> 20 -> ``*``);
-* code-like text (letters and digits, e.g. ICD) gets prefix levels, or the shipped ICD-9
-  taxonomy when every code is an ICD-9 code; ISO dates get month -> year; the rest is flat;
+* code-like text (letters and digits, e.g. ICD) gets prefix levels that group something, or
+  the shipped ICD-9 taxonomy when every code is an ICD-9 code; dates (ISO, and the common other
+  ways: 31/01/2020, 20200131, 31-Jan-2020, 2020-01) get day -> month -> year in the column's
+  own format; the rest is flat;
+* what a release cannot hold as written is dropped with the reason (issue 55): numbers with an
+  exponent, dates with a time of day, values with a line break; an id with blanks or NA is
+  never the privacy unit; where no column besides the informative one is left, init says so
+  and writes nothing. Whatever is drafted passes ``medrelease check`` and releases with the
+  registry's default mechanism (``tests/test_any_table.py``: 200 generated tables);
+* a person's id different in every row: one row is one person, in the steward's nouns
+  (``row_noun`` = ``unit_noun``: the guarantee protects one patient, without the caveat);
 * the informative column's domain is the shipped ICD-9 list where that fits, else the values
   found, in a file whose first line marks it as read from the data (the guarantee says so
   until the steward sets ``domain_reviewed: true``, which this module never writes); every
@@ -454,7 +463,7 @@ def _rows_kept_by_bound(connection, ids: list[ColumnProfile]) -> dict[str, dict[
 
 def _id_like(profile: ColumnProfile) -> bool:
     """Named like an id with many values, or unique (and not a measurement or a date)."""
-    if profile.kind in ("decimal", "date", "empty", "list", "exponent"):
+    if profile.kind in ("decimal", "date", "empty", "list", "exponent") or _date_times(profile):
         return False
     named = bool(ID_NAME.search(profile.name)) and profile.distinct > max(20, profile.rows // 50)
     unique = profile.unique and profile.rows >= 20 and profile.spaced == 0
