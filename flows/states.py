@@ -151,6 +151,13 @@ def result_of(state: State) -> Any:
     # thread where some other library keeps an event loop running)
     if state.is_cancelled() and state.name == NOT_PUBLISHED:
         return state.result(raise_on_failure=False, _sync=True)
+    if state.is_failed() or state.is_crashed():
+        # the refusal itself (e.g. BudgetExceededError, which the arrival flow holds the
+        # extract for), not Prefect's FailedRun: ``result()`` raises FailedRun where the
+        # state's data was persisted rather than kept in memory (a served run)
+        data = state.result(raise_on_failure=False, _sync=True)
+        if isinstance(data, BaseException):
+            raise data
     return state.result(_sync=True)
 
 

@@ -25,6 +25,8 @@ from .conftest import ROOT
 KILLERS = {
     "after budget charge": "import tasks.lattice as m; m.score_nodes = die",
     "during fan-out": textwrap.dedent("""
+        import flows.release as flow  # tasks of 16 nodes: the scoring packs them by rate
+        flow.PROBE_NODES, flow.SCORING_TASK_SECONDS = 16, 0.0
         import tasks.lattice as m
         real = m.score_nodes
         calls = []

@@ -73,6 +73,8 @@ def test_release_run_records_artifacts_on_a_real_server(api_url, tmp_path: Path,
     assert "node selection" in str(budget) and "cells" in str(budget)
     assert "differential privacy" in by_key["nps-sample-release-summary"].data
     names = [t.name.rsplit("-", 1)[0] for t in task_runs]
-    assert names.count("score-node-batch") == 8  # 256 nodes / 32 per batch
+    # a first wave of tasks measures the rate, the rest is packed into tasks of about 2 s
+    # (issue 55): the sample's 256 nodes fit the first wave; every node was scored (above)
+    assert 1 <= names.count("score-node-batch") <= 8
     assert {"validate-and-aggregate", "charge-budget", "select-node", "check-output",
             "publish-release"} <= set(names)

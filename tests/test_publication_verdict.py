@@ -8,6 +8,7 @@ recomputes it (and flags a verdict that is not the one its folder gives)."""
 
 from __future__ import annotations
 
+import asyncio
 import html
 import json
 import shutil
@@ -321,9 +322,13 @@ def test_a_release_publishes_its_verdict_and_the_audit_recomputes_it(tmp_path: P
 def _catalogue_page(home: Path, dataset: str) -> str:
     """The portal's catalogue page of ``dataset`` over ``home``'s stores, rendered as it
     serves it (its routes and authentication are tests/test_portal.py's)."""
-    from deployments.portal import Portal, PortalPlaces
+    from starlette.requests import Request
+
+    from deployments.portal import VIEWER_KEY, Portal, PortalPlaces, Viewer
 
     portal = Portal(PortalPlaces(home / "releases", home / "test-releases", home / "steward"),
                     "steward:verdict-test")
-    rows = portal.catalogue(dataset)[dataset]
-    return bytes(portal.page("catalogue.html", dataset=dataset, rows=rows).body).decode()
+    request = Request({"type": "http", "method": "GET", "path": f"/releases/{dataset}",
+                       "headers": [], "path_params": {"dataset": dataset},
+                       VIEWER_KEY: Viewer("sam", "steward", "secret")})  # (a TEST release)
+    return bytes(asyncio.run(portal.dataset(request)).body).decode()
