@@ -29,6 +29,7 @@ from medrelease.errors import ConfigError, InputValidationError
 from medrelease.privacy.ledger import Ledger, LedgerIntegrityError, LedgerSourceError
 
 from .conftest import PAPER_TABLE_5, ROOT, serve_inbox, write_paper_dataset
+from .test_holds_ledger import _release, _spent_and_published
 
 SENTINEL = "Sentinel-pw-7Qx"
 
@@ -56,16 +57,6 @@ def _paper(folder: Path, name: str, source: str | None = None, **top) -> Path:
     return path
 
 
-def _release(config: Path, **fields) -> dict:
-    return release_flow(ReleaseRequest(dataset=str(config), evaluate=False, **fields))
-
-
-def _spent_and_published(home: Path) -> tuple[int, int]:
-    ledger = home / "ledger.sqlite"
-    spends = len(Ledger(ledger).spends()) if ledger.is_file() else 0
-    published = [p for store in ("releases", "test-releases") if (home / store).exists()
-                 for p in (home / store).rglob("*") if p.is_file()]
-    return spends, len(published)
 
 
 def _unwrapped(text: str) -> str:
