@@ -8,7 +8,7 @@ Each command runs in a fresh process, as a steward types it (the console entry p
 ``init`` drafts a config for the table in a temporary dataset root (``MEDRELEASE_DATASETS``)
 and ``check`` then validates that config and the table. Issue 37 asks for ``check`` under 3 s on
 a 26k-row table and the others within 1.5 s from a warm disk (none may start Prefect's server;
-``tests/test_cli_fast.py`` checks that none imports Prefect); this prints, it asserts nothing.
+``tests/unit/test_cli_fast.py`` checks that none imports Prefect); this prints, it asserts nothing.
 
     python benchmarks/cli_timing.py                       # Adult (30,162 rows), occupation
     python benchmarks/cli_timing.py --csv FILE --informative COLUMN

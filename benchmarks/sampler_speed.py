@@ -14,7 +14,7 @@ tree), so the machine's drift (30 % hour to hour here) hits both trees alike:
   and of the discrete Gaussian at 20 (best of 5), and a digest of seeded draws of every
   sampler and of the generator's next draw: equal digests mean the same stream;
 * ``--pytest``: the wall time of ``pytest -q -n 0 -p no:cacheprovider
-  tests/test_step_audit.py`` run in the tree (its own tests).
+  tests/unit/test_step_audit.py`` run in the tree (its own tests).
 """
 
 from __future__ import annotations
@@ -87,11 +87,11 @@ def _pytest(tree: Path) -> float:
     env = dict(os.environ, PYTHONPATH=str(tree))
     started = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "0", "-p",
-                           "no:cacheprovider", "tests/test_step_audit.py"], cwd=tree, env=env,
+                           "no:cacheprovider", "tests/unit/test_step_audit.py"], cwd=tree, env=env,
                           capture_output=True, text=True)
     seconds = time.perf_counter() - started
     if done.returncode != 0:
-        raise SystemExit(f"tests/test_step_audit.py failed in {tree}:\n{done.stdout[-2000:]}")
+        raise SystemExit(f"tests/unit/test_step_audit.py failed in {tree}:\n{done.stdout[-2000:]}")
     return seconds
 
 
@@ -102,7 +102,7 @@ def main() -> None:
     parser.add_argument("--after", type=Path, default=Path(__file__).resolve().parents[1])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--pytest", action="store_true",
-                        help="also time tests/test_step_audit.py in each tree")
+                        help="also time tests/unit/test_step_audit.py in each tree")
     args = parser.parse_args()
     trees = {"before": args.before.resolve(), "after": args.after.resolve()}
     print("| round | tree | design s (hits) | dlap n=5 | dlap n=57 | dlap n=10,000 | "

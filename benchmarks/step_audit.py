@@ -1,7 +1,7 @@
 """The step audits, sound and deliberately broken, with each design's power: a markdown table.
 
     python benchmarks/step_audit.py              # 1,000 runs per table (8,000 for selection)
-    python benchmarks/step_audit.py --runs 400   # what tests/test_step_audit.py runs
+    python benchmarks/step_audit.py --runs 400   # what tests/unit/test_step_audit.py runs
 
 Each design (medrelease/evidence/step_audit.py) isolates one step of ``ipa`` or DiffGen with
 test-only parameters, runs the real mechanism code on two neighbouring count tables, and bounds

@@ -2,7 +2,7 @@
 
 The deployments are declared once, in ``serve.py``; ``prefect deploy`` with a work pool needs
 them as YAML, so this module renders that file from the same objects (names, entrypoints,
-descriptions, tags, parameters, schedules, triggers). ``tests/test_deployments_declared_once.py``
+descriptions, tags, parameters, schedules, triggers). ``tests/flow/test_deployments_declared_once.py``
 fails when the committed file and the declaration disagree; regenerate with
 
     python -m deployments.prefect_yaml            # rewrite deployments/prefect.yaml

@@ -11,7 +11,7 @@ lattice size, the dimensions' joint domain, work limits) that the flow's plan st
 the count (``fixed_index``, ``enforce_noise_rows``) and the stores and the ledger's integrity
 (``check_stores_and_ledger``). There is no second validator: every message is the engine's, so
 ``check`` and ``release`` cannot disagree (issue 55: a test walks every pre-charge refusal,
-``tests/test_check_equals_release.py``).
+``tests/flow/test_check_equals_release.py``).
 
 Nothing is spent or written to the ledger, no noise is drawn, Prefect is never imported.
 Findings carry columns, counts and file lines, never values; the values of an input failure go

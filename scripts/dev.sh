@@ -2,7 +2,9 @@
 # One entry point that sets itself up: creates .venv (Python 3.11), installs the pinned set from
 # requirements.lock plus this package, then runs what was asked.
 #   bash scripts/dev.sh demo     # release the bundled sample through the Prefect flow
-#   bash scripts/dev.sh test     # the whole test suite
+#   bash scripts/dev.sh test     # the whole test suite (tests/unit, tests/flow, tests/served)
+#   bash scripts/dev.sh test-fast  # the unit tier without its slow statistical audits (< 1 min):
+#                                # what a developer runs after every change
 #   bash scripts/dev.sh bench    # engine benchmark (prints numbers)
 #   bash scripts/dev.sh shell    # just set up; prints how to activate
 #   bash scripts/dev.sh pg [-- COMMAND ...]  # a throw-away PostgreSQL with a ledger database:
@@ -79,8 +81,11 @@ case "$cmd" in
   # Two workers (CI has 2 cores); the served tests run as two blocks (API, browser), each on
   # one worker with its own Prefect server (tests/conftest.py).
   test)  browser_setup; pg_setup; exec python -m pytest -q -n "${MEDRELEASE_TEST_WORKERS:-2}" --dist loadgroup "$@" ;;
+  # The engine alone: Prefect, the flows and tasks, the browser and PostgreSQL drivers cannot be
+  # imported (tests/unit/conftest.py); the slow statistical audits wait for the whole suite.
+  test-fast) MEDRELEASE_UNIT_TIER=1 exec python -m pytest -q -n 2 -m "not slow" tests/unit "$@" ;;
   bench) exec python benchmarks/engine_bench.py "$@" ;;
   shell) echo "ready: source .venv/bin/activate" ;;
   pg)    pg_setup; exec python -m deployments.local_postgres "$@" ;;
-  *) echo "usage: bash scripts/dev.sh {demo|test|bench|shell|pg}" >&2; exit 2 ;;
+  *) echo "usage: bash scripts/dev.sh {demo|test|test-fast|bench|shell|pg}" >&2; exit 2 ;;
 esac

@@ -4,7 +4,7 @@
 
 HOME is a ``MEDRELEASE_HOME`` holding releases (e.g. after ``medrelease release nps-sample``);
 the portal runs on a free loopback port with a throw-away secret. Writes portal-catalogue.png,
-portal-release.png, portal-steward.png and portal-evidence.png. (tests/test_portal.py takes the
+portal-release.png, portal-steward.png and portal-evidence.png. (tests/served/test_portal.py takes the
 same pages of its own small release; this script shows them on a realistic one.)
 """
 

@@ -150,6 +150,7 @@ def _stops_cleanly_on_sigterm(proc, log: Path) -> None:
 # The served tests in two blocks, each on its own worker with its own server and ``serve``
 # (one block of all of them would run longer than the rest of the suite on the other worker):
 # the browser tests, and those that call the API directly.
+TIERS = ("unit", "flow", "served")
 SERVED_BROWSER_FILES = ("test_ui_browser.py", "test_ui_review.py", "test_ui_steward_controls.py")
 
 
@@ -165,6 +166,10 @@ def pytest_collection_modifyitems(config, items) -> None:
             return 2
         return 1 if item.path.name in SERVED_BROWSER_FILES else 0
 
+    for item in items:  # the tier is the folder: -m unit, -m flow, -m served
+        tier = item.path.parent.name
+        if tier in TIERS:
+            item.add_marker(getattr(pytest.mark, tier))
     items.sort(key=served_block)  # without xdist: one server, the API block first
     for item in items:  # with pytest-xdist (-n 2 --dist loadgroup): one worker, one server
         block = served_block(item)
@@ -322,7 +327,7 @@ def write_arrivals_dataset(folder: Path) -> Path:
     """The served inbox's dataset: nps-sample's config naming ``ipa``. The sample's default,
     ``aim``, takes over a minute a release in a served run (a fresh process compiles its
     model); these tests are about arrivals, exactly-once and the UI, and the default itself is
-    tested where it is resolved (tests/test_registry.py)."""
+    tested where it is resolved (tests/flow/test_registry.py)."""
     import shutil
 
     import yaml

@@ -1,6 +1,6 @@
 """A mechanism in one file, as docs/ARCHITECTURE.md describes: the lattice kind, with every
 optional hook left to ``MechanismBase`` (candidates: every node; score: perturb and summarize;
-selection: the exponential mechanism on 3 - IL). Registered by tests/test_toy_mechanism.py
+selection: the exponential mechanism on 3 - IL). Registered by tests/unit/test_toy_mechanism.py
 with one line. Not a product mechanism: which cells are present is released as it is, so it
 claims no proven guarantee."""
 

@@ -1,6 +1,6 @@
 """How often published intervals hold: one release at a time, against the input's truth.
 
-The runners behind ``benchmarks/coverage.py`` and ``tests/test_coverage.py`` (EVALUATION.md,
+The runners behind ``benchmarks/coverage.py`` and ``tests/unit/test_coverage.py`` (EVALUATION.md,
 "Intervals are tested, not trusted"): each releases a table once through the engine's own
 functions — the same ones the flow calls — takes the ``intervals.csv`` that release would
 publish and checks every row against the true value it is about:

@@ -173,7 +173,7 @@ def discrete_laplace_tail(epsilon: float, k: int) -> float:
 #
 # The samplers' stream (which uniform integers are drawn, in which order) is fixed: seeded
 # releases, the step audits' calibrated run counts and the published seeded examples depend on
-# it (tests/test_sampler_stream.py holds a scalar transcription of CKS to compare with). Every
+# it (tests/unit/test_sampler_stream.py holds a scalar transcription of CKS to compare with). Every
 # sampler runs in rounds, breadth first: each entry still running draws once per round, in
 # entry order, so a round is one bounded-integer draw of numpy's. What costs is not arithmetic
 # but numpy's per-call overhead on the few entries of the later rounds (3 us a scalar

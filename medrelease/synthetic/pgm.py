@@ -626,7 +626,7 @@ def estimate(model_domain: Domain, measurements: list[Measurement], iters: int, 
     noisy total of the leaf-level 1-way measurements: mbi's ``MirrorDescent`` (Armijo: a step
     is kept when the loss falls by at least half the linear prediction, the step size then
     grows by ``STEP_GROWTH``, else halves; with mbi's 1 % growth and no carried step it is
-    mbi's step for step, tests/test_aim_estimator.py). Runs ``iters`` steps rounded up to blocks of
+    mbi's step for step, tests/unit/test_aim_estimator.py). Runs ``iters`` steps rounded up to blocks of
     ``CHECK_EVERY``; with ``tol`` it stops once the loss improved by at most ``tol``
     (relative) over two blocks in a row (mbi's rule)."""
     with threadpool_limits(limits=1, user_api="blas"):
@@ -680,7 +680,7 @@ def sample(model: Model, rows: int, seed: int) -> dict[str, np.ndarray]:
     of 224 s at 1,361,000 rows, on a loaded machine; docs/results/aim.md); this
     one is vectorized, takes the marginals from the model (``Model.marginal``) and draws from
     its own generator (``seed``). Its law is tested
-    against mbi's on every clique marginal (tests/test_aim_sampler.py). Sampling is
+    against mbi's on every clique marginal (tests/unit/test_aim_sampler.py). Sampling is
     post-processing of DP measurements: it costs no budget.
     """
     rng = np.random.default_rng(seed)
