@@ -22,8 +22,8 @@ def load_counts(table: str, rows: int = 20_000):
 
         raw = generate_nps(rows, seed=2020)
     else:
+        from medrelease.data.input_schema import validate_input
         from medrelease.storage.io import read_input
-        from schemas.input import validate_input
 
         raw = validate_input(read_input(config), config)
     return config, aggregate(raw, config)

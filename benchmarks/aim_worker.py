@@ -31,8 +31,8 @@ def main() -> None:
 
         table = generate_nps(job["rows"], seed=2020)
     else:
+        from medrelease.data.input_schema import validate_input
         from medrelease.storage.io import read_input
-        from schemas.input import validate_input
 
         table = validate_input(read_input(config), config)
     started = time.perf_counter()

@@ -249,9 +249,9 @@ def worker(job: dict[str, Any]) -> dict[str, Any]:
     process imports, with its measures."""
     import medrelease.release as engine
     from medrelease.data.config import load_config
+    from medrelease.data.input_schema import validate_input
     from medrelease.evidence.accuracy import workload_accuracy
     from medrelease.storage.io import read_input
-    from schemas.input import validate_input
 
     if not Path(engine.__file__).resolve().is_relative_to(Path(job["tree"]).resolve()):
         raise SystemExit(f"imported {engine.__file__}, not the tree {job['tree']}")

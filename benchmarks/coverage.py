@@ -53,8 +53,8 @@ SKIP = {("nps", "diffgen"), ("planted", "diffgen"), ("nps-unit", "diffgen")}  # 
 
 
 def _read(config):
+    from medrelease.data.input_schema import validate_input
     from medrelease.storage.io import read_input
-    from schemas.input import validate_input
 
     return validate_input(read_input(config), config)
 

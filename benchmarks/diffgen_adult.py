@@ -23,9 +23,9 @@ def main() -> None:
     args = parser.parse_args()
 
     from medrelease.data.config import find_config
+    from medrelease.data.input_schema import validate_input
     from medrelease.evidence.classification import diffgen_heldout, split
     from medrelease.storage.io import read_input
-    from schemas.input import validate_input
 
     config = find_config("adult")
     frame = validate_input(read_input(config), config)

@@ -27,9 +27,9 @@ def main() -> None:
     args = parser.parse_args()
 
     from medrelease.data.config import find_config
+    from medrelease.data.input_schema import validate_input
     from medrelease.data.mimic import admissions_table
     from medrelease.evidence.classification import diffgen_heldout, split
-    from schemas.input import validate_input
 
     config = find_config("mimic-demo")
     frame = validate_input(admissions_table(args.source), config)

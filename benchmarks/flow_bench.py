@@ -90,8 +90,8 @@ def input_side(config) -> tuple[float, object]:
 
 def row_wise(config) -> float:
     from medrelease.data.aggregate import aggregate_chunks
+    from medrelease.data.input_schema import validate_input
     from medrelease.storage.io import iter_chunks
-    from schemas.input import validate_input
 
     started = time.perf_counter()
     aggregate_chunks((validate_input(c, config) for c in iter_chunks(config)), config)
@@ -155,8 +155,8 @@ def run_flow(config_path: Path, args) -> tuple[float, dict, dict[str, float]]:
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 
-    from deployments.prefect_defaults import without_heartbeats
     from flows.release import ReleaseRequest, release_flow
+    from tasks.prefect_defaults import without_heartbeats
 
     started = time.perf_counter()
     with without_heartbeats():  # as the CLI runs it

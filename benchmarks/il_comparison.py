@@ -26,8 +26,8 @@ def counts_of(dataset: str, rows: int):
         from medrelease.data.nps import generate_nps
 
         return aggregate(generate_nps(rows, seed=5), find_config("nps-sample"))
+    from medrelease.data.input_schema import validate_input
     from medrelease.storage.io import read_input
-    from schemas.input import validate_input
 
     config = find_config("adult-ipa")
     return aggregate(validate_input(read_input(config), config), config)

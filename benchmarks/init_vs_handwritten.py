@@ -67,7 +67,7 @@ def mimic_hand_variant(datasets: Path) -> str:
 
 def one_release(dataset: str, mechanism: str, eps: float, seed: int) -> dict:
     """Run in a child process: one release, its evaluation's workload figures."""
-    from deployments.prefect_defaults import apply_prefect_defaults
+    from tasks.prefect_defaults import apply_prefect_defaults
 
     apply_prefect_defaults()
     os.environ["PREFECT_LOGGING_TO_API_ENABLED"] = "false"

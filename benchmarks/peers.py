@@ -137,8 +137,8 @@ def load_table(name: str, rows: int) -> Table:
         config = find_config("nps-sample")
         raw = generate_nps(rows, seed=2020)
     else:
+        from medrelease.data.input_schema import validate_input
         from medrelease.storage.io import read_input
-        from schemas.input import validate_input
 
         config = find_config("adult-ipa")
         raw = validate_input(read_input(config), config)
@@ -153,9 +153,9 @@ def public_domains(config) -> dict[str, list[str]]:
     """Each released column's public values in the released order: taxonomy leaves, then the
     informative column's declared domain (the codes every tool's output is read back with)."""
     from medrelease.data.aggregate import aggregate
+    from medrelease.data.input_schema import validate_input
     from medrelease.storage.io import read_input
     from medrelease.synthetic.space import MarginalSpace
-    from schemas.input import validate_input
 
     counts = aggregate(validate_input(read_input(config), config).head(1), config)
     return {a.name: [str(v) for v in a.leaf_labels] for a in MarginalSpace(counts).attributes}

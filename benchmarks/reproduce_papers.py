@@ -50,9 +50,9 @@ def il_over_eps(dataset: str, rows: int, runs: int) -> list[dict]:
 
 def diffgen_grid(runs: int, hs: list[int]) -> list[dict]:
     from medrelease.data.config import find_config
+    from medrelease.data.input_schema import validate_input
     from medrelease.evidence.classification import diffgen_heldout, split
     from medrelease.storage.io import read_input
-    from schemas.input import validate_input
 
     config = find_config("adult")
     frame = validate_input(read_input(config), config)
@@ -74,10 +74,10 @@ def seed004_classification() -> list[dict]:
     import yaml
 
     from medrelease.data.config import config_from_dict, find_config
+    from medrelease.data.input_schema import validate_input
     from medrelease.evidence.classification import model_scores, split
     from medrelease.release import release
     from medrelease.storage.io import read_input
-    from schemas.input import validate_input
 
     config = find_config("adult")
     frame = validate_input(read_input(config), config)

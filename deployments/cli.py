@@ -49,7 +49,7 @@ class _PrefectUse:
 
 
 def _defaults() -> None:
-    from deployments.prefect_defaults import apply_prefect_defaults
+    from tasks.prefect_defaults import apply_prefect_defaults
 
     apply_prefect_defaults()
 
@@ -127,8 +127,8 @@ def _run_flow(request: Any) -> dict[str, Any]:
 
 def _with_progress(flow_function: Any, *args: Any, **kwargs: Any) -> Any:
     """Run a flow in-process; its log lines drive a progress bar."""
-    from deployments.prefect_defaults import without_heartbeats
     from flows.progress import PROGRESS_KEY, PROGRESS_LOGGER
+    from tasks.prefect_defaults import without_heartbeats
     from tasks.publish import PUBLISHED_KEY
 
     loggers = [logging.getLogger(n)

@@ -5,6 +5,6 @@ imported (an explicit environment always wins): a new Prefect database is migrat
 ephemeral API starts, which takes longer than Prefect's default wait there.
 """
 
-from deployments.prefect_defaults import apply_prefect_defaults
+from tasks.prefect_defaults import apply_prefect_defaults
 
 apply_prefect_defaults()

@@ -244,8 +244,8 @@ def _rows_checked(config: DatasetConfig, extract, report: CheckReport,
     ``counted``, each valid file's count table (``aggregate``: the release's encoding, its
     joint-domain and drop-limit rules), merged as the release merges them."""
     from medrelease.data.aggregate import aggregate, check_drop_limit, merge_count_tables
+    from medrelease.data.input_schema import fill_missing_categories, missing_rows, validate_input
     from medrelease.storage.io import counting_positions, read_input
-    from schemas.input import fill_missing_categories, missing_rows, validate_input
 
     several = len(extract.files) > 1
     total = 0

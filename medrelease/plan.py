@@ -31,6 +31,21 @@ class MechanismParams(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+
+@dataclass(frozen=True)
+class CheckReport:
+    """The output checks' result (``schemas/output.py`` builds and runs the suite): whether the
+    release passed, each expectation's result and the suite (steward record), and the checks in
+    words that name no input-derived value (the public manifest)."""
+
+    success: bool
+    results: list[dict[str, Any]]
+    suite: dict[str, Any]
+    public: list[str] = field(default_factory=list)
+
+    def failures(self) -> list[dict[str, Any]]:
+        return [r for r in self.results if not r["success"]]
+
 @dataclass(frozen=True)
 class NodeSummary:
     """A candidate as the selection sees it: small, never a table."""

@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from medrelease.data.taxonomy import SUPPRESSED
+from medrelease.plan import CheckReport
 from medrelease.storage.released_rows import ROWS, ReleasedRows
 
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
@@ -69,19 +70,6 @@ class OutputExpectations:
             lines.append(f"every informative value lies in {where}")
         lines.append("the number of rows lies within the bound the mechanism implies")
         return lines
-
-
-@dataclass(frozen=True)
-class CheckReport:
-    success: bool
-    results: list[dict[str, Any]]
-    suite: dict[str, Any]
-    public: list[str] = field(default_factory=list)
-
-    def failures(self) -> list[dict[str, Any]]:
-        return [r for r in self.results if not r["success"]]
-
-
 
 
 SUITE_NAME = "release-output"

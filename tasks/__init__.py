@@ -4,6 +4,6 @@ No algorithm lives here. Every task opts out of Prefect's result caching: a rele
 fresh noise on every run, and inputs are large tables that should not be hashed.
 """
 
-from deployments.prefect_defaults import apply_prefect_defaults
+from .prefect_defaults import apply_prefect_defaults
 
 apply_prefect_defaults()

@@ -9,8 +9,8 @@ from medrelease.data.config import DatasetConfig
 from medrelease.errors import MedreleaseError
 from medrelease.mechanisms import capabilities, output_columns
 from medrelease.mechanisms.base import ReleaseContext
-from medrelease.plan import MaterializedRelease
-from schemas.output import CheckReport, OutputExpectations, check_release
+from medrelease.plan import CheckReport, MaterializedRelease
+from schemas.output import OutputExpectations, check_release
 
 
 class OutputCheckError(MedreleaseError):

@@ -32,12 +32,12 @@ from medrelease.data.extract import (
     refuse_several_files,
 )
 from medrelease.data.grouped_input import grouped_count
+from medrelease.data.input_schema import missing_rows, validate_input
 from medrelease.data.units import UnitBound, bound_frame
 from medrelease.errors import InputValidationError, write_steward_log
 from medrelease.settings import steward_log_dir, steward_root
 from medrelease.storage.io import counting_positions, iter_chunks, read_input
 from medrelease.storage.store import StewardRecords
-from schemas.input import missing_rows, validate_input
 from tasks.artifacts import table_artifact
 from tasks.budget import artifact_key
 

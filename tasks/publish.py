@@ -28,8 +28,8 @@ from medrelease.privacy.publication import (  # the run's facts
     steward_files,
 )
 from medrelease.settings import staging_root, steward_root, store_root, test_store_root
+from medrelease.storage.manifest_model import PublicManifest, StewardRecord
 from medrelease.storage.store import ReleaseStore, StewardRecords
-from schemas.manifest import PublicManifest, StewardRecord
 
 
 @task(name="publish-release", cache_policy=NO_CACHE)

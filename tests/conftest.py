@@ -10,13 +10,17 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from deployments.prefect_defaults import apply_prefect_defaults
 from medrelease.data.config import DatasetConfig, find_config, load_config
 
 # Before Prefect is imported (none of the modules above imports it): no telemetry, a start-up
 # wait that fits a cold machine, and no log shipping to test servers that are gone by the time
 # the log worker flushes (it would retry for a minute at exit).
-apply_prefect_defaults()
+if os.environ.get("MEDRELEASE_UNIT_TIER") == "1":  # the engine alone: Prefect is never imported
+    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+else:
+    from tasks.prefect_defaults import apply_prefect_defaults
+
+    apply_prefect_defaults()
 os.environ["PREFECT_LOGGING_TO_API_ENABLED"] = "false"
 # The test harness's server records task runs from the client's events in batches of up to 200,
 # written at least once a second, instead of one write per event (Prefect's default). One write
@@ -250,7 +254,7 @@ def prefect_harness():
     runs). Served runs (the ``served`` fixture, ``medrelease serve``) keep them."""
     from prefect.testing.utilities import prefect_test_harness
 
-    from deployments.prefect_defaults import without_heartbeats
+    from tasks.prefect_defaults import without_heartbeats
 
     with prefect_test_harness(server_startup_timeout=600), without_heartbeats():
         yield

@@ -5,7 +5,7 @@ The ledger ties the content a release reads to one source (``content_claims``). 
 file's bytes alone, the same rows saved with CRLF line ends, quoted differently, with the
 columns in another order or re-exported as Parquet looked like new data and opened a fresh
 budget (issue 36, cases 5 and 6). The *row digest* is a function of the multiset of rows of
-the columns the release validates (``schemas.input.schema_columns``), each value as text:
+the columns the release validates (``medrelease.data.input_schema.schema_columns``), each value as text:
 
 * the columns are taken in name order, so their order in the file does not matter;
 * each row is its values joined by U+001F, a missing value written as U+0000 (the input
@@ -119,7 +119,7 @@ class DigestSpec:
 
 def digested_columns(config: DatasetConfig) -> list[str]:
     """The columns the digest covers: those the release validates, in name order."""
-    from schemas.input import schema_columns
+    from medrelease.data.input_schema import schema_columns
 
     return sorted(set(schema_columns(config)))
 

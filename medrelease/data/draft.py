@@ -63,7 +63,7 @@ from medrelease.settings import project_root
 
 BLANK = "(blank)"
 EXPONENT = r"\s*[+-]?(\d+(\.\d*)?|\.\d+)[eE][+-]\d+\s*"
-# What spreadsheets and pandas write for a missing value (schemas/input.py BLANK_LOOKING): a
+# What spreadsheets and pandas write for a missing value (medrelease/data/input_schema.py BLANK_LOOKING): a
 # privacy unit's id must name someone, so a column holding them is never the unit.
 BLANK_MARKERS = ("#n/a", "#n/a n/a", "#na", "-1.#ind", "-1.#qnan", "-nan", "1.#ind", "1.#qnan",
                  "<na>", "n/a", "na", "nan", "nat", "null", "none", "")
@@ -723,7 +723,7 @@ def _dimension(profile: ColumnProfile, folder: Path, stem: str | None = None) ->
     kind, stem = profile.kind, stem or _file_stem(profile.name)
     missing = BLANK if profile.blanks else None
     # (``type: integer`` lets the (blank) category blanks become through, as ``decimal`` does:
-    # schemas/input.py, issue 55)
+    # medrelease/data/input_schema.py, issue 55)
     declared = kind
     if _is_icd9(profile) and not profile.blanks:
         icd9 = project_root() / "taxonomies" / "icd9" / "icd9.csv"

@@ -262,7 +262,7 @@ def read_columns(config: DatasetConfig) -> list[str]:
     """The columns a release reads from an extract (what its input schema checks); a
     ``drop`` column, an identifier that is not the privacy unit and any undeclared column
     are never read into memory."""
-    from schemas.input import schema_columns
+    from medrelease.data.input_schema import schema_columns
 
     return list(dict.fromkeys(schema_columns(config)))
 

@@ -5,8 +5,8 @@ Every input check is a check of one value (its form, taxonomy coverage, declared
 control characters, presence), so a column passes on its distinct values exactly when it passes
 on its rows. This path only ever *accepts*: a file DuckDB will not parse strictly, an encoding
 other than UTF-8, a header problem, or a value that fails a check makes it return ``None``, and
-the caller runs the row-wise path (``medrelease.storage.io`` + ``schemas.input``), whose messages
-(column, problem, count, file lines) stay the single source of truth. DuckDB's own messages
+the caller runs the row-wise path (``medrelease.storage.io`` + ``data/input_schema.py``), whose
+messages (column, problem, count, file lines) stay the single source of truth. DuckDB's own messages
 quote file lines, so they are never shown or logged.
 
 The count table is the one ``aggregate_chunks`` builds from the same file, key for key.
@@ -92,7 +92,7 @@ def grouped_count(config: DatasetConfig, source: Path, threads: int | None = Non
     and each unit's rows are cut to ``unit.max_rows`` on the group weights
     (``bounded_weights``) before the count table is built; the row sums are of the file's
     rows, before that cut (they identify the file's content)."""
-    from schemas.input import schema_columns, validate_input
+    from medrelease.data.input_schema import schema_columns, validate_input
 
     columns = schema_columns(config)
     scan = extract_scan(config, source, columns)

@@ -76,7 +76,7 @@ def inspect_folder(folder: Path, config: DatasetConfig | None = None) -> list[Fi
     ``config``: the release's dataset config, whose public declarations (analyses, domains,
     taxonomies, impossible combinations) the verdict is recomputed with; default: the dataset
     of that name in the dataset roots."""
-    from schemas.manifest import PublicManifest
+    from medrelease.storage.manifest_model import PublicManifest
 
     folder = Path(folder)
     manifest = _manifest(folder)

@@ -38,11 +38,10 @@ from medrelease.evidence.risk import risk_of_cells
 from medrelease.evidence.verdict import analysis_entry, publication_verdict
 from medrelease.mechanisms import capabilities
 from medrelease.mechanisms.base import ReleaseContext
-from medrelease.plan import MaterializedRelease, ReleasePlan
+from medrelease.plan import CheckReport, MaterializedRelease, ReleasePlan
 from medrelease.privacy.ledger import Charge
 from medrelease.storage.released_rows import ROWS, ReleasedRows
 from medrelease.storage.store import CSV_TEXT_SAFETY
-from schemas.output import CheckReport
 
 
 class Basis(StrEnum):

@@ -1,7 +1,7 @@
 """Reading an extract as its dataset config says, with errors that say how to fix the file.
 
 Everything is read as text first; types are checked and coerced by the input schema
-(``schemas/input.py``), so a non-numeric age is reported with its rows instead of silently
+(``medrelease/data/input_schema.py``), so a non-numeric age is reported with its rows instead of silently
 turning the whole column into text. Only the columns a release reads (``extract.read_columns``)
 are kept in memory: a ``drop`` column, an identifier that is not the privacy unit and any
 undeclared column are dropped from each chunk as it is parsed (Parquet: never decoded), so a
@@ -74,7 +74,7 @@ def counting_positions(config: DatasetConfig, path: str | Path | None = None):
 
 def _wanted(config: DatasetConfig) -> set[str]:
     """The read columns (``extract.read_columns``: what the input schema checks)."""
-    from schemas.input import schema_columns
+    from medrelease.data.input_schema import schema_columns
 
     return set(schema_columns(config))
 

@@ -358,9 +358,9 @@ def test_a_wide_survey_releases_with_aim_and_ipa_is_refused_by_check_naming_colu
     per column, and ipa, which needs the joint table, is refused by check and by the plan
     alike, naming the columns to coarsen or drop."""
     from medrelease.data.aggregate import aggregate
+    from medrelease.data.input_schema import validate_input
     from medrelease.errors import PolicyError
     from medrelease.storage.io import read_input
-    from schemas.input import validate_input
 
     table = shapes.wide_survey(rows=2000, columns=20, continuous=9)
     config_path = drafted(table, "survey", home)

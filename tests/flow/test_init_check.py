@@ -265,8 +265,8 @@ def mixed_spellings(path: Path, rows: int = 1500, seed: int = 5) -> None:
 def test_init_writes_numbers_one_way_and_the_engine_reads_them_so(tmp_path: Path,
                                                                    home: Path) -> None:
     from medrelease.data.aggregate import prepare_table
+    from medrelease.data.input_schema import validate_input
     from medrelease.storage.io import read_input
-    from schemas.input import validate_input
 
     mixed_spellings(tmp_path / "scores.csv")
     assert _init(tmp_path / "scores.csv", "scores", home / "datasets", "--informative",

@@ -24,7 +24,7 @@ from medrelease.plan import PublicFacts
 from medrelease.privacy.ledger import Ledger, LedgerSourceError
 from medrelease.privacy.publication import PUBLISHED, STEWARD_ONLY, BoundaryError, split_facts
 from medrelease.release import release_from_counts
-from schemas.manifest import PublicManifest
+from medrelease.storage.manifest_model import PublicManifest
 
 from ..conftest import ROOT, serve_inbox
 

@@ -285,7 +285,7 @@ def test_a_release_publishes_its_verdict_and_the_audit_recomputes_it(tmp_path: P
     from flows.release import ReleaseRequest, release_flow
     from medrelease.data.config import load_config
     from medrelease.evidence.audit_publication import inspect_folder
-    from schemas.manifest import PublicManifest
+    from medrelease.storage.manifest_model import PublicManifest
 
     monkeypatch.setenv("MEDRELEASE_HOME", str(tmp_path / "home"))
     config_path = _nps_with_analyses(tmp_path)

@@ -11,8 +11,8 @@ from flows.release import ReleaseRequest, release_flow
 from medrelease.errors import BudgetExceededError, InputValidationError
 from medrelease.privacy.ledger import Ledger
 from medrelease.storage.links import release_link
+from medrelease.storage.manifest_model import PublicManifest, StewardRecord
 from medrelease.storage.store import StoreError
-from schemas.manifest import PublicManifest, StewardRecord
 from tests.unit.test_evaluation import check_report
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")

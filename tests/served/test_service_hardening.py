@@ -632,7 +632,7 @@ def test_hole9_unit_ids_with_invisible_characters_are_refused(home: Path,
     """Hole 9. Before: ids made of zero-width characters were accepted, and ``123`` beside
     ``123`` + U+200B counted as two patients (each kept its own ``m`` rows): the unit's bound
     did not hold for the patient they both name."""
-    from schemas.input import validate_input
+    from medrelease.data.input_schema import validate_input
 
     config = _paper(tmp_path / "ds", "ds")
     spec = yaml.safe_load(config.read_text())

@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 
 from medrelease.data.config import find_config
+from medrelease.data.input_schema import validate_input
 from medrelease.errors import ParameterError
 from medrelease.mechanisms import get_mechanism
 from medrelease.mechanisms.diffgen import _score, _split_scores
 from medrelease.release import release
 from medrelease.storage.io import read_input
-from schemas.input import validate_input
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from medrelease.data.config import config_from_dict, find_config
+from medrelease.data.input_schema import validate_input
 from medrelease.data.mimic import admissions_table
 from medrelease.data.taxonomy import load_taxonomy
 from medrelease.errors import InputValidationError, ParameterError
@@ -23,7 +24,6 @@ from medrelease.mechanisms.setvalued import (
 from medrelease.privacy.randomness import discrete_laplace_tail, tail_binomial
 from medrelease.privacy.unit_cut import unit_cut_epsilon
 from medrelease.release import release
-from schemas.input import validate_input
 
 MIMIC = Path(__file__).resolve().parents[3] / "shared" / "data" / "mimic-iii-demo"
 

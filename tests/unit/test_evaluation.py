@@ -251,11 +251,11 @@ def _release_folder(folder: Path, result, dataset: str, mechanism: str, details=
 @pytest.mark.slow
 def test_classification_evidence_for_a_diffgen_release(tmp_path) -> None:
     from medrelease.data.config import find_config
+    from medrelease.data.input_schema import validate_input
     from medrelease.evidence.evaluation import evaluate_release
     from medrelease.evidence.report_html import write_report
     from medrelease.release import release
     from medrelease.storage.io import read_input
-    from schemas.input import validate_input
 
     config = find_config("adult")
     frame = validate_input(read_input(config), config).head(4000)

@@ -14,9 +14,9 @@ import yaml
 from medrelease.data.aggregate import aggregate_chunks
 from medrelease.data.config import load_config
 from medrelease.data.grouped_input import grouped_count_table
+from medrelease.data.input_schema import validate_input
 from medrelease.errors import InputValidationError
 from medrelease.storage.io import counting_positions, iter_chunks
-from schemas.input import validate_input
 
 from ..conftest import ROOT
 

@@ -171,9 +171,9 @@ def test_a_release_says_which_taxonomies_were_read_from_the_data(tmp_path: Path,
     """The engine path (``medrelease.release``): aim's synthetic rows hold only the values
     found (no death = 2, no age below the youngest), and the guarantee names every column
     whose taxonomy was read from the data until the steward reviews it."""
+    from medrelease.data.input_schema import validate_input
     from medrelease.release import release
     from medrelease.storage.io import read_input
-    from schemas.input import validate_input
 
     frame = cohort(tmp_path / "cohort.csv")
     assert _init(tmp_path / "cohort.csv", "cohort", home / "datasets", "--informative",

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from medrelease.data.config import DatasetConfig
+from medrelease.data.input_schema import validate_input
 from medrelease.errors import InputValidationError
 from medrelease.storage.io import counting_positions, read_input
-from schemas.input import validate_input
 
 HEADER = "patient_id,age,sex,length_of_stay,surgery,region,diagnosis\n"
 GOOD = "1,34,F,3,N,11,A001\n2,70,M,12,Y,31,B002\n"

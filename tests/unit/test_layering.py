@@ -1,12 +1,15 @@
-"""The layers as the code states them: the engine (medrelease/) is framework-free — nothing
-under it imports Prefect or the orchestration layer (flows, tasks, deployments), nor jax or
-mbi, not even inside a function — and no module of medrelease/, tasks/, flows/ or
-deployments/ is part of an import circle, counting imports inside functions and the package
-``__init__`` an import runs first."""
+"""The layers as the code states them (docs/ARCHITECTURE.md, "The layers"), bottom to top:
+the engine (``medrelease/``), the output suite and the manifest's JSON Schema (``schemas/``),
+the tasks, the flows, the deployments and CLI, and on top the tools that use them all
+(``benchmarks/``, ``scripts/``, ``tests/``). A module imports only its own layer and the layers
+below it — counting imports inside functions and the package ``__init__`` an import runs first
+— and no module is part of an import circle. The engine is framework-free: nothing under it
+imports Prefect, nor jax or mbi, not even inside a function."""
 
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 from ..conftest import ROOT
@@ -15,7 +18,11 @@ FORBIDDEN = ("prefect", "flows", "tasks", "deployments", "prefect_dask", "dask",
              # aim's estimator is numpy: jax (mbi's backend) compiled a program per model
              # structure, two thirds of a fresh process's release (docs/results/aim.md)
              "jax", "jaxlib", "mbi")
-LAYERS = ("medrelease", "tasks", "flows", "deployments")
+# bottom to top; every top-level folder with Python in it is one (the test below checks)
+LAYERS = ("medrelease", "schemas", "tasks", "flows", "deployments", "benchmarks", "scripts",
+          "tests")
+# the tools on top: each may import any layer, and no layer imports them
+TOOLS = ("benchmarks", "scripts", "tests")
 
 
 def test_the_engine_imports_no_orchestration() -> None:
@@ -35,6 +42,7 @@ def module_name(path: Path, root: Path = ROOT) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+@functools.cache  # one walk of the repository for every test here
 def import_graph(root: Path = ROOT, layers: tuple[str, ...] = LAYERS) -> dict[str, set[str]]:
     """Module -> the project modules it imports, from the AST (every import statement, at any
     depth: inside functions too). ``from a.b import c`` imports ``a.b.c`` where that is a
@@ -113,6 +121,52 @@ def test_no_module_is_part_of_an_import_circle() -> None:
     graph = import_graph()
     assert len(graph) > 80 and "medrelease.release" in graph["tasks.lattice"]
     assert cycles(graph) == []
+
+
+def layer_of(module: str) -> int:
+    return LAYERS.index(module.split(".")[0])
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Every edge from a module to a module of a higher layer (the tools may import each
+    other: a test imports a benchmark's helper)."""
+    return sorted(f"{source} -> {target}" for source, targets in graph.items()
+                  for target in targets
+                  if layer_of(target) > layer_of(source)
+                  and not (source.split(".")[0] in TOOLS and target.split(".")[0] in TOOLS))
+
+
+def test_every_top_level_package_is_a_layer() -> None:
+    with_python = {p.parent.relative_to(ROOT).parts[0] for p in ROOT.glob("*/**/*.py")
+                   if not p.relative_to(ROOT).parts[0].startswith(".")}
+    assert with_python <= set(LAYERS), sorted(with_python - set(LAYERS))
+
+
+def test_no_layer_imports_a_layer_above_it() -> None:
+    graph = import_graph()
+    assert {"schemas.output", "tasks.checks", "flows.release", "deployments.cli",
+            "tests.unit.test_layering"} <= set(graph)
+    assert upward_imports(graph) == []
+
+
+def test_a_planted_upward_import_is_found(tmp_path: Path) -> None:
+    """The direction check can fail: an engine module importing the tasks inside a function,
+    and a package ``__init__`` importing the layer above it (the edge ``tasks/__init__`` had to
+    ``deployments``), are both found."""
+    for name, text in {
+        "medrelease/__init__.py": "",
+        "medrelease/release.py": "def run():\n    from tasks.lattice import score\n",
+        "tasks/__init__.py": "from deployments.defaults import apply\n",
+        "tasks/lattice.py": "from medrelease.release import run\n",
+        "deployments/__init__.py": "",
+        "deployments/defaults.py": "def apply():\n    pass\n",
+    }.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    graph = import_graph(tmp_path, ("medrelease", "tasks", "deployments"))
+    assert upward_imports(graph) == ["medrelease.release -> tasks",
+                                     "medrelease.release -> tasks.lattice",
+                                     "tasks -> deployments", "tasks -> deployments.defaults"]
 
 
 def test_the_walk_finds_a_circle_held_by_an_import_inside_a_function(tmp_path: Path) -> None:

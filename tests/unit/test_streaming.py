@@ -37,8 +37,8 @@ def test_chunks_equal_one_pass_with_observed_values(paper_config) -> None:
 def test_parquet_row_groups_stream_with_file_row_numbers(nps_config, tmp_path) -> None:
     import pytest
 
+    from medrelease.data.input_schema import validate_input
     from medrelease.errors import InputValidationError
-    from schemas.input import validate_input
 
     frame = read_input(nps_config).astype(str)
     parquet = tmp_path / "extract.parquet"

@@ -91,6 +91,8 @@ def _no_control_characters(series: pd.Series) -> pd.Series:
 
 
 def _covered_by(taxonomy: Taxonomy):
+    """A hand-written coverage check where pandera has none (bands, numeric ranges of text
+    values); ``None`` for a list of leaves, which ``_one_of`` checks."""
     if taxonomy.binning is not None:
         binning = taxonomy.binning
 
@@ -107,17 +109,13 @@ def _covered_by(taxonomy: Taxonomy):
             return series.isna() | numbers.isna() | ((numbers >= low) & (numbers <= high))
 
         return covered
-    return _one_of(taxonomy.leaves)
+    return None
 
 
-def _one_of(values) -> object:
-    """Check: each (present) value is one of ``values``, compared as text."""
-    allowed = pd.Index([str(v) for v in values], dtype="string")
-
-    def check(series: pd.Series) -> pd.Series:
-        return series.isna() | series.astype("string").isin(allowed)
-
-    return check
+def _one_of(values, error: str) -> pa.Check:
+    """Check: each (present) value is one of ``values``, compared as text (pandera's own
+    ``isin``; a missing value is left to the column's nullable rule)."""
+    return pa.Check.isin([str(v) for v in values], error=error)
 
 
 def _items_covered_by(taxonomy: Taxonomy, separator: str):
@@ -177,22 +175,24 @@ def input_schema(config: DatasetConfig) -> pa.DataFrameSchema:
         spec = config.columns[name]
         checks = _form_checks(config, name)
         if spec.role == "informative" and spec.domain:
-            checks.append(pa.Check(_one_of(config.informative_domain or []),
-                                   error="are not in its declared domain "
-                                         f"({spec.domain.rsplit('/', 1)[-1]})"))
+            checks.append(_one_of(config.informative_domain or [],
+                                  error="are not in its declared domain "
+                                        f"({spec.domain.rsplit('/', 1)[-1]})"))
         if spec.role == "dimension":
             taxonomy = config.taxonomies[name]
             where = taxonomy.source.rsplit("/", 1)[-1]
-            checks.append(pa.Check(_covered_by(taxonomy),
-                                   error=f"are not covered by its taxonomy ({where})"))
+            error = f"are not covered by its taxonomy ({where})"
+            covered = _covered_by(taxonomy)
+            checks.append(_one_of(taxonomy.leaves, error) if covered is None
+                          else pa.Check(covered, error=error))
         columns[name] = pa.Column(checks=checks, nullable=nullable or spec.missing is not None,
                                   required=True)
     for name in config.class_columns:
         allowed_classes = config.columns[name].values
         checks = [pa.Check(_no_control_characters, error=CONTROL_CHARS)]
         if allowed_classes:
-            checks.append(pa.Check(_one_of(allowed_classes), error="are not one of the class "
-                                                                   "values the config declares"))
+            checks.append(_one_of(allowed_classes, error="are not one of the class values the "
+                                                         "config declares"))
         columns[name] = pa.Column(checks=checks, nullable=nullable, required=True)
     if config.unit_column is not None:  # every row must say whose it is, or it cannot be bounded
         columns[config.unit_column] = pa.Column(
