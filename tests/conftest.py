@@ -27,7 +27,7 @@ os.environ["PREFECT_LOGGING_TO_API_ENABLED"] = "false"
 # per event raced the next run's INSERT INTO flow_run: SQLite answered "database is locked" at
 # once, Prefect 503, and the client slept 2 s before its retry; 9 retries in 20 back-to-back
 # runs (34 s), none after (11 s). A test that reads task runs waits for them
-# (``recorded_task_runs``). Served servers (``server_env``) keep Prefect's defaults.
+# (``recorded_task_runs``). Served servers (``server_env``) batch the same way (README, step 2).
 os.environ["PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_BATCH_SIZE"] = "200"
 os.environ["PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_FLUSH_INTERVAL"] = "1"
 # Nor does it write the events themselves to its database (the event persister, the harness
