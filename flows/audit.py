@@ -11,7 +11,6 @@ each in its own isolated home (ledger and stores), then every published byte ins
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -45,6 +44,7 @@ from medrelease.evidence.audit_publication import (
 )
 from medrelease.mechanisms import MECHANISMS, capabilities
 from medrelease.settings import isolated_home
+from medrelease.stages import workers_from_env
 from tasks.artifacts import markdown_artifact
 
 
@@ -67,7 +67,7 @@ def audit_markdown(result: AuditResult) -> str:
 
 
 @flow(name="medrelease-audit", description="Empirical privacy audit of one mechanism",
-      task_runner=ThreadPoolTaskRunner(max_workers=int(os.environ.get("MEDRELEASE_WORKERS", "2"))),
+      task_runner=ThreadPoolTaskRunner(max_workers=workers_from_env()),
       validate_parameters=True)
 def audit_flow(mechanism: str = "ipa-paper", epsilon: float = 1.0, runs: int = 200,
                design: str | None = None, batch_size: int = 20, seed: int | None = None,

@@ -14,8 +14,6 @@ every task argument looking for futures, and a dataset's taxonomies (a 5-digit z
 from __future__ import annotations
 
 import contextlib
-import os
-import time
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -23,7 +21,6 @@ import numpy as np
 import pandas as pd
 from prefect import flow, get_run_logger, unmapped
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
-from prefect.futures import as_completed
 from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 from prefect.utilities.annotations import quote
@@ -54,11 +51,12 @@ from medrelease.release import (
     candidates_frame,
     enforce_noise_rows,
     fixed_index,
-    node_batches,
     resolve_mechanism,
+    score_lattice,
 )
 from medrelease.request import ResolvedRequest
 from medrelease.settings import ledger_location
+from medrelease.stages import run_rounds, workers_from_env
 from medrelease.storage.links import release_link
 from medrelease.storage.store import new_release_id
 from tasks.artifacts import table_artifact
@@ -71,6 +69,7 @@ from tasks.budget import (
     finalize_spend,
 )
 from tasks.checks import check_output
+from tasks.executor import PrefectPieces
 from tasks.inputs import (
     aggregate_partition,
     load_and_validate_input,
@@ -82,8 +81,6 @@ from tasks.lattice import (
     check_secret_available,
     materialize_release,
     release_rows,
-    score_node_batch,
-    search_lattice,
     select_candidate,
 )
 from tasks.publish import (
@@ -98,7 +95,7 @@ from tasks.publish import (
 from tasks.report import publish_artifacts, publish_budget_artifacts, publish_release_summary
 from tasks.request import resolve_request
 from tasks.runners import connect, fan_out_runner
-from tasks.synthetic import sample_rows, score_batch, select_and_measure, start_rounds
+from tasks.synthetic import sample_rows, start_rounds
 
 
 def run_name() -> str:
@@ -133,7 +130,7 @@ FormRequest = Annotated[ReleaseRequest,
     name="medrelease-release",
     description="Differentially private microdata release of one dataset extract",
     flow_run_name=run_name,
-    task_runner=ThreadPoolTaskRunner(max_workers=int(os.environ.get("MEDRELEASE_WORKERS", "2"))),
+    task_runner=ThreadPoolTaskRunner(max_workers=workers_from_env()),
     log_prints=False,
     # validated inside the flow, so that a wrong field ends Refused with one sentence (and the
     # budget artifacts refreshed) instead of Prefect's ParameterTypeError traceback
@@ -316,11 +313,12 @@ def _release_resolved(request: ReleaseRequest, budget: BudgetInView, resolved: R
     try:
         with charged(ledger, charge):
             with fan_out:  # the runner started before the charge; closed after the fan-out
+                pieces = PrefectPieces(runner, quoted=request.task_runner == "thread")
                 if capabilities(resolved.mechanism).kind == "synthetic":
-                    chosen, candidates = _synthesize(config, counts, release_plan, runner)
+                    chosen, candidates = _synthesize(config, counts, release_plan, pieces)
                 else:
                     chosen, candidates = _choose_and_materialize(request, config, context,
-                                                                 release_plan, runner, fixed)
+                                                                 release_plan, pieces, fixed)
             checks = check_output(quote(config), quote(context), quote(chosen),
                                   release_plan.mechanism)
             facts = RunFacts(config, input_info, release_plan, context, chosen, charge, checks,
@@ -335,7 +333,8 @@ def _release_resolved(request: ReleaseRequest, budget: BudgetInView, resolved: R
 
 
 def _choose_and_materialize(request: ReleaseRequest, config, context: ReleaseContext,
-                            release_plan, runner, index: int | None) -> tuple[Any, pd.DataFrame]:
+                            release_plan, pieces: PrefectPieces, index: int | None
+                            ) -> tuple[Any, pd.DataFrame]:
     """Score the candidates (fanned out), select privately, draw the chosen node's release.
 
     A fixed-node mechanism (histogram, ``index`` given) is not scored: its one noisy draw is
@@ -344,7 +343,7 @@ def _choose_and_materialize(request: ReleaseRequest, config, context: ReleaseCon
     if index is not None:
         chosen = materialize_release(quote(context), release_plan, index)
         return chosen, candidates_frame(context, [chosen.summary], np.array([1.0]))
-    summaries = _score_candidates(request, config, context, release_plan, runner)
+    summaries = _score_candidates(request, config, context, release_plan, pieces)
     index, probabilities = select_candidate(release_plan, quote(summaries))
     report_progress("materializing the chosen node", 0, None,
                     f"of a {len(context.lattice):,}-node lattice")
@@ -352,7 +351,7 @@ def _choose_and_materialize(request: ReleaseRequest, config, context: ReleaseCon
     return chosen, candidates_frame(context, summaries, probabilities)
 
 
-def _synthesize(config, counts, release_plan, runner) -> tuple[Any, pd.DataFrame]:
+def _synthesize(config, counts, release_plan, pieces: PrefectPieces) -> tuple[Any, pd.DataFrame]:
     """``aim``'s rounds: each round's candidates scored as tasks fanned out over batches, one
     selected and measured, the model re-fitted; rounds logged and shown as an artifact."""
     logger = get_run_logger()
@@ -364,22 +363,13 @@ def _synthesize(config, counts, release_plan, runner) -> tuple[Any, pd.DataFrame
         progress=0.0, key=artifact_key(config.name, "aim-budget-used"),
         description="aim: share of the release's rho spent by the rounds so far")
     _report_rounds(run, 0)
-    last_scoring = None
-    while not run.state.done:
-        round_plan = run.plan_round()
-        fan_out = last_scoring is None or last_scoring >= FAN_OUT_SCORING_SECONDS
-        batches = run.batches(round_plan, 2 * int(os.environ.get("MEDRELEASE_WORKERS", "2"))
-                              if fan_out else 1)
-        started = time.perf_counter()
-        futures = runner.map(score_batch, {"indices": batches, "run": unmapped(quote(run)),
-                                           "round_plan": unmapped(round_plan)})
-        scores = np.concatenate([f.result() for f in futures])
-        last_scoring = time.perf_counter() - started
-        indices = [i for batch in batches for i in batch]
-        record = select_and_measure(quote(run), round_plan, indices, quote(scores))
+
+    def after_round(record) -> None:
         update_progress_artifact(progress_id, progress=min(100.0, 100.0 * record.rho_used
                                                            / run.settings.rho))
         _report_rounds(run, record.round)
+
+    run_rounds(run, pieces, after_round)
     with ticking("aim: sampling rows", "from the fitted model, then the error bars"):
         chosen = sample_rows(quote(run), quote(counts), release_plan)
     _rounds_artifact(config.name, run)
@@ -387,13 +377,6 @@ def _synthesize(config, counts, release_plan, runner) -> tuple[Any, pd.DataFrame
     logger.info("aim: %d rounds, %s synthetic rows sampled from the model",
                 len(run.state.records), f"{sampled:,}")
     return chosen, pd.DataFrame()
-
-
-# A round whose scoring took less than this scores the next round as one task: a task costs
-# ~12 ms of Prefect's bookkeeping and the thread runner's batches share one interpreter lock,
-# so four batches of a 20-50 ms scoring (1,361,000 NPS-like rows) only add tasks
-# (docs/results/aim.md). A dearer round (a large model, a Dask runner) fans out again.
-FAN_OUT_SCORING_SECONDS = 0.5
 
 
 def _report_rounds(run, done: int) -> None:
@@ -432,88 +415,29 @@ def _validate_and_aggregate(request: ReleaseRequest, resolved: ResolvedRequest,
 
 
 def _score_candidates(request: ReleaseRequest, config, context: ReleaseContext, release_plan,
-                      runner) -> list:
+                      pieces: PrefectPieces) -> list:
+    """The engine's scoring loop (``score_lattice``) with its pieces as tasks, its progress on
+    the bar and in a progress artifact."""
     logger = get_run_logger()
-    batches = node_batches(context, request.batch_size, release_plan)
     progress_id = create_progress_artifact(
         progress=0.0, key=artifact_key(config.name, "scoring-progress"),
-        description=f"Lattice nodes scored ({len(context.lattice)} in {len(batches)} batches)",
-    )
-    if get_mechanism(release_plan.mechanism).selection == "minimum_loss":
-        report_progress("searching the lattice", 0, None, f"{len(context.lattice):,} nodes")
-        summaries = search_lattice(quote(context), release_plan)
-        update_progress_artifact(progress_id, progress=100.0)
-        return summaries
-    summaries: list = []
-    total = sum(len(b) for b in batches)
+        description=f"Lattice nodes scored ({len(context.lattice):,} nodes)")
     logger.info("scoring on the %s task runner", request.task_runner)
-    # Dask packs parameters itself and turns the quote (a named tuple) into a plain tuple; on
-    # its workers Prefect's walk of the context happens there, once per batch.
-    shared = quote(context) if request.task_runner == "thread" else context
 
-    def scored(wave: list) -> None:
-        futures = runner.map(score_node_batch, {
-            "nodes": wave, "context": unmapped(shared), "release_plan": unmapped(release_plan)})
-        for future in as_completed(list(futures)):
-            summaries.extend(future.result())
-            update_progress_artifact(progress_id, progress=100.0 * len(summaries) / total)
-            report_progress("scoring lattice nodes", len(summaries), total,
-                            f"{len(summaries):,}/{total:,} nodes")
+    def progress(done: int, total: int, note: str | None) -> None:
+        if total == 0:  # the deterministic search: one step
+            report_progress("searching the lattice", 0, None, note)
+            return
+        update_progress_artifact(progress_id, progress=100.0 * done / total)
+        report_progress("scoring lattice nodes", done, total,
+                        f"{done:,}/{total:,} nodes" + (f"; {note}" if note else ""),
+                        headline=note is not None)
 
-    report_progress("scoring lattice nodes", 0, total, f"0/{total:,} nodes")
-    # A first wave (a task of PROBE_NODES a worker) measures the rate; the rest goes in tasks
-    # of about SCORING_TASK_SECONDS at that rate: a task costs ~0.15 s of Prefect's
-    # bookkeeping on two busy cores, and 288 tasks of 64 nodes made an 8,000-row cohort's
-    # 18,432 nodes take 53 s where 16 took 4 s (issue 55); a task of seconds still reports
-    # every few seconds.
-    workers = max(1, int(os.environ.get("MEDRELEASE_WORKERS", "2")))
-    probe = _packed(batches, PROBE_NODES)[:workers]  # large enough that a task's own cost
-    started = time.perf_counter()                    # does not set the rate
-    scored(probe)
-    per_node = (time.perf_counter() - started) * min(workers, len(probe)) \
-        / max(1, len(summaries))
-    rest = _after(batches, sum(len(task) for task in probe))
-    left = total - len(summaries)
-    if left:
-        logger.info("scoring %s lattice nodes: the first %s took %.1f s, so about %.0f s for "
-                    "the other %s on %d worker(s)", f"{total:,}", f"{len(summaries):,}",
-                    time.perf_counter() - started, per_node * left / workers, f"{left:,}",
-                    workers)
-        report_progress("scoring lattice nodes", len(summaries), total,
-                        f"{len(summaries):,}/{total:,} nodes; about "
-                        f"{per_node * left / workers:.0f} s for the other {left:,} at the rate "
-                        "of the first", headline=True)
-        per_task = int(SCORING_TASK_SECONDS / per_node) if per_node > 0 else left
-        scored(_packed(rest, max(request.batch_size, per_task)))
-    logger.info("scored %d of %d lattice nodes", len(summaries), total)
+    summaries = score_lattice(context, release_plan, pieces, request.batch_size, progress,
+                              logger.info)
+    update_progress_artifact(progress_id, progress=100.0)
+    logger.info("scored %d of %d lattice nodes", len(summaries), len(context.lattice))
     return summaries
-
-
-SCORING_TASK_SECONDS = 2.0  # a scoring task's length once the first wave measured the rate
-PROBE_NODES = 256           # nodes a first-wave task scores (at least: whole batches)
-
-
-def _after(batches: list, nodes: int) -> list:
-    """The batches after the leading ones that hold ``nodes`` nodes (what ``_packed`` made
-    the first tasks of: whole batches, in order)."""
-    count = 0
-    for k, batch in enumerate(batches):
-        if count >= nodes:
-            return batches[k:]
-        count += len(batch)
-    return []
-
-
-def _packed(batches: list, nodes: int) -> list:
-    """Consecutive batches joined into tasks of at least ``nodes`` nodes (each keeps its
-    pieces of the roll-up tree: the same roll-ups, fewer tasks)."""
-    tasks: list = []
-    for batch in batches:
-        if tasks and len(tasks[-1]) < nodes:
-            tasks[-1] = [*tasks[-1], *batch]
-        else:
-            tasks.append(list(batch))
-    return tasks
 
 
 def _result(request: ReleaseRequest, published: PublishResult, run_id: str | None,

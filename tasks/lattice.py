@@ -16,24 +16,24 @@ from medrelease.plan import MaterializedRelease, ReleasePlan
 from medrelease.release import (
     materialize_table,
     release_without_lattice,
-    score_nodes,
-    search_minimum_loss,
+    score_node_piece,
+    search_piece,
     select_node,
 )
 
 
 @task(name="score-node-batch", cache_policy=NO_CACHE)
 def score_node_batch(
-    nodes: list[Node], context: ReleaseContext, release_plan: ReleasePlan
+    nodes: list[Node], context: ReleaseContext, plan: ReleasePlan
 ) -> list[NodeSummary]:
     """Perturb and score a batch of lattice nodes; returns small summaries, never tables."""
-    return score_nodes(context, release_plan, nodes)
+    return score_node_piece(nodes, context, plan)
 
 
 @task(name="search-lattice", cache_policy=NO_CACHE)
-def search_lattice(context: ReleaseContext, release_plan: ReleasePlan) -> list[NodeSummary]:
+def search_lattice(context: ReleaseContext, plan: ReleasePlan) -> list[NodeSummary]:
     """Deterministic lattice search with monotonicity pruning (kanon); summaries only."""
-    return search_minimum_loss(context, release_plan)
+    return search_piece(context, plan)
 
 
 @task(name="select-node", cache_policy=NO_CACHE)

@@ -15,6 +15,7 @@ from typing import Literal
 from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 
 from medrelease.errors import MedreleaseError
+from medrelease.stages import workers_from_env
 
 
 class RunnerUnavailableError(MedreleaseError):
@@ -27,7 +28,7 @@ def fan_out_runner(kind: RunnerKind, workers: int | None = None) -> TaskRunner:
     """The fan-out's runner. A Dask scheduler address comes only from the deployment's
     environment (``MEDRELEASE_DASK_ADDRESS``), never from a form: the count table is sent to
     whatever scheduler is named."""
-    workers = workers or int(os.environ.get("MEDRELEASE_WORKERS", "2"))
+    workers = workers or workers_from_env()
     if kind == "thread":
         return ThreadPoolTaskRunner(max_workers=workers)
     from prefect_dask import DaskTaskRunner

@@ -9,6 +9,7 @@ from prefect.cache_policies import NO_CACHE
 from medrelease.data.aggregate import CountTable
 from medrelease.data.config import DatasetConfig
 from medrelease.plan import MaterializedRelease, ReleasePlan
+from medrelease.stages import finish_round_step, score_round_piece
 from medrelease.synthetic.aim_rounds import AIMRounds, RoundPlan, RoundRecord
 from medrelease.synthetic.release import aim_rounds, synthetic_release
 
@@ -27,16 +28,16 @@ def start_rounds(counts: CountTable, config: DatasetConfig, release_plan: Releas
 
 
 @task(name="aim-score-batch", cache_policy=NO_CACHE)
-def score_batch(run: AIMRounds, round_plan: RoundPlan, indices: list[int]) -> np.ndarray:
+def score_batch(indices: list[int], run: AIMRounds, round_plan: RoundPlan) -> np.ndarray:
     """AIM's quality of a batch of candidates against the current model (never published)."""
-    return run.score(round_plan, indices)
+    return score_round_piece(indices, run, round_plan)
 
 
 @task(name="aim-select-measure", cache_policy=NO_CACHE)
 def select_and_measure(run: AIMRounds, round_plan: RoundPlan, indices: list[int],
                        scores: np.ndarray) -> RoundRecord:
     """The exponential mechanism picks a candidate; it is measured; the model re-fitted."""
-    return run.finish_round(round_plan, indices, scores)
+    return finish_round_step(run, round_plan, indices, scores)
 
 
 @task(name="aim-sample", cache_policy=NO_CACHE)

@@ -113,9 +113,16 @@ def _covered_by(taxonomy: Taxonomy):
 
 
 def _one_of(values, error: str) -> pa.Check:
-    """Check: each (present) value is one of ``values``, compared as text (pandera's own
-    ``isin``; a missing value is left to the column's nullable rule)."""
-    return pa.Check.isin([str(v) for v in values], error=error)
+    """Check: each (present) value is one of ``values``, compared as text. Not pandera's own
+    ``isin``, which compares values as typed: a Parquet extract's integer codes (``11``) are
+    not the text leaves (``"11"``) of the taxonomy that a CSV's same rows pass (measured: the
+    same rows as Parquet were refused; tests/flow/test_content_identity.py)."""
+    allowed = pd.Index([str(v) for v in values], dtype="string")
+
+    def check(series: pd.Series) -> pd.Series:
+        return series.isna() | series.astype("string").isin(allowed)
+
+    return pa.Check(check, error=error)
 
 
 def _items_covered_by(taxonomy: Taxonomy, separator: str):

@@ -542,15 +542,13 @@ class AIMRounds:
         return self.space.roll_up(fine, cand.columns, cand.levels)
 
     def run(self, progress: Callable[[RoundRecord], None] | None = None) -> None:
-        """Every round in this process (tests, benchmarks; the flow fans scoring out)."""
+        """Every round in this process (the driver, tests, benchmarks); the flow runs the same
+        loop (``medrelease.stages.run_rounds``) with its scoring fanned out as tasks."""
+        from medrelease.stages import InProcess, run_rounds
+
         if self.state.model is None:
             self.start()
-        while not self.state.done:
-            plan = self.plan_round()
-            scores = self.score(plan, plan.eligible)
-            record = self.finish_round(plan, plan.eligible, scores)
-            if progress:
-                progress(record)
+        run_rounds(self, InProcess(), progress)
 
     def synthesize(self, seed: int) -> tuple[dict[str, np.ndarray], int]:
         """The final estimate (more iterations) and its synthetic rows, as many as the noisy

@@ -144,7 +144,8 @@ def test_scoring_tasks_are_packed_to_the_measured_rate():
     """After the first wave, batches are joined in order into tasks of at least ``nodes``
     nodes (a task costs ~0.15 s of Prefect's bookkeeping: 288 tasks of 64 took 53 s where 16
     took 4; issue 55), keeping every node once and in order."""
-    from flows.release import _after, _packed
+    from medrelease.stages import after as _after
+    from medrelease.stages import packed as _packed
 
     batches = [[(i, j) for j in range(k)] for i, k in enumerate([64, 10, 64, 64, 3, 64])]
     tasks = _packed(batches, 100)

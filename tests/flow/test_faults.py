@@ -23,19 +23,19 @@ from medrelease.storage.store import ReleaseStore
 from ..conftest import ROOT
 
 KILLERS = {
-    "after budget charge": "import tasks.lattice as m; m.score_nodes = die",
+    "after budget charge": "import tasks.lattice as m; m.score_node_piece = die",
     "during fan-out": textwrap.dedent("""
-        import flows.release as flow  # tasks of 16 nodes: the scoring packs them by rate
-        flow.PROBE_NODES, flow.SCORING_TASK_SECONDS = 16, 0.0
+        import medrelease.release as loop  # tasks of 16 nodes: the scoring packs them by rate
+        loop.PROBE_NODES, loop.SCORING_TASK_SECONDS = 16, 0.0
         import tasks.lattice as m
-        real = m.score_nodes
+        real = m.score_node_piece
         calls = []
         def half(*a, **k):
             calls.append(1)
             if len(calls) == 3:
                 die()
             return real(*a, **k)
-        m.score_nodes = half"""),
+        m.score_node_piece = half"""),
     "during publish": "import medrelease.storage.store as m; m._fsync_dir = lambda p: die()",
 }
 

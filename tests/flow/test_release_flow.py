@@ -155,7 +155,7 @@ def test_failure_after_charge_keeps_reservation_and_publishes_nothing(
         def broken(*args, **kwargs):
             raise RuntimeError("worker lost")
 
-        monkeypatch.setattr(tasks.lattice, "score_nodes", broken)
+        monkeypatch.setattr(tasks.lattice, "score_node_piece", broken)
         expected: type[Exception] = RuntimeError
     else:
         import medrelease.storage.store

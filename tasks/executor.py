@@ -1,0 +1,54 @@
+"""The flow's executor for the engine's loops (``medrelease.stages``): each piece a Prefect task
+on the flow's task runner, each step a task called in the flow.
+
+The engine names the piece (``score_node_piece``, ``score_round_piece`` …); the table below
+names the task that runs it, whose parameters are the piece's. Shared arguments go to the
+tasks quoted on the thread runner (Prefect would walk a count table or a model per task
+otherwise); Dask packs parameters itself and turns a quote into a plain tuple, so there they go
+as they are.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from prefect import unmapped
+from prefect.utilities.annotations import quote
+
+from medrelease.release import score_node_piece, search_piece
+from medrelease.stages import finish_round_step, score_round_piece, workers_from_env
+from tasks.lattice import score_node_batch, search_lattice
+from tasks.synthetic import score_batch, select_and_measure
+
+TASK_OF: dict[Callable[..., Any], Any] = {
+    score_node_piece: score_node_batch,
+    search_piece: search_lattice,
+    score_round_piece: score_batch,
+    finish_round_step: select_and_measure,
+}
+
+
+class PrefectPieces:
+    """``medrelease.stages.Executor`` on a Prefect task runner (``runner``: the flow's, or the
+    Dask one a request asked for)."""
+
+    def __init__(self, runner: Any, quoted: bool = True) -> None:
+        self.runner = runner
+        self.quoted = quoted
+        self.workers = workers_from_env()
+
+    def _shared(self, value: Any) -> Any:
+        return quote(value) if self.quoted else value
+
+    def map(self, fn: Callable[..., Any], pieces: Sequence[Any], **shared: Any) -> Iterator[Any]:
+        task = TASK_OF[fn]
+        piece = next(iter(inspect.signature(task.fn).parameters))  # the piece's own name
+        futures = self.runner.map(task, {piece: list(pieces), **{
+            name: unmapped(self._shared(value)) for name, value in shared.items()}})
+        for future in futures:
+            yield future.result()
+
+    def call(self, fn: Callable[..., Any], **arguments: Any) -> Any:
+        return TASK_OF[fn](**{name: self._shared(value) for name, value in arguments.items()})
