@@ -24,7 +24,7 @@ spaces) decide its role and its taxonomy:
   exponent, dates with a time of day, values with a line break; an id with blanks or NA is
   never the privacy unit; where no column besides the informative one is left, init says so
   and writes nothing. Whatever is drafted passes ``medrelease check`` and releases with the
-  registry's default mechanism (``tests/flow/test_any_table.py``: 200 generated tables);
+  registry's default mechanism (``tests/unit/test_any_table.py``: 200 generated tables);
 * a person's id different in every row: one row is one person, in the steward's nouns
   (``row_noun`` = ``unit_noun``: the guarantee protects one patient, without the caveat);
 * the informative column's domain is the shipped ICD-9 list where that fits, else the values

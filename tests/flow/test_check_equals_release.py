@@ -170,12 +170,13 @@ def test_every_pre_charge_call_of_the_flow_is_in_the_inventory() -> None:
 def test_check_runs_the_functions_each_pre_charge_step_refuses_with(step: str) -> None:
     from flows import release as flow
     from medrelease import checkup
+    from medrelease.data import reading
     from tasks import budget, inputs, request
 
     where = {"resolve_request": request.resolve_request.fn,
-             "load_and_validate_input": inputs.load_and_validate_input.fn,
+             "load_and_validate_input": reading.read_validated,
              "_validate_and_aggregate": flow._validate_and_aggregate,
-             "validate_and_aggregate": inputs.validate_and_aggregate.fn,
+             "validate_and_aggregate": reading.counted_partitions,
              "check_before_charge": budget.check_before_charge.fn,
              "fixed_index": None, "enforce_noise_rows": None}[step]
     functions, stage = SHARED[step]
@@ -185,7 +186,10 @@ def test_check_runs_the_functions_each_pre_charge_step_refuses_with(step: str) -
     # the engine function a task wraps is the one check calls
     assert "plan_for_config" in _calls(budget.plan.fn)
     assert "plan.fn(" in inspect.getsource(request.resolve_request.fn)
-    assert {"validate_input", "aggregate_chunks"} <= _calls(inputs._count_file)
+    assert {"validate_input", "aggregate_chunks"} <= _calls(reading._count_file)
+    # the input tasks run the engine's reading (``medrelease/data/reading.py``)
+    assert "read_validated" in _calls(inputs.load_and_validate_input.fn)
+    assert "counted_partitions" in _calls(inputs.validate_and_aggregate.fn)
 
 
 def test_each_mechanisms_pre_charge_hooks_come_through_functions_check_calls() -> None:

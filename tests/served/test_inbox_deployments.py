@@ -145,4 +145,6 @@ def test_the_websocket_endpoints_refuse_callers_without_the_secret(served) -> No
         assert _knock(base + endpoint, subprotocol=True, token=served.auth).startswith(
             'open: {"type":"auth_success"'), endpoint
     readme = (ROOT / "README.md").read_text()
-    assert "do not check the" not in readme and "1008" in readme
+    safeguards = (ROOT / "docs" / "SAFEGUARDS.md").read_text()
+    assert "do not check the" not in readme and "websockets included" in readme
+    assert "1008" in safeguards and "do not check the" not in safeguards

@@ -78,8 +78,8 @@ def published(config_path: Path, mechanism: str | None = None, epsilon: float = 
     publishing: the plan (default mechanism), the counting pass (``count_partition``: DuckDB's
     grouped pass or the row-wise one), the mechanism, the output checks. Returns the chosen
     release (its rows pass the checks the publisher runs)."""
-    from tasks.checks import check_output
-    from tasks.inputs import count_partition
+    from medrelease.data.reading import count_partition
+    from schemas.output import checked_output
 
     config = find_config(str(config_path))
     resolved = resolve_mechanism(config, mechanism, epsilon)
@@ -102,7 +102,7 @@ def published(config_path: Path, mechanism: str | None = None, epsilon: float = 
             summaries = score_nodes(context, plan, context.lattice.dfs_order())
             index, _ = select_node(plan, summaries)
         chosen = materialize_table(context, plan, index)
-    report = check_output.fn(config, context, chosen, plan.mechanism)
+    report = checked_output(config, context, chosen, plan.mechanism)
     assert report.success
     return chosen
 
@@ -114,6 +114,7 @@ def _chunk(k: int) -> list[int]:
 # -- the property: every shape, init -> check -> release -------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("chunk", range(CHUNKS))
 def test_every_drafted_table_checks_clean_and_publishes(home: Path, chunk: int) -> None:
     """200 generated tables (25 a test item), at most 400 rows and 14 columns here (the very
@@ -141,6 +142,7 @@ def test_every_drafted_table_checks_clean_and_publishes(home: Path, chunk: int) 
     assert outcomes.count("refused") <= len(outcomes) // 4, outcomes
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [1, 8])
 def test_very_wide_tables_publish(home: Path, seed: int) -> None:
     """Forty columns (seeds 1 and 8: 7 and 120 rows): drafted, checked and released with aim,
@@ -351,6 +353,7 @@ def test_a_blank_in_an_integer_year(home: Path) -> None:
     published(config)
 
 
+@pytest.mark.slow
 def test_a_wide_survey_releases_with_aim_and_ipa_is_refused_by_check_naming_columns(
         home: Path) -> None:
     """Table 3: 20 columns, nine continuous. check said "no problems" and release refused
@@ -382,6 +385,7 @@ def test_a_wide_survey_releases_with_aim_and_ipa_is_refused_by_check_naming_colu
         assert "aim" in str(refused.value)
 
 
+@pytest.mark.slow
 def test_a_cohort_releases_with_ipa_in_seconds(home: Path) -> None:
     """Table 4: a 15-column cohort (one row per person). Its lattice fits the default limit
     (the short codes add no empty level), ipa releases it, and its guarantee speaks of one
@@ -400,38 +404,3 @@ def test_a_cohort_releases_with_ipa_in_seconds(home: Path) -> None:
     started = time.perf_counter()
     published(config_path, mechanism="ipa", epsilon=1.0)
     assert time.perf_counter() - started < 60
-
-
-# -- through the real CLI: a handful ---------------------------------------------------------
-
-
-@pytest.mark.usefixtures("prefect_harness")
-def test_init_check_release_through_the_cli(home: Path, monkeypatch) -> None:
-    """init, check and release as a steward types them, on the wide survey (aim, a count table
-    with a code per column, through DuckDB's grouped pass) and on the cohort with ipa (its
-    scoring reported as it goes): both published, no value of the table in any output."""
-    from typer.testing import CliRunner
-
-    from deployments import cli
-    from deployments.cli import app
-
-    monkeypatch.setattr(cli.console, "width", 200)
-    runner = CliRunner()
-    survey = shapes.wide_survey(rows=1500, columns=20, continuous=9)
-    cohort = shapes.cohort_table(rows=1200, columns=11)
-    cohort.frame.loc[3, "grade_5"] = SECRET
-    for name, table, extra in (("survey", survey, []), ("cohort", cohort, ["--mechanism",
-                                                                            "ipa"])):
-        csv = table.write(home.parent / f"{name}.csv")
-        out = runner.invoke(app, ["init", str(csv), "--name", name, "--root",
-                                  str(home / "datasets"), "--informative", table.informative])
-        assert out.exit_code == 0, out.output
-        out = runner.invoke(app, ["check", name, *extra])
-        assert out.exit_code == 0 and "no problems" in out.output, out.output
-        out = runner.invoke(app, ["release", name, "--seed", "1", *extra])
-        assert out.exit_code == 0, out.output
-        assert "released" in out.output and SECRET not in out.output
-        assert "Refusing to publish event" not in out.output
-        # evaluated from the run's count table (a wide one; decimals in bins): the evidence
-        # report is written (its line is there only when the evaluation succeeded)
-        assert "evidence" in out.output, out.output
