@@ -183,3 +183,34 @@ def test_the_walk_finds_a_circle_held_by_an_import_inside_a_function(tmp_path: P
     (package / "plan.py").write_text("import medrelease.synthetic\n")
     assert cycles(import_graph(tmp_path, ("medrelease",))) == [
         ["medrelease.release", "medrelease.synthetic.release"]]
+
+
+def test_the_unit_tier_imports_nothing_but_the_engine() -> None:
+    """Files under tests/unit import none of what the unit tier's guard refuses (Prefect, the
+    flows and tasks, the browser and PostgreSQL drivers), not even inside a test: the whole
+    suite runs the tiers together with the guard off, so this is where a slip is caught."""
+    from .conftest import NOT_THE_ENGINE
+
+    found = []
+    for path in sorted((ROOT / "tests" / "unit").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom)
+                     and not node.level else [])
+            found += [f"{path.name}:{node.lineno} {name}" for name in names
+                      if name.split(".")[0] in NOT_THE_ENGINE]
+    assert found == [], found
+
+
+def test_the_unit_tiers_guard_refuses_prefect() -> None:
+    """With ``MEDRELEASE_UNIT_TIER=1`` (``test-fast``) importing Prefect is an ImportError that
+    says where the test belongs."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import tests.unit.conftest\ntry:\n    import prefect\nexcept ImportError as exc:\n"
+            "    print('refused:', exc)\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                         env={**os.environ, "MEDRELEASE_UNIT_TIER": "1"}, timeout=120)
+    assert "refused:" in out.stdout and "tests/flow" in out.stdout, out.stdout + out.stderr
