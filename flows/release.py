@@ -422,21 +422,25 @@ def _score_candidates(request: ReleaseRequest, config, context: ReleaseContext, 
     progress_id = create_progress_artifact(
         progress=0.0, key=artifact_key(config.name, "scoring-progress"),
         description=f"Lattice nodes scored ({len(context.lattice):,} nodes)")
-    logger.info("scoring on the %s task runner", request.task_runner)
 
     def progress(done: int, total: int, note: str | None) -> None:
-        if total == 0:  # the deterministic search: one step
+        if total == 0:  # the deterministic search (kanon): one step in the flow
             report_progress("searching the lattice", 0, None, note)
             return
-        update_progress_artifact(progress_id, progress=100.0 * done / total)
+        if done == 0:
+            logger.info("scoring on the %s task runner", request.task_runner)
+        elif note is None:
+            update_progress_artifact(progress_id, progress=100.0 * done / total)
         report_progress("scoring lattice nodes", done, total,
                         f"{done:,}/{total:,} nodes" + (f"; {note}" if note else ""),
                         headline=note is not None)
 
     summaries = score_lattice(context, release_plan, pieces, request.batch_size, progress,
                               logger.info)
-    update_progress_artifact(progress_id, progress=100.0)
-    logger.info("scored %d of %d lattice nodes", len(summaries), len(context.lattice))
+    if get_mechanism(release_plan.mechanism).selection == "minimum_loss":
+        update_progress_artifact(progress_id, progress=100.0)
+    else:
+        logger.info("scored %d of %d lattice nodes", len(summaries), len(summaries))
     return summaries
 
 

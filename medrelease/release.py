@@ -70,7 +70,9 @@ Progress = Callable[[int, int], None]
 
 def _bar(progress: Progress | None) -> StageProgress | None:
     """The driver's progress (done, total) from the stages' (done, total, note)."""
-    return None if progress is None else (lambda done, total, _note: progress(done, total))
+    if progress is None:
+        return None
+    return lambda done, total, _note: progress(done, total) if total else None
 
 
 def resolve_mechanism(config: DatasetConfig, mechanism: str | None = None,

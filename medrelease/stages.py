@@ -43,11 +43,16 @@ class Executor(Protocol):
 
 
 def workers_from_env(default: int = 2) -> int:
-    """``MEDRELEASE_WORKERS``: how many pieces run at once (the one place it is read)."""
+    """``MEDRELEASE_WORKERS``: how many pieces run at once (the one place it is read). A value
+    that is not a whole number of at least 1 is refused, as Prefect's runner refused it."""
+    text = os.environ.get("MEDRELEASE_WORKERS", str(default))
     try:
-        return max(1, int(os.environ.get("MEDRELEASE_WORKERS", str(default))))
+        workers = int(text)
     except ValueError:
-        return default
+        workers = 0
+    if workers < 1:
+        raise ValueError(f"MEDRELEASE_WORKERS must be a whole number of at least 1, got {text!r}")
+    return workers
 
 
 @dataclass

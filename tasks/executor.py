@@ -51,4 +51,6 @@ class PrefectPieces:
             yield future.result()
 
     def call(self, fn: Callable[..., Any], **arguments: Any) -> Any:
-        return TASK_OF[fn](**{name: self._shared(value) for name, value in arguments.items()})
+        """A step as a task called in the flow (never on the runner): its arguments are always
+        quoted, on Dask too (Prefect would walk a count table or a model)."""
+        return TASK_OF[fn](**{name: quote(value) for name, value in arguments.items()})
