@@ -359,6 +359,8 @@ class ResearchAccuracy:
                 "items": [a.as_json() for a in self.associations],
                 "erased": [a.name for a in self.associations if a.erased],
                 "reversed": [a.name for a in self.associations if a.reversed]},
+            # input counts: the steward record only (evaluation.json under steward/…/evaluation;
+            # the published verdict counts impossible rows in the released rows alone)
             "impossible": None if self.impossible is None else {
                 "rule": IMPOSSIBLE_RULE,
                 "released_rows": self.impossible_released, "input_rows": self.impossible_input,
