@@ -440,7 +440,7 @@ def _score_candidates(request: ReleaseRequest, config, context: ReleaseContext, 
     if get_mechanism(release_plan.mechanism).selection == "minimum_loss":
         update_progress_artifact(progress_id, progress=100.0)
     else:
-        logger.info("scored %d of %d lattice nodes", len(summaries), len(summaries))
+        logger.info("scored all %d candidate lattice nodes", len(summaries))
     return summaries
 
 
