@@ -729,7 +729,8 @@ def demo(
     _defaults()
     from pydantic import ValidationError
 
-    from flows.release import ReleaseRequest, artifacts_of_run
+    from flows.outcome import artifacts_of_run
+    from flows.release import ReleaseRequest
     from medrelease.mechanisms import DEFAULT_RULE
     from medrelease.release import resolve_mechanism
 

@@ -10,10 +10,12 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from prefect.runtime import flow_run
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    ValidationError,
     field_validator,
     model_validator,
 )
@@ -420,3 +422,48 @@ class ReleaseRequest(BaseModel):
         except ParameterError as exc:
             raise ValueError(str(exc)) from None
         return self
+
+
+def as_request(given: Any) -> ReleaseRequest:
+    """The request as the form or an API caller sent it, checked field by field; what is wrong
+    is refused as one sentence per field (which field, what is allowed)."""
+    if isinstance(given, ReleaseRequest):
+        return given
+    try:
+        return ReleaseRequest.model_validate(given if given is not None else {})
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in error['loc']) or 'request'}: "
+            f"{str(error['msg']).removeprefix('Value error, ')}" for error in exc.errors())
+        raise ParameterError(f"the request cannot be run — {problems}. Nothing was read or "
+                             "spent.") from None
+
+
+def dataset_named(given: Any) -> str:
+    """The dataset whose budget artifacts to refresh, even when the request is refused."""
+    if isinstance(given, ReleaseRequest):
+        return given.dataset
+    named = given.get("dataset") if isinstance(given, dict) else None
+    return named if isinstance(named, str) and named else ReleaseRequest().dataset
+
+
+def run_name() -> str:
+    """'<dataset> · <mechanism> · eps <epsilon>': the run is findable in the Runs list by what
+    it releases (the dataset's own mechanism and epsilon when the request names none). A
+    request that cannot be read is named by its dataset only; the run itself refuses it."""
+    given = (flow_run.parameters or {}).get("request")
+    dataset = dataset_named(given)
+    try:
+        from medrelease.data.config import find_config
+
+        request = as_request(given)
+        config = find_config(request.dataset)
+        resolved = resolve_mechanism(config, request.mechanism, request.epsilon,
+                                     request.parameters)
+    except Exception:  # refused inside the run, with its reason
+        return f"{dataset} · request to check"[:120]
+    epsilon = resolved.params.get("epsilon")
+    if epsilon is None and "epsilon" in get_mechanism(resolved.name).Params.model_fields:
+        epsilon = get_mechanism(resolved.name).Params.model_fields["epsilon"].default
+    eps = f" · eps {epsilon:g}" if isinstance(epsilon, int | float) else ""
+    return f"{config.name} · {resolved.name}{eps}"[:120]

@@ -32,11 +32,24 @@ from prefect.context import FlowRunContext
 from prefect.exceptions import FlowPauseTimeout
 from prefect.flow_runs import pause_flow_run, resume_flow_run
 from prefect.input import RunInput
+from prefect.utilities.annotations import quote
 from pydantic import Field
 
+from flows.outcome import BudgetInView, evaluate_after, with_artifacts
+from flows.request_form import ReleaseRequest
+from flows.states import not_published
 from medrelease.evidence.verdict import verdict_of_manifest
 from medrelease.storage.links import staged_link
 from tasks.artifacts import inert
+from tasks.budget import finalize_spend
+from tasks.publish import (
+    PublishResult,
+    RunFacts,
+    publish_staged,
+    stage_release,
+    withdraw_ended,
+    withdraw_staged,
+)
 
 POLL_S = 2  # how often the paused run looks for the decision (Prefect's default is 10 s)
 PREFECT_MARGIN_S = 3600  # Prefect's pause deadline after ours (it fails a run left past it)
@@ -241,3 +254,50 @@ def _end_at_timeout(run_id: Any, token: str) -> None:
 
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def reviewed(request: ReleaseRequest, budget: BudgetInView, facts: RunFacts, ledger: str,
+              counts: Any) -> Any:
+    """``review: required``: stage the release, write its evidence, pause for the decision;
+    approve publishes the staged folder atomically, reject or a timeout publishes nothing.
+    The spend stays counted either way (its noise was drawn); the decision and its reason go
+    to the steward record and the ledger's note, with the publication verdict the reviewer
+    saw. The form shows that verdict and no raw-data evidence (``flows/review.py``): the
+    evaluation is written to the steward record before the pause, but the gate never reads
+    it, so the decision is post-processing of the release."""
+    config, spend_id = facts.config, facts.charge.spend_id
+    staged = stage_release(quote(facts))
+    try:
+        evaluated = evaluate_after(request, staged.path, counts)
+        summary = summary_of(staged, evaluated, config.review_timeout_hours)
+        review = {**await_review(summary), "publication_verdict": summary.verdict_level}
+        if review["decision"] == "approve":
+            published = publish_staged(staged, config.name, request.destination, review)
+        else:
+            withdraw_staged(staged, config.name, review)
+    except BaseException as exc:  # a crash, or a cancellation while paused (SIGTERM)
+        withdraw_after(staged, config.name, exc)
+        raise
+    if review["decision"] == "approve":
+        finalize_spend(ledger, spend_id, "released", release_id=published.release_id,
+                       note=f"approved at review: {review['reason']}"[:500])
+        return with_artifacts(request, published, facts.flow_run_id, facts.candidates,
+                               budget, evaluated=evaluated)
+    what = ("rejected at review" if review["decision"] == "reject" else "review timed out")
+    finalize_spend(ledger, spend_id, "failed",
+                   note=f"{what} (release {staged.release_id} not published): "
+                        f"{review['reason']}"[:500])
+    return not_published(
+        f"release {staged.release_id} of {config.name} was not published: {what} "
+        f"({review['reason']}). Its spend (epsilon {facts.release_plan.guarantee.epsilon or 0:g})"
+        f" stays counted: the noise was drawn. Its publication verdict was: "
+        f"{summary.verdict_headline}",
+        {"release_id": None, "staged_release_id": staged.release_id, "review": review,
+         "flow_run_id": facts.flow_run_id, "evaluation": (evaluated or {}).get("report")})
+
+
+def withdraw_after(staged: PublishResult, dataset: str, exc: BaseException) -> None:
+    """A review that ended before its decision was carried out: the staged data goes (called
+    directly, not as a task, so that it also runs while the run is being cancelled)."""
+    withdraw_ended(staged, dataset, f"the run ended before a decision was carried out "
+                                    f"({type(exc).__name__}: {exc})"[:500])

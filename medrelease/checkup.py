@@ -7,9 +7,9 @@ what failed: the config (pydantic lists all its errors), each taxonomy on its ow
 the extract's files (input-folder rule, links, how many), the input schema (pandera, lazily: one
 entry per column and problem), the missing-value limit, the plan (mechanism, parameters, policy,
 lattice size, the dimensions' joint domain, work limits) that the flow's plan step makes
-(``plan_for_config``) and the ledger's rules its resolve step applies (``enforce_ledger_rules``),
-the count (``fixed_index``, ``enforce_noise_rows``) and the stores and the ledger's integrity
-(``check_stores_and_ledger``). There is no second validator: every message is the engine's, so
+(``plan_for_config``) and the rules of every stage before the charge, declared once in
+``medrelease/refusals.py`` (the ledger's, the count's, the stores'), each stage's all at once.
+There is no second validator: every message is the engine's, so
 ``check`` and ``release`` cannot disagree (issue 55: a test walks every pre-charge refusal,
 ``tests/flow/test_check_equals_release.py``).
 
@@ -96,10 +96,10 @@ def check_dataset(dataset: str, input_path: str | None = None, mechanism: str | 
 
     The stages are the flow's, by the same functions (issue 55: whatever ``release`` would
     refuse before its charge, ``check`` reports): the plan (``plan_for_config``) and the
-    ledger's rules (``enforce_ledger_rules``), the extract's files and their shape
+    ledger stage's rules (``medrelease/refusals.py``), the extract's files and their shape
     (``refuse_several_files``), the input schema and the drop limit, the count (the joint
-    domain, a fixed node, the noise rows: ``fixed_index``, ``enforce_noise_rows``), the stores
-    and the ledger's integrity (``check_stores_and_ledger``)."""
+    domain, then the count stage's rules: a fixed node, the noise rows), the stores stage
+    (the folders and the ledger's integrity)."""
     started = time.perf_counter()
     request = request or Request(input_path, mechanism, epsilon)
     report = CheckReport(dataset)
@@ -287,18 +287,17 @@ def _rows_checked(config: DatasetConfig, extract, report: CheckReport,
 def _counted(config: DatasetConfig, plan: ReleasePlan, counts: CountTable | None,
              report: CheckReport) -> None:
     """What the release refuses once it has counted the extract, before its charge: a fixed
-    node outside its limits, noise rows over the policy's limit (the flow's own calls)."""
+    node outside its limits, noise rows over the policy's limit (the count stage's rules of
+    ``medrelease/refusals.py``, which the flow runs too; the key's store is the release's
+    only)."""
     if counts is None:
         return
     from medrelease.mechanisms.base import ReleaseContext
-    from medrelease.release import enforce_noise_rows, fixed_index
+    from medrelease.refusals import Facts, refusals
 
     context = ReleaseContext.from_counts(counts)
-    try:
-        fixed_index(context, plan)
-        enforce_noise_rows(config, context, plan)
-    except MedreleaseError as exc:
-        report.findings.append(Finding("plan", str(exc)))
+    for refusal in refusals("count", Facts(config, plan, context=context)):
+        report.findings.append(Finding("plan", str(refusal)))
 
 
 def _stores_checked(config: DatasetConfig, plan: ReleasePlan, request: Request,
@@ -307,14 +306,12 @@ def _stores_checked(config: DatasetConfig, plan: ReleasePlan, request: Request,
     record (the flow's last step before the charge); a pseudonymization key where the check
     can see one (``MEDRELEASE_PSEUDONYM_KEY``: a Prefect Secret block is looked for by the
     release only, as ``check`` never starts Prefect)."""
-    from medrelease.request import check_stores_and_ledger
+    from medrelease.refusals import Facts, refusals
     from medrelease.settings import ledger_location
 
-    try:
-        check_stores_and_ledger(config, plan.random.test_release, ledger_location(),
-                                request.destination)
-    except MedreleaseError as exc:
-        report.findings.append(Finding("stores", str(exc)))
+    facts = Facts(config, plan, ledger_path=ledger_location(), destination=request.destination)
+    for refusal in refusals("stores", facts):
+        report.findings.append(Finding("stores", str(refusal)))
 
 
 def _input_findings(exc: InputValidationError, where: str, word: str) -> list[Finding]:
@@ -341,11 +338,11 @@ def _input_findings(exc: InputValidationError, where: str, word: str) -> list[Fi
 def _planned(config: DatasetConfig, request: Request, report: CheckReport
              ) -> ReleasePlan | None:
     """The plan the flow makes (``plan_for_config``: mechanism, parameters, guarantee, policy,
-    lattice, joint domain and work limits), held to the ledger's rules as the flow's resolve
-    step holds it (``enforce_ledger_rules``: the source's policy, a new source's cap, the
-    void confirmation, the budget left); None when it cannot be made."""
-    from medrelease.release import plan_for_config, resolve_mechanism
-    from medrelease.request import enforce_ledger_rules
+    lattice, joint domain and work limits), held to the ledger stage's rules as the flow's
+    resolve step holds it (``medrelease/refusals.py``: the source's policy, a new source's cap,
+    the void confirmation, the budget left); None when it cannot be made."""
+    from medrelease.refusals import ledger_facts, plan_for_config, refusals
+    from medrelease.release import resolve_mechanism
     from medrelease.settings import ledger_location
 
     try:
@@ -355,10 +352,9 @@ def _planned(config: DatasetConfig, request: Request, report: CheckReport
     except MedreleaseError as exc:
         report.findings.append(Finding("plan", str(exc)))
         return None
-    try:
-        enforce_ledger_rules(config, plan, ledger_location(), request.void_confirmed)
-    except MedreleaseError as exc:
-        report.findings.append(Finding("ledger", str(exc)))
+    facts = ledger_facts(config, plan, ledger_location(), request.void_confirmed)
+    for refusal in refusals("ledger", facts):
+        report.findings.append(Finding("ledger", str(refusal)))
     return plan
 
 

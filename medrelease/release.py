@@ -12,7 +12,8 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -21,14 +22,12 @@ import pandas as pd
 from medrelease.data.aggregate import (
     CountTable,
     aggregate,
-    joint_domain_problem,
-    public_informative_size,
 )
 from medrelease.data.config import DatasetConfig
 from medrelease.data.lattice import DEFAULT_BATCH_SIZE, Lattice, Node
 from medrelease.data.taxonomy import SUPPRESSED
 from medrelease.data.units import UnitBound, bound_frame
-from medrelease.errors import ParameterError, PolicyError
+from medrelease.errors import ParameterError
 from medrelease.evidence.metrics import ILParts, ReleasedCells, information_loss
 from medrelease.mechanisms import (
     check_fits,
@@ -61,18 +60,21 @@ from medrelease.privacy.randomness import (
     selection_probabilities,
 )
 from medrelease.privacy.unit_cut import draw_unit_cut
-from medrelease.stages import PROBE_NODES, SCORING_TASK_SECONDS, Executor, InProcess, after, packed
+from medrelease.stages import (
+    PROBE_NODES,
+    SCORING_TASK_SECONDS,
+    Executor,
+    Hooks,
+    InProcess,
+    ProgressHooks,
+    after,
+    packed,
+    run_rounds,
+)
 from medrelease.stages import Progress as StageProgress
 from medrelease.storage.released_rows import ReleasedRows
 
 Progress = Callable[[int, int], None]
-
-
-def _bar(progress: Progress | None) -> StageProgress | None:
-    """The driver's progress (done, total) from the stages' (done, total, note)."""
-    if progress is None:
-        return None
-    return lambda done, total, _note: progress(done, total) if total else None
 
 
 def resolve_mechanism(config: DatasetConfig, mechanism: str | None = None,
@@ -231,103 +233,6 @@ def _check_steps_make_the_guarantee(mechanism: str, steps: list[BudgetStep],
             f"{mechanism}: its budget steps add up to (epsilon {eps:g}, delta {delta:g}) but its "
             f"guarantee states (epsilon {stated_eps:g}, delta {stated_delta:g}); a mechanism's "
             "guarantee must be the composition of its declared steps")
-
-
-def enforce_policy(config: DatasetConfig, plan: ReleasePlan, where: str | None = None) -> None:
-    """Refuse what the dataset's policy does not allow, before anything is read or spent."""
-    policy, name = config.policy, plan.mechanism
-    where = where or f"the policy of dataset {config.name!r} (policy: in its config)"
-    if name not in policy.mechanisms:
-        raise PolicyError(f"mechanism {name!r} is not allowed by {where}, which allows "
-                          f"{', '.join(policy.mechanisms)}")
-    guarantee = plan.guarantee
-    if not guarantee.proven and not policy.allow_unproven:
-        raise PolicyError(f"mechanism {name!r} here gives no proven DP guarantee "
-                          f"({guarantee.label}); {where} needs allow_unproven: true for that")
-    if guarantee.epsilon is not None and guarantee.epsilon > policy.max_epsilon:
-        raise PolicyError(f"epsilon {guarantee.epsilon:g} is above the per-release cap "
-                          f"{policy.max_epsilon:g} of {where}")
-    k = getattr(plan.params, "k", None)
-    if k is not None and k < policy.min_k:
-        raise PolicyError(f"k = {k} is below the minimum k = {policy.min_k} of {where}")
-
-
-def enforce_lattice_limit(config: DatasetConfig, plan: ReleasePlan, nodes: int) -> None:
-    """Refuse a lattice above the policy's node limit, before anything is read or spent (a
-    10^5-node lattice was charged and then made no progress in minutes). Only the mechanisms
-    that walk the lattice: ``aim`` measures marginals and never enumerates its nodes."""
-    if uses_lattice(plan.mechanism) and nodes > config.policy.max_lattice_nodes:
-        tallest = sorted(((config.taxonomies[c].height + 1, c) for c in config.dimensions),
-                         reverse=True)[:4]
-        raise PolicyError(
-            f"dataset {config.name!r}: its lattice has {nodes:,} nodes (the product of each "
-            f"dimension's taxonomy levels), over the limit of {config.policy.max_lattice_nodes:,}"
-            " (policy: max_lattice_nodes in its config); use taxonomies with fewer levels (the "
-            f"most: {', '.join(f'{c!r} {n}' for n, c in tallest)}), drop columns (role: drop) "
-            f"or raise the limit; aim never walks the lattice. Nothing was read or spent.")
-
-
-def enforce_joint_domain(config: DatasetConfig, plan: ReleasePlan) -> None:
-    """Refuse a lattice mechanism whose dimensions' combined domain is too large for the one
-    count table it rolls up (``joint_domain_problem``: the columns to coarsen or drop), before
-    anything is read or spent; from the taxonomies and the declared domain only, with the
-    streaming pass's room where no domain is declared, so no extract can pass this and fail
-    when counted. ``aim`` reads its marginals from a wide table instead."""
-    if not uses_lattice(plan.mechanism):
-        return
-    taxonomies = tuple(config.taxonomies[c] for c in config.dimensions)
-    problem = joint_domain_problem(config.dimensions, taxonomies,
-                                   public_informative_size(config), plan.mechanism)
-    if problem:
-        raise PolicyError(f"dataset {config.name!r}: {problem}")
-
-
-def enforce_work_limits(config: DatasetConfig, plan: ReleasePlan) -> None:
-    """Refuse a release whose work (cells drawn, rows sampled, noise epsilons) the mechanism
-    bounds from public facts only — its parameters, the taxonomies, the declared domains and
-    the policy's limits — before anything is read or spent (the flow's plan step; like the
-    other policy limits, not the in-process engine, which spends nothing). A mechanism that
-    needs no such bound beyond ``enforce_noise_rows`` keeps ``MechanismBase.check_work``."""
-    get_mechanism(plan.mechanism).check_work(config, plan.params)
-
-
-def plan_for_config(config: DatasetConfig, mechanism: str, params: dict[str, Any],
-                    seed: int | None) -> ReleasePlan:
-    """The release's plan, held to everything public facts can decide: the mechanism fits the
-    config, its parameters and guarantee, the dataset's policy, the lattice and work limits.
-    Reads no data and draws no noise; the flow's plan step and ``medrelease check`` both run
-    exactly this."""
-    check_fits(config, mechanism)
-    nodes = lattice_size(config)
-    # a seed per node only for a lattice the mechanism walks and the policy allows: aim has
-    # none to walk, and a 40-column table's lattice has ~10^12 nodes (refused just below)
-    walked = nodes if uses_lattice(mechanism) and nodes <= config.policy.max_lattice_nodes \
-        else 0
-    release_plan = plan_release(mechanism, params, walked, seed, PublicFacts.of(config))
-    enforce_policy(config, release_plan)
-    enforce_lattice_limit(config, release_plan, nodes)
-    enforce_joint_domain(config, release_plan)
-    enforce_work_limits(config, release_plan)
-    return release_plan
-
-
-def enforce_noise_rows(config: DatasetConfig, context: ReleaseContext, plan: ReleasePlan
-                       ) -> float:
-    """Refuse a release whose noise alone is expected to add more rows than the policy allows
-    (computed from public facts: taxonomies, declared domain, parameters); before the charge.
-    Returns the expectation (the steward record keeps it)."""
-    expected = get_mechanism(plan.mechanism).expected_noise_rows(context, plan.params)
-    limit = config.policy.max_noise_rows
-    if expected > limit:
-        raise PolicyError(
-            f"{plan.mechanism} at epsilon {plan.guarantee.epsilon or 0:g} on dataset "
-            f"{config.name!r} is expected to add {expected:,.0f} noise rows (noise alone, "
-            "bounded from its parameters and the taxonomies or declared domain: empty cells "
-            "released with a noisy count, or counterfeit rows in every class it could release), "
-            f"over the limit of {limit:,} (policy: "
-            "max_noise_rows in its config); use a larger epsilon or a coarser node, or raise "
-            "the limit. Nothing was spent.")
-    return expected
 
 
 def candidate_nodes(context: ReleaseContext, plan: ReleasePlan) -> list[Node]:
@@ -638,18 +543,99 @@ def release_lattice(context: ReleaseContext, plan: ReleasePlan,
                     batch_size: int = DEFAULT_BATCH_SIZE, workers: int = 1,
                     progress: Progress | None = None) -> Release:
     """Kind ``lattice``: score the candidates (unless the node is fixed), select, materialize."""
-    index = fixed_index(context, plan)
-    if index is not None:
-        chosen = materialize_table(context, plan, index)
-        summaries, probabilities = [chosen.summary], np.array([1.0])
-    else:
-        summaries = score_lattice(context, plan, InProcess(workers), batch_size, _bar(progress))
-        index, probabilities = select_node(plan, summaries)
-        chosen = materialize_table(context, plan, index)
+    chosen, candidates = choose_on_lattice(context, plan, InProcess(workers),
+                                           ProgressHooks(progress), batch_size)
     dimensions = context.counts.dimensions
     return finished_release(plan, chosen, context.counts.n_rows,
                             node=dict(zip(dimensions, chosen.node, strict=True)),
-                            candidates=candidates_frame(context, summaries, probabilities))
+                            candidates=candidates)
+
+
+@dataclass
+class Inputs:
+    """What the read stage hands the choice: the extract counted (kinds ``lattice`` and
+    ``synthetic``) or its rows (kind ``rows``), with what the privacy unit's bound cut
+    (``unit_bound``, for the cut's own noisy count) and the read's facts (``info``: steward
+    side, never published)."""
+
+    counts: CountTable | None = None
+    frame: pd.DataFrame | None = None
+    unit_bound: Any = None
+    info: Any = None
+
+    @cached_property
+    def context(self) -> ReleaseContext | None:
+        return ReleaseContext.from_counts(self.counts) if self.counts is not None else None
+
+    @property
+    def rows(self) -> int:
+        return self.counts.n_rows if self.counts is not None else len(self.frame)
+
+
+def choose(inputs: Inputs, config: DatasetConfig, plan: ReleasePlan, pieces: Executor,
+           hooks: Hooks | None = None, batch_size: int = DEFAULT_BATCH_SIZE,
+           key: bytes | None = None) -> tuple[MaterializedRelease, pd.DataFrame]:
+    """The release's choice and draw, by the mechanism's declared kind, with the steward's
+    candidate table (empty outside the lattice): the one stage driver. Its loops and steps
+    run through ``pieces`` (in this process for the driver, tests and benchmarks; as Prefect
+    tasks for the flow), what the caller shows through ``hooks``. ``key``: the
+    pseudonymization key when the caller holds it (the flow's task reads its own)."""
+    hooks = hooks or Hooks()
+    if plan.kind == "rows":
+        with hooks.step(f"{plan.mechanism}: releasing from the rows"):
+            chosen = pieces.call(release_without_lattice, table=inputs.frame, config=config,
+                                 plan=plan, key=key, unit_bound=inputs.unit_bound)
+        return chosen, pd.DataFrame()
+    if plan.kind == "synthetic":
+        return synthesize(inputs.counts, config, plan, pieces, hooks), pd.DataFrame()
+    return choose_on_lattice(inputs.context, plan, pieces, hooks, batch_size)
+
+
+def choose_on_lattice(context: ReleaseContext, plan: ReleasePlan, pieces: Executor,
+                      hooks: Hooks, batch_size: int = DEFAULT_BATCH_SIZE
+                      ) -> tuple[MaterializedRelease, pd.DataFrame]:
+    """Kind ``lattice``: score every candidate (fanned out), select privately, draw the
+    chosen node's release. A fixed-node mechanism (histogram) is not scored: its one noisy
+    draw is the release, and the candidate summary is computed from that very draw."""
+    index = fixed_index(context, plan)
+    if index is not None:
+        chosen = pieces.call(materialize_table, context=context, plan=plan, index=index)
+        return chosen, candidates_frame(context, [chosen.summary], np.array([1.0]))
+    summaries = score_lattice(context, plan, pieces, batch_size,
+                              hooks.scoring(len(context.lattice)), hooks.log)
+    hooks.scored(summaries, get_mechanism(plan.mechanism).selection == "minimum_loss")
+    index, probabilities = pieces.call(select_node, plan=plan, summaries=summaries)
+    hooks.materializing(len(context.lattice))
+    chosen = pieces.call(materialize_table, context=context, plan=plan, index=index)
+    return chosen, candidates_frame(context, summaries, probabilities)
+
+
+def start_rounds(counts: CountTable, config: DatasetConfig | None, plan: ReleasePlan
+                 ) -> Any:
+    """Kind ``synthetic``'s round 0 (the mechanism's ``start_rounds``)."""
+    return get_mechanism(plan.mechanism).start_rounds(counts, config, plan)
+
+
+def sample_rows(run: Any, counts: CountTable, plan: ReleasePlan) -> MaterializedRelease:
+    """Kind ``synthetic``'s rows from the fitted model (the mechanism's ``sample``)."""
+    return get_mechanism(plan.mechanism).sample(run, counts, plan)
+
+
+def synthesize(counts: CountTable, config: DatasetConfig | None, plan: ReleasePlan,
+               pieces: Executor, hooks: Hooks) -> MaterializedRelease:
+    """Kind ``synthetic``: round 0, the rounds until the budget is spent (each round's
+    scoring fanned out: ``run_rounds``), then the sampled rows."""
+    columns = len(counts.dimensions) + len(counts.informative.columns)
+    with hooks.step(f"{plan.mechanism}: round 0", f"one-way marginals of {columns} columns "
+                    "and the candidates' true marginals"):
+        run = pieces.call(start_rounds, counts=counts, config=config, plan=plan)
+    hooks.rounds_started(run)
+    run_rounds(run, pieces, lambda record: hooks.round_done(run, record))
+    with hooks.step(f"{plan.mechanism}: sampling rows", "from the fitted model, then the "
+                    "error bars"):
+        chosen = pieces.call(sample_rows, run=run, counts=counts, plan=plan)
+    hooks.rounds_finished(run, chosen)
+    return chosen
 
 
 def finished_release(plan: ReleasePlan, chosen: MaterializedRelease, input_rows: int,
@@ -783,12 +769,10 @@ def release(
     bound = None
     if plan.unit is not None:  # the privacy unit's bound runs before anything else
         table, bound = bound_frame(table, plan.unit)
-    if plan.kind == "rows":
-        return finished_release(plan, release_without_lattice(table, config, plan, key, bound),
-                                len(table))
-    counts = replace(aggregate(table, config), unit_bound=bound)
-    if plan.kind == "synthetic":
-        chosen = get_mechanism(plan.mechanism).synthesize(counts, config, plan)
-        return finished_release(plan, chosen, counts.n_rows)
-    return release_lattice(ReleaseContext.from_counts(counts), plan, batch_size, workers,
-                           progress)
+    inputs = (Inputs(frame=table, unit_bound=bound) if plan.kind == "rows"
+              else Inputs(counts=replace(aggregate(table, config), unit_bound=bound)))
+    chosen, candidates = choose(inputs, config, plan, InProcess(workers),
+                                ProgressHooks(progress), batch_size, key)
+    node = (dict(zip(inputs.counts.dimensions, chosen.node, strict=True))
+            if plan.kind == "lattice" else None)
+    return finished_release(plan, chosen, inputs.rows, node=node, candidates=candidates)

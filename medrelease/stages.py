@@ -17,6 +17,7 @@ import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -40,6 +41,53 @@ class Executor(Protocol):
 
     def call(self, fn: Callable[..., Any], **arguments: Any) -> Any:
         ...
+
+
+class Hooks:
+    """What a caller sees of a release's long stages (``medrelease.release.choose``). Here
+    every hook does nothing (tests, benchmarks, audits); the driver's progress bar
+    (``ProgressHooks``) and the flow's progress, artifacts and log (``flows/stage_hooks.py``)
+    fill what they show. Only public facts reach a hook: counts of nodes and rounds, the
+    rounds' measurements (DP outputs), never a score or a value of the data."""
+
+    def step(self, label: str, note: str = "") -> AbstractContextManager[None]:
+        """A step whose length is unknown (a spinner while it runs)."""
+        return nullcontext()
+
+    def log(self, message: str) -> None:
+        """A line for the run's log."""
+
+    def scoring(self, nodes: int) -> Progress | None:
+        """The scoring loop's progress over a lattice of ``nodes`` nodes, if shown."""
+        return None
+
+    def scored(self, summaries: Sequence[Any], minimum_loss: bool) -> None:
+        """Every candidate scored (``minimum_loss``: the deterministic search)."""
+
+    def materializing(self, nodes: int) -> None:
+        """The chosen node is being drawn."""
+
+    def rounds_started(self, run: Any) -> None:
+        """A synthetic release's round 0 is measured."""
+
+    def round_done(self, run: Any, record: Any) -> None:
+        """A round was selected and measured, the model re-fitted."""
+
+    def rounds_finished(self, run: Any, chosen: Any) -> None:
+        """The rows are sampled."""
+
+
+@dataclass
+class ProgressHooks(Hooks):
+    """The driver's: the scoring's (done, total) to a ``progress`` callback."""
+
+    progress: Callable[[int, int], None] | None = None
+
+    def scoring(self, nodes: int) -> Progress | None:
+        report = self.progress
+        if report is None:
+            return None
+        return lambda done, total, _note: report(done, total) if total else None
 
 
 def workers_from_env(default: int = 2) -> int:

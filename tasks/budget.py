@@ -9,17 +9,17 @@ from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from medrelease.data.config import DatasetConfig
+from medrelease.mechanisms import capabilities
+from medrelease.mechanisms.base import ReleaseContext
 from medrelease.plan import ReleasePlan
 from medrelease.privacy.ledger import Charge, request_record
 from medrelease.privacy.ledger_backends import open_ledger
-from medrelease.release import plan_for_config
-from medrelease.request import (  # (check and the pre-read budget rule read them too)
-    check_stores_and_ledger,
-    spend_request,
-)
+from medrelease.refusals import Facts, plan_for_config, refuse
+from medrelease.request import spend_request
 from medrelease.settings import store_root, test_store_root
 from medrelease.storage.store import published_manifests as manifests_in_stores
 from tasks.artifacts import markdown_artifact
+from tasks.lattice import load_pseudonym_key
 
 
 def artifact_key(dataset: str, what: str) -> str:
@@ -35,12 +35,19 @@ def plan(config: DatasetConfig, mechanism: str, params: dict, seed: int | None) 
 
 
 @task(name="check-before-charge", cache_policy=NO_CACHE)
-def check_before_charge(config: DatasetConfig, release_plan: ReleasePlan, ledger_path: str,
+def check_before_charge(config: DatasetConfig, release_plan: ReleasePlan,
+                        context: ReleaseContext | None, ledger_path: str,
                         destination: str | None) -> None:
-    """Everything that could still fail after the charge, checked before it: the ledger holds
-    every spend the records show, and the release and steward folders can be written
-    (``check_stores_and_ledger``, which ``medrelease check`` runs too)."""
-    check_stores_and_ledger(config, release_plan.random.test_release, ledger_path, destination)
+    """The count stage's rules (a fixed node outside its lattice, the noise rows over the
+    policy's limit, a missing pseudonymization key, looked for in its Prefect Secret block
+    here) and the stores stage's (the ledger holds every spend the records show; the release
+    and steward folders can be written): ``medrelease/refusals.py``, which ``medrelease check``
+    runs too."""
+    key_found = (load_pseudonym_key(release_plan.params) is not None
+                 if capabilities(release_plan.mechanism).needs_secret else None)
+    refuse("count", Facts(config, release_plan, context=context, key_found=key_found))
+    refuse("stores", Facts(config, release_plan, ledger_path=ledger_path,
+                           destination=destination))
 
 
 def published_manifests() -> list[dict]:

@@ -1,11 +1,11 @@
 """The flow's executor for the engine's loops (``medrelease.stages``): each piece a Prefect task
 on the flow's task runner, each step a task called in the flow.
 
-The engine names the piece (``score_node_piece``, ``score_round_piece`` …); the table below
-names the task that runs it, whose parameters are the piece's. Shared arguments go to the
-tasks quoted on the thread runner (Prefect would walk a count table or a model per task
-otherwise); Dask packs parameters itself and turns a quote into a plain tuple, so there they go
-as they are.
+The engine names the piece or step (``score_node_piece``, ``select_node``, ``start_rounds`` …);
+the table below names the task that runs it, whose parameters are the engine function's.
+Shared arguments go to the tasks quoted on the thread runner (Prefect would walk a count
+table or a model per task otherwise); Dask packs parameters itself and turns a quote into a
+plain tuple, so there they go as they are.
 """
 
 from __future__ import annotations
@@ -17,16 +17,28 @@ from typing import Any
 from prefect import unmapped
 from prefect.utilities.annotations import quote
 
-from medrelease.release import score_node_piece, search_piece
+from medrelease.release import (
+    materialize_table,
+    release_without_lattice,
+    sample_rows,
+    score_node_piece,
+    search_piece,
+    select_node,
+    start_rounds,
+)
 from medrelease.stages import finish_round_step, score_round_piece, workers_from_env
-from tasks.lattice import score_node_batch, search_lattice
-from tasks.synthetic import score_batch, select_and_measure
+from tasks import lattice, synthetic
 
 TASK_OF: dict[Callable[..., Any], Any] = {
-    score_node_piece: score_node_batch,
-    search_piece: search_lattice,
-    score_round_piece: score_batch,
-    finish_round_step: select_and_measure,
+    score_node_piece: lattice.score_node_batch,
+    search_piece: lattice.search_lattice,
+    select_node: lattice.select_candidate,
+    materialize_table: lattice.materialize_release,
+    release_without_lattice: lattice.release_rows,
+    score_round_piece: synthetic.score_batch,
+    finish_round_step: synthetic.select_and_measure,
+    start_rounds: synthetic.start_rounds,
+    sample_rows: synthetic.sample_rows,
 }
 
 

@@ -9,10 +9,12 @@ go to a steward-only log file whose path the message names.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
-from prefect import get_run_logger, task
+from prefect import get_run_logger, task, unmapped
 from prefect.cache_policies import NO_CACHE
+from prefect.utilities.annotations import quote
 
 from medrelease.data.aggregate import CountTable
 from medrelease.data.config import DatasetConfig, find_config
@@ -25,6 +27,8 @@ from medrelease.data.reading import (
     read_validated,
 )
 from medrelease.data.units import UnitBound
+from medrelease.plan import ReleasePlan
+from medrelease.release import Inputs
 from medrelease.settings import steward_root
 from medrelease.storage.store import StewardRecords
 from tasks.artifacts import table_artifact
@@ -98,3 +102,22 @@ def validate_and_aggregate(
     """Every file of the extract in turn, in this process (the Dask fan-out is in the flow)."""
     parts = counted_partitions(config, extract, rows_per_chunk, unit)
     return merge_partitions.fn(config, parts, extract.pattern)
+
+
+def read_extract(config: DatasetConfig, extract: ResolvedExtract, plan: ReleasePlan,
+                 runner: Any = None, runner_kind: str = "thread") -> Inputs:
+    """The read stage: the extract's rows, validated and bounded per unit (kind ``rows``), or
+    its count table (the other kinds), in this process or file by file on the Dask workers
+    (each reads and aggregates its own files; a bad row in any file stops the run before any
+    spend)."""
+    if plan.kind == "rows":
+        frame, info = load_and_validate_input(quote(config), quote(extract), plan.unit)
+        return Inputs(frame=frame, info=info, unit_bound=info.unit_bound)
+    if runner_kind != "dask" or len(extract.files) < 2 or plan.unit is not None:
+        counts, info = validate_and_aggregate(quote(config), quote(extract), unit=plan.unit)
+    else:
+        futures = runner.map(aggregate_partition, {"config": unmapped(config),
+                                                   "file": list(extract.files)})
+        parts = [future.result() for future in futures]
+        counts, info = merge_partitions(quote(config), quote(parts), extract.pattern)
+    return Inputs(counts=counts, info=info)

@@ -9,7 +9,6 @@ from prefect.cache_policies import NO_CACHE
 
 from medrelease.data.config import DatasetConfig
 from medrelease.data.lattice import Node
-from medrelease.errors import ParameterError
 from medrelease.mechanisms import capabilities
 from medrelease.mechanisms.base import NodeSummary, ReleaseContext
 from medrelease.plan import MaterializedRelease, ReleasePlan
@@ -37,43 +36,29 @@ def search_lattice(context: ReleaseContext, plan: ReleasePlan) -> list[NodeSumma
 
 
 @task(name="select-node", cache_policy=NO_CACHE)
-def select_candidate(
-    release_plan: ReleasePlan, summaries: list[NodeSummary]
-) -> tuple[int, np.ndarray]:
-    return select_node(release_plan, summaries)
+def select_candidate(plan: ReleasePlan, summaries: list[NodeSummary]) -> tuple[int, np.ndarray]:
+    return select_node(plan, summaries)
 
 
 @task(name="materialize-release", cache_policy=NO_CACHE)
-def materialize_release(
-    context: ReleaseContext, release_plan: ReleasePlan, index: int
-) -> MaterializedRelease:
-    return materialize_table(context, release_plan, index)
+def materialize_release(context: ReleaseContext, plan: ReleasePlan, index: int
+                        ) -> MaterializedRelease:
+    return materialize_table(context, plan, index)
 
 
 @task(name="release-without-lattice", cache_policy=NO_CACHE)
-def release_rows(config: DatasetConfig, frame: pd.DataFrame,
-                 release_plan: ReleasePlan, unit_bound: dict | None = None
+def release_rows(table: pd.DataFrame, config: DatasetConfig, plan: ReleasePlan,
+                 key: bytes | None = None, unit_bound: dict | None = None
                  ) -> MaterializedRelease:
     """Mondrian, pseudonymization, DiffGen: no lattice search.
 
-    The pseudonymization key is read here and goes nowhere else. ``unit_bound``: what the
-    privacy unit's bound cut (the input facts' counts; steward-side), for the step that
-    publishes a noisy count of it.
+    The pseudonymization key is read here (``key`` is None from the flow) and goes nowhere
+    else. ``unit_bound``: what the privacy unit's bound cut (the input facts' counts;
+    steward-side), for the step that publishes a noisy count of it.
     """
-    needs_key = capabilities(release_plan.mechanism).needs_secret
-    key = load_pseudonym_key(release_plan.params) if needs_key else None
-    return release_without_lattice(frame, config, release_plan, key, unit_bound)
-
-
-@task(name="check-secret", cache_policy=NO_CACHE)
-def check_secret_available(release_plan: ReleasePlan) -> None:
-    """A mechanism that needs a key finds it before the charge (the key is not kept)."""
-    if (capabilities(release_plan.mechanism).needs_secret
-            and load_pseudonym_key(release_plan.params) is None):
-        raise ParameterError(
-            f"{release_plan.mechanism} needs a key: create a Prefect Secret block named "
-            f"{release_plan.params.key_source!r} or set MEDRELEASE_PSEUDONYM_KEY. Nothing was "
-            "spent.")
+    if key is None and capabilities(plan.mechanism).needs_secret:
+        key = load_pseudonym_key(plan.params)
+    return release_without_lattice(table, config, plan, key, unit_bound)
 
 
 def load_pseudonym_key(params) -> bytes | None:

@@ -10,12 +10,9 @@ from prefect.cache_policies import NO_CACHE
 from medrelease.data.config import find_config
 from medrelease.data.extract import resolve_extract
 from medrelease.mechanisms import uses_counts
+from medrelease.refusals import ledger_facts, refuse
 from medrelease.release import lattice_size, resolve_mechanism
-from medrelease.request import (
-    ResolvedRequest,
-    enforce_budget_left,  # noqa: F401 - (its home was here: the engine's now)
-    enforce_ledger_rules,
-)
+from medrelease.request import ResolvedRequest
 from tasks.budget import plan
 
 
@@ -31,9 +28,10 @@ def resolve_request(dataset: str, mechanism: str | None, epsilon: float | None,
     config = find_config(dataset)
     resolved = resolve_mechanism(config, mechanism, epsilon, parameters)
     release_plan = plan.fn(config, resolved.name, resolved.params, seed)
-    # the source's policy, a new source's cap, the void confirmation, the budget left
-    # (medrelease check runs the same function)
-    enforce_ledger_rules(config, release_plan, ledger_path, void_confirmed, budget_first)
+    # the ledger stage: the source's policy, a new source's cap, the void confirmation, the
+    # budget left (medrelease check runs the same rules)
+    refuse("ledger", ledger_facts(config, release_plan, ledger_path, void_confirmed,
+                                  budget_first))
     # a release that counts the extract digests its rows in that count's pass (one read)
     extract = resolve_extract(config, input_path, rows_by_count=uses_counts(resolved.name))
     request = ResolvedRequest(config, extract, release_plan, lattice_size(config))

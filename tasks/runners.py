@@ -15,6 +15,7 @@ from typing import Literal
 from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 
 from medrelease.errors import MedreleaseError
+from medrelease.plan import ReleasePlan
 from medrelease.stages import workers_from_env
 
 
@@ -52,3 +53,10 @@ def connect(runner: TaskRunner, kind: RunnerKind) -> None:
             f"the Dask task runner did not start ({type(exc).__name__}: {exc}); no budget was "
             "spent. Check MEDRELEASE_DASK_ADDRESS, or use task_runner 'thread'"
         ) from exc
+
+
+def runner_kind(requested: RunnerKind, plan: ReleasePlan) -> RunnerKind:
+    """The runner a release's fan-out uses: the one asked for where there is a fan-out (the
+    count of a partitioned extract, the lattice's scoring, the rounds'), threads for a
+    mechanism that releases from the rows in one step (no Dask cluster started for it)."""
+    return requested if plan.kind != "rows" else "thread"

@@ -8,20 +8,19 @@ from prefect.cache_policies import NO_CACHE
 
 from medrelease.data.aggregate import CountTable
 from medrelease.data.config import DatasetConfig
+from medrelease.mechanisms import get_mechanism
 from medrelease.plan import MaterializedRelease, ReleasePlan
+from medrelease.release import sample_rows as sample_rows_step
 from medrelease.stages import finish_round_step, score_round_piece
 from medrelease.synthetic.aim_rounds import AIMRounds, RoundPlan, RoundRecord
-from medrelease.synthetic.release import aim_rounds, synthetic_release
 
 
 @task(name="aim-start", cache_policy=NO_CACHE)
-def start_rounds(counts: CountTable, config: DatasetConfig, release_plan: ReleasePlan
-                 ) -> AIMRounds:
+def start_rounds(counts: CountTable, config: DatasetConfig, plan: ReleasePlan) -> AIMRounds:
     """Round 0 (leaf 1-way marginals, rare values merged), then the candidates and their true
     marginals from the count table."""
     logger = get_run_logger()
-    run = aim_rounds(counts, config, release_plan, logger.info)
-    run.start()
+    run = get_mechanism(plan.mechanism).start_rounds(counts, config, plan, logger.info)
     logger.info("aim: %d candidate marginals (attribute sets x taxonomy levels) from the "
                 "workload", len(run.candidates))
     return run
@@ -41,7 +40,6 @@ def select_and_measure(run: AIMRounds, round_plan: RoundPlan, indices: list[int]
 
 
 @task(name="aim-sample", cache_policy=NO_CACHE)
-def sample_rows(run: AIMRounds, counts: CountTable, release_plan: ReleasePlan
-                ) -> MaterializedRelease:
+def sample_rows(run: AIMRounds, counts: CountTable, plan: ReleasePlan) -> MaterializedRelease:
     """Final estimate and the synthetic rows (as many as the noisy total)."""
-    return synthetic_release(run, counts, release_plan)
+    return sample_rows_step(run, counts, plan)

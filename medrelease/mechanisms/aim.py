@@ -27,12 +27,15 @@ from medrelease.plan import MaterializedRelease, ReleasePlan
 from medrelease.privacy.guarantee import ADD_REMOVE_ONE_ROW, BudgetStep, Guarantee
 from medrelease.privacy.randomness import MIN_NOISE_EPSILON
 from medrelease.privacy.unit_cut import unit_cut_step
+from medrelease.synthetic.aim_rounds import AIMRounds
 from medrelease.synthetic.release import (
+    aim_rounds,
     analysis_sigma,
     release_rho,
     release_synthetic,
     rounds_rho,
     sampled_row_bounds,
+    synthetic_release,
 )
 
 DEFAULT_DELTA = 1e-6
@@ -151,10 +154,23 @@ class AIM(MechanismBase):
         return sampled_row_bounds(shape.noisy_total, shape.total_sigma,
                                   params.max_synthetic_rows)
 
+    def start_rounds(self, counts: CountTable, config: Any, plan: ReleasePlan,
+                     log: Callable[[str], None] | None = None) -> AIMRounds:
+        """Round 0 (leaf 1-way marginals, rare values merged), then the candidates and their
+        true marginals from the count table."""
+        run = aim_rounds(counts, config, plan, log)
+        run.start()
+        return run
+
+    def sample(self, run: AIMRounds, counts: CountTable, plan: ReleasePlan
+               ) -> MaterializedRelease:
+        """The final estimate and the synthetic rows (as many as the noisy total)."""
+        return synthetic_release(run, counts, plan)
+
     def synthesize(self, counts: CountTable, config: Any, plan: ReleasePlan,
                    log: Callable[[str], None] | None = None) -> MaterializedRelease:
-        """Every round in this process, then the sampled rows (the flow runs the rounds as
-        tasks instead: ``tasks/synthetic.py``)."""
+        """Every round in this process, then the sampled rows (the audits and benchmarks that
+        need no driver; the release runs the same steps through ``medrelease.release.choose``)."""
         return release_synthetic(counts, config, plan, log)
 
     def smallest_round_epsilon(self, params: AIMParams, n_columns: int) -> float:

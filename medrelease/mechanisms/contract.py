@@ -105,11 +105,15 @@ class RowsMechanism(Mechanism, Protocol):
 
 @runtime_checkable
 class SyntheticMechanism(Mechanism, Protocol):
-    """Kind ``synthetic``: fit a model to noisy marginals of the count table and sample rows
-    (the flow runs the rounds as tasks; ``synthesize`` runs them in this process)."""
+    """Kind ``synthetic``: fit a model to noisy marginals of the count table in rounds and
+    sample rows. ``start_rounds`` measures round 0 and returns the rounds (``plan_round``,
+    ``batches``, ``score``, ``finish_round``, ``state``: the loop ``medrelease.stages.
+    run_rounds`` drives through the caller's executor); ``sample`` draws the rows."""
 
-    def synthesize(self, counts: CountTable, config: DatasetConfig | None, plan: ReleasePlan,
-                   log: Callable[[str], None] | None = None) -> MaterializedRelease: ...
+    def start_rounds(self, counts: CountTable, config: DatasetConfig | None, plan: ReleasePlan,
+                     log: Callable[[str], None] | None = None) -> Any: ...
+
+    def sample(self, run: Any, counts: CountTable, plan: ReleasePlan) -> MaterializedRelease: ...
 
 
 PROTOCOLS: dict[str, type[Mechanism]] = {

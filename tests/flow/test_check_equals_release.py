@@ -110,37 +110,35 @@ def test_the_corpus_covers_the_pre_charge_refusals_it_walks() -> None:
 
 # Each call the flow makes before its charge (``_release_resolved``), the functions that do
 # its refusing, and the stage of ``check`` that calls the same functions. A call missing here
-# fails ``test_every_pre_charge_call_of_the_flow_is_in_the_inventory``: add its check.
+# fails ``test_every_pre_charge_call_of_the_flow_is_in_the_inventory``: add its check. The
+# rules on facts are declared by stage in ``medrelease/refusals.py``: the flow's tasks and
+# ``check`` name the same stages (``test_the_flow_and_check_run_every_stage_of_refusals``).
 SHARED = {
-    "resolve_request": ({"enforce_ledger_rules", "resolve_mechanism", "resolve_extract"},
+    "resolve_request": ({"refuse", "ledger_facts", "resolve_mechanism", "resolve_extract"},
                         "_planned"),  # (and plan.fn: plan_for_config, below)
+    "read_extract": ({"load_and_validate_input", "validate_and_aggregate",
+                      "merge_partitions"}, "_rows_checked"),
     "load_and_validate_input": ({"refuse_several_files", "validate_input",
                                  "check_drop_limit"}, "_rows_checked"),
-    "_validate_and_aggregate": ({"validate_and_aggregate"}, "_rows_checked"),
     "validate_and_aggregate": ({"refuse_several_files", "count_partition"}, "_input_checked"),
-    "check_before_charge": ({"check_stores_and_ledger"}, "_stores_checked"),
-    "fixed_index": ({"fixed_index"}, "_counted"),
-    "enforce_noise_rows": ({"enforce_noise_rows"}, "_counted"),
+    "check_before_charge": ({"refuse"}, "_counted"),
 }
 # What each check stage calls for them (the same functions, or the engine's ones the task
 # wraps: ``plan`` is ``plan_for_config``, ``count_partition`` counts with the encoding,
 # joint-domain and drop-limit rules ``aggregate`` applies).
 CHECKS = {
-    "_planned": {"plan_for_config", "enforce_ledger_rules", "resolve_mechanism"},
+    "_planned": {"plan_for_config", "refusals", "ledger_facts", "resolve_mechanism"},
     "_input_checked": {"refuse_several_files", "resolve_extract"},
     "_rows_checked": {"validate_input", "check_drop_limit", "aggregate"},
-    "_stores_checked": {"check_stores_and_ledger"},
-    "_counted": {"fixed_index", "enforce_noise_rows"},
+    "_stores_checked": {"refusals"},
+    "_counted": {"refusals"},
 }
 EXEMPT = {
-    "check_secret_available":
-        "a Prefect Secret block is found by Prefect only, and check never imports Prefect: "
-        "its panel says whether MEDRELEASE_PSEUDONYM_KEY is set",
     "connect": "a Dask runner that cannot start is the deployment's, not the dataset's",
     "released_before": "no refusal: an unchanged extract is skipped, with nothing spent",
 }
-NOT_A_STEP = {"uses_counts", "quote", "ticking", "fan_out_runner", "enter_context", "ExitStack", "counted",
-              "from_counts", "close", "len", "skipped", "int", "get", "str"}
+NOT_A_STEP = {"quote", "ticking", "fan_out_runner", "runner_kind", "enter_context", "ExitStack",
+              "counted", "close", "len", "skipped", "int", "get", "str"}
 
 
 def _calls(function) -> set[str]:
@@ -150,9 +148,17 @@ def _calls(function) -> set[str]:
             and isinstance(node.func, ast.Attribute | ast.Name)}
 
 
+def _stages(function, runner: str) -> set[str]:
+    """The stages ``function`` runs through ``runner`` (``refuse`` or ``refusals``): the
+    string its calls name first."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
+    return {node.args[0].value for node in ast.walk(tree) if isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name) and node.func.id == runner and node.args
+            and isinstance(node.args[0], ast.Constant)}
+
+
 def test_every_pre_charge_call_of_the_flow_is_in_the_inventory() -> None:
-    """The calls ``_release_resolved`` makes before its last ``charge_budget`` (both
-    branches: rows mechanisms charge earlier, then release directly)."""
+    """The calls ``_release_resolved`` makes before its ``charge_budget``."""
     from flows import release as flow
 
     tree = ast.parse(textwrap.dedent(inspect.getsource(flow._release_resolved)))
@@ -160,28 +166,24 @@ def test_every_pre_charge_call_of_the_flow_is_in_the_inventory() -> None:
              and isinstance(n.func, ast.Attribute | ast.Name)]
     name = lambda n: n.func.attr if isinstance(n.func, ast.Attribute) else n.func.id  # noqa: E731
     last_charge = max(n.lineno for n in calls if name(n) == "charge_budget")
-    before = {name(n) for n in calls if n.lineno < last_charge} - {"charge_budget",
-                                                                     "_release_directly"}
+    before = {name(n) for n in calls if n.lineno < last_charge} - {"charge_budget"}
     unknown = before - set(SHARED) - set(EXEMPT) - NOT_A_STEP
     assert unknown == set(), f"pre-charge steps check does not run: {unknown}"
 
 
 @pytest.mark.parametrize("step", sorted(SHARED))
 def test_check_runs_the_functions_each_pre_charge_step_refuses_with(step: str) -> None:
-    from flows import release as flow
     from medrelease import checkup
     from medrelease.data import reading
     from tasks import budget, inputs, request
 
     where = {"resolve_request": request.resolve_request.fn,
+             "read_extract": inputs.read_extract,
              "load_and_validate_input": reading.read_validated,
-             "_validate_and_aggregate": flow._validate_and_aggregate,
              "validate_and_aggregate": reading.counted_partitions,
-             "check_before_charge": budget.check_before_charge.fn,
-             "fixed_index": None, "enforce_noise_rows": None}[step]
+             "check_before_charge": budget.check_before_charge.fn}[step]
     functions, stage = SHARED[step]
-    if where is not None:
-        assert functions <= _calls(where), (step, functions - _calls(where))
+    assert functions <= _calls(where), (step, functions - _calls(where))
     assert CHECKS[stage] <= _calls(getattr(checkup, stage)), stage
     # the engine function a task wraps is the one check calls
     assert "plan_for_config" in _calls(budget.plan.fn)
@@ -192,15 +194,31 @@ def test_check_runs_the_functions_each_pre_charge_step_refuses_with(step: str) -
     assert "counted_partitions" in _calls(inputs.validate_and_aggregate.fn)
 
 
-def test_each_mechanisms_pre_charge_hooks_come_through_functions_check_calls() -> None:
-    """check_work (enforce_work_limits), parse_params (plan_release), fixed_node
-    (fixed_index), expected_noise_rows (enforce_noise_rows): every mechanism's own refusals
-    before the charge come through the plan or the count check makes."""
-    from medrelease import release
+def test_the_flow_and_check_run_every_stage_of_refusals() -> None:
+    """Every stage ``medrelease/refusals.py`` declares is run by the flow (its plan, resolve
+    and pre-charge tasks) and by ``check``, stage for stage."""
+    from medrelease import checkup, refusals
+    from tasks import budget, request
 
-    assert "check_work" in _calls(release.enforce_work_limits)
+    flow = (_stages(refusals.plan_for_config, "refuse") | _stages(request.resolve_request.fn,
+            "refuse") | _stages(budget.check_before_charge.fn, "refuse"))
+    check = (_stages(refusals.plan_for_config, "refuse") | _stages(checkup._planned, "refusals")
+             | _stages(checkup._counted, "refusals") | _stages(checkup._stores_checked,
+                                                               "refusals"))
+    assert flow == check == set(refusals.STAGES), (flow, check, set(refusals.STAGES))
+    assert "plan_for_config" in _calls(checkup._planned)
+
+
+def test_each_mechanisms_pre_charge_hooks_come_through_functions_check_calls() -> None:
+    """check_work, parse_params (plan_release), fixed_node (fixed_index), expected_noise_rows:
+    every mechanism's own refusals before the charge come through a rule of a stage, or the
+    plan, that check runs."""
+    from medrelease import refusals, release
+
+    assert "check_work" in _calls(refusals.work_over_limits)
     assert {"parse_params", "_check_budget_numbers"} <= _calls(release.plan_release)
     assert "fixed_node" in _calls(release.fixed_index)
-    assert "expected_noise_rows" in _calls(release.enforce_noise_rows)
-    assert {"check_fits", "plan_release", "enforce_policy", "enforce_lattice_limit",
-            "enforce_joint_domain", "enforce_work_limits"} <= _calls(release.plan_for_config)
+    assert "fixed_index" in _calls(refusals.fixed_node_outside)
+    assert "expected_noise_rows" in _calls(refusals.noise_rows_over_limit)
+    assert "check_fits" in _calls(refusals.mechanism_misfit)
+    assert "plan_release" in _calls(refusals.plan_for_config)

@@ -96,7 +96,7 @@ def test_the_epsilon_field_says_what_epsilon_means_the_cap_and_the_budget_left()
 def test_a_policy_refusal_names_the_dataset_without_a_doubled_quote() -> None:
     from medrelease.data.config import find_config
     from medrelease.errors import PolicyError
-    from medrelease.release import plan_for_config
+    from medrelease.refusals import plan_for_config
 
     with pytest.raises(PolicyError) as refused:
         plan_for_config(find_config("adult"), "kanon", {"k": 10}, None)

@@ -664,7 +664,7 @@ def test_also_a_review_ended_any_way_leaves_no_staged_data(home: Path, tmp_path:
     paused) left the release's data in ``.staging`` for good; so did a run killed outright."""
     import time
 
-    import flows.release
+    import flows.review
     import tasks.publish
     from flows.review import ReviewDecision, set_local_reviewer
 
@@ -683,7 +683,7 @@ def test_also_a_review_ended_any_way_leaves_no_staged_data(home: Path, tmp_path:
             raise ending
 
         with monkeypatch.context() as patched:
-            patched.setattr(flows.release, "await_review", ends)
+            patched.setattr(flows.review, "await_review", ends)
             with pytest.raises(type(ending)):
                 release_flow(request)
         assert list(staging.iterdir()) == [], type(ending).__name__
@@ -696,8 +696,8 @@ def test_also_a_review_ended_any_way_leaves_no_staged_data(home: Path, tmp_path:
 
     monkeypatch.setattr(tasks.publish, "STAGED_GRACE_S", 0)
     with monkeypatch.context() as patched:
-        patched.setattr(flows.release, "await_review", killed)
-        patched.setattr(flows.release, "_withdraw_after", lambda *args: None)
+        patched.setattr(flows.review, "await_review", killed)
+        patched.setattr(flows.review, "withdraw_after", lambda *args: None)
         with pytest.raises(RuntimeError):
             release_flow(request)
     [left] = list(staging.iterdir())

@@ -204,7 +204,7 @@ def test_the_form_says_before_the_run_what_each_choice_needs(tmp_path: Path,
 def test_a_mechanism_without_noise_names_no_random_source(nps_config) -> None:
     from medrelease.privacy.publication import randomness_words
     from medrelease.privacy.randomness import PUBLICATION_RANDOMNESS
-    from medrelease.release import plan_for_config
+    from medrelease.refusals import plan_for_config
 
     kanon = randomness_words(plan_for_config(nps_config, "kanon", {"k": 10}, None))
     assert kanon.startswith("none: kanon draws no noise")

@@ -28,16 +28,9 @@ from medrelease.data import shapes
 from medrelease.data.config import find_config
 from medrelease.data.draft import DraftError, draft_dataset, profile_csv, write_draft
 from medrelease.data.extract import resolve_extract
-from medrelease.mechanisms import get_mechanism
-from medrelease.mechanisms.base import ReleaseContext
-from medrelease.release import (
-    enforce_noise_rows,
-    fixed_index,
-    materialize_table,
-    plan_for_config,
-    resolve_mechanism,
-    select_node,
-)
+from medrelease.refusals import Facts, plan_for_config, refuse
+from medrelease.release import Inputs, choose, resolve_mechanism
+from medrelease.stages import InProcess
 
 SEEDS = range(200)          # at least 200 tables
 CHUNKS = 8                  # test items, so that two workers share them
@@ -76,7 +69,8 @@ def checked(config_path: Path, **request) -> None:
 def published(config_path: Path, mechanism: str | None = None, epsilon: float = EPSILON):
     """The release the flow would make, step by step with the flow's own functions, before
     publishing: the plan (default mechanism), the counting pass (``count_partition``: DuckDB's
-    grouped pass or the row-wise one), the mechanism, the output checks. Returns the chosen
+    grouped pass or the row-wise one), the count stage's refusals, the stage driver
+    (``choose``), the output checks. Returns the chosen
     release (its rows pass the checks the publisher runs)."""
     from medrelease.data.reading import count_partition
     from schemas.output import checked_output
@@ -89,19 +83,10 @@ def published(config_path: Path, mechanism: str | None = None, epsilon: float = 
         counts = count_partition(config, extract.files[0], unit=plan.unit).counts
     finally:
         extract.discard()
-    context = ReleaseContext.from_counts(counts)
-    impl = get_mechanism(plan.mechanism)
-    if plan.kind == "synthetic":
-        chosen = impl.synthesize(counts, config, plan)
-    else:
-        index = fixed_index(context, plan)
-        enforce_noise_rows(config, context, plan)
-        if index is None:
-            from medrelease.release import score_nodes
-
-            summaries = score_nodes(context, plan, context.lattice.dfs_order())
-            index, _ = select_node(plan, summaries)
-        chosen = materialize_table(context, plan, index)
+    inputs = Inputs(counts=counts)
+    refuse("count", Facts(config, plan, context=inputs.context))
+    chosen, _ = choose(inputs, config, plan, InProcess())
+    context = inputs.context
     report = checked_output(config, context, chosen, plan.mechanism)
     assert report.success
     return chosen

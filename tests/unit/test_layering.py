@@ -214,3 +214,31 @@ def test_the_unit_tiers_guard_refuses_prefect() -> None:
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                          env={**os.environ, "MEDRELEASE_UNIT_TIER": "1"}, timeout=120)
     assert "refused:" in out.stdout and "tests/flow" in out.stdout, out.stdout + out.stderr
+
+
+# What the release flow may not do itself: dispatch on a mechanism's kind or run a loop of
+# the engine's (``medrelease.release.choose`` and the stages do, through the flow's executor).
+KIND_DISPATCH = ("capabilities(", ".kind", "uses_counts", "uses_lattice", "score_lattice",
+                 "run_rounds", "synthesize", "release_without_lattice")
+FLOW_LINES = 250
+
+
+def _dispatch_in(source: str) -> list[str]:
+    tree = ast.parse(source)
+    loops = [f"a loop at line {n.lineno}" for n in ast.walk(tree)
+             if isinstance(n, ast.For | ast.While)]
+    return [t for t in KIND_DISPATCH if t in source] + loops
+
+
+def test_the_release_flow_is_wiring() -> None:
+    """``flows/release.py`` at most 250 lines, with no kind dispatch and no loop (read as
+    text: the unit tier never imports a flow)."""
+    source = (ROOT / "flows" / "release.py").read_text()
+    assert len(source.splitlines()) <= FLOW_LINES
+    assert _dispatch_in(source) == []
+
+
+def test_a_planted_kind_dispatch_in_the_flow_is_found() -> None:
+    planted = ("def f(plan, pieces):\n    if capabilities(plan.mechanism).kind == 'rows':\n"
+               "        for piece in pieces:\n            pass\n")
+    assert _dispatch_in(planted) == ["capabilities(", ".kind", "a loop at line 3"]
