@@ -612,7 +612,7 @@ def ledger_restore(
                    "(ledger.sqlite.journal.jsonl), to move a ledger from SQLite to PostgreSQL"),
 ) -> None:
     """Rebuild a lost or emptied ledger: its journal replayed, then releases on record."""
-    from medrelease.privacy.ledger import journal_chain, read_journal
+    from medrelease.privacy.journal import FileJournal, JournalDamaged, chain_problems
     from medrelease.privacy.ledger_backends import restore_from_records
     from medrelease.privacy.ledger_url import is_database_url
     from medrelease.settings import steward_root, test_store_root
@@ -625,12 +625,17 @@ def ledger_restore(
         if is_database_url(location):
             from medrelease.privacy.ledger_pg import PostgresLedger
 
+            events = None
             if from_journal:  # an altered journal is not moved into a new ledger
-                _, broken = journal_chain(from_journal)
+                try:
+                    links = FileJournal(from_journal).links()
+                except JournalDamaged as exc:
+                    _fail(MedreleaseError(f"{exc}; nothing was restored"))
+                broken = chain_problems(links)
                 if broken:
                     _fail(MedreleaseError(f"the journal {from_journal} was altered "
                                           f"({'; '.join(broken[:4])}); nothing was restored"))
-            events = read_journal(from_journal) if from_journal else None
+                events = [link.event for link in links]
             restored = PostgresLedger(location).restore(records, manifests, events)
         elif from_journal is not None:
             _fail(MedreleaseError("--from-journal is for a PostgreSQL ledger "
@@ -649,6 +654,29 @@ def ledger_restore(
     if not restored.from_journal and (restored.from_records or restored.from_manifests):
         console.print("The journal held nothing: runs that failed after their charge are "
                       "recorded only there; check the Prefect run history for them.")
+
+
+@ledger_app.command("migrate")
+def ledger_migrate() -> None:
+    """Bring a SQLite ledger an older version wrote to this one, once (checked against its
+    journal first; the old files kept beside it). A ledger that needs it is refused until then."""
+    from medrelease.privacy.ledger_migrate import migrate_sqlite
+    from medrelease.privacy.ledger_url import is_database_url
+
+    location = ledger_location()
+    if is_database_url(location):
+        _fail(MedreleaseError("a PostgreSQL ledger migrates its schema with 'medrelease ledger "
+                              "init-db'; 'migrate' is for a SQLite ledger file"))
+    try:
+        done = migrate_sqlite(location)
+    except MedreleaseError as exc:
+        _fail(exc)
+    if not done:
+        console.print(f"ledger {location} is already this version's; nothing changed")
+        return
+    for sentence in done:
+        console.print(f"- {sentence}", soft_wrap=True, highlight=False)
+    console.print(f"ledger {location} migrated; 'medrelease ledger verify' checks it")
 
 
 @ledger_app.command("verify")

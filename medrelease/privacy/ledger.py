@@ -26,11 +26,16 @@ The journal is a hash chain, as the PostgreSQL ledger's is (issue 56, hole 8): e
 newest line this host wrote is kept apart (``ledger-head.json`` in the data home). So the same
 edit made to the ledger and to its journal is caught: an edited line no longer matches its
 hash, a chain recomputed after it no longer holds the head, and the newest lines removed with
-their rows leave the head behind. Lines written before the chain (an older journal) stay as
-they are; the first chained line follows a hash of all of them. ``verify`` also holds every
-release on record to its charge: the spend named by a steward record, or charged for a
-published manifest, must say what they say (source, mechanism, epsilon, delta, DP, TEST), so a
-spend edited in both files is caught by the releases that state it. ``restore`` rebuilds the
+their rows leave the head behind. The journal is one interface for both back-ends
+(``journal.EventJournal``: append, read, the chain and its head), SQLite's ``FileJournal`` and
+PostgreSQL's ``TableJournal`` differing only in storage; the replay into the ledger's state and
+its comparison with the tables are here (``BudgetLedger``). A ledger or journal written by an
+older version is refused until ``medrelease ledger migrate`` (``ledger_migrate.py``).
+
+``verify`` also holds every release on record to its charge: the spend named by a steward
+record, or charged for a published manifest, must say what they say (source, mechanism,
+epsilon, delta, DP, TEST), so a spend edited in both files is caught by the releases that
+state it. ``restore`` rebuilds the
 ledger by replaying the journal, then adds the releases that steward records or published
 manifests show and the journal lacks (journaling them too).
 
@@ -41,7 +46,6 @@ service); both run the rules here (``BudgetLedger``), and ``ledger_backends.open
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -56,6 +60,18 @@ from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
 from medrelease.errors import BudgetExceededError, ConfigError, MedreleaseError, PolicyError
+from medrelease.privacy.journal import (
+    HEAD_FILE,
+    EventJournal,
+    FileJournal,
+    HeadFile,
+    JournalDamaged,
+    JournalHead,
+    Link,
+    chain_problems,
+    lost_head,
+)
+from medrelease.privacy.ledger_marks import older_version
 
 STATUSES = ("reserved", "released", "failed")
 TOLERANCE = 1e-9
@@ -74,7 +90,11 @@ CREATE TABLE IF NOT EXISTS spends (
     release_id   TEXT,
     note         TEXT,
     created_at   TEXT NOT NULL,
-    updated_at   TEXT NOT NULL
+    updated_at   TEXT NOT NULL,
+    source       TEXT,
+    test         INTEGER NOT NULL DEFAULT 0,
+    dp           INTEGER NOT NULL DEFAULT 1,
+    privacy_unit TEXT
 );
 CREATE TABLE IF NOT EXISTS sources (
     source           TEXT PRIMARY KEY,
@@ -82,7 +102,9 @@ CREATE TABLE IF NOT EXISTS sources (
     lifetime_delta   REAL NOT NULL,
     created_at       TEXT NOT NULL,
     void_spend       TEXT,
-    void_reason      TEXT
+    void_reason      TEXT,
+    policy           TEXT,
+    owner_config     TEXT
 );
 CREATE TABLE IF NOT EXISTS source_inputs (
     input_key  TEXT PRIMARY KEY,
@@ -107,10 +129,7 @@ CREATE TABLE IF NOT EXISTS cap_changes (
     changed_at  TEXT NOT NULL
 );
 """
-# Columns added after the first schema; old ledgers are migrated in place.
-SPEND_COLUMNS = {"source": "TEXT", "test": "INTEGER NOT NULL DEFAULT 0",
-                 "dp": "INTEGER NOT NULL DEFAULT 1", "privacy_unit": "TEXT"}
-SOURCE_COLUMNS = {"policy": "TEXT", "owner_config": "TEXT"}
+INDEX = "CREATE INDEX IF NOT EXISTS spends_source ON spends (source)"
 # The product's bounds on a lifetime cap (a cap of 1e300 is no cap).
 MAX_CAP_EPSILON = 100.0
 MAX_CAP_DELTA = 1e-2
@@ -121,8 +140,8 @@ SPEND_FIELDS = ("spend_id", "dataset", "mechanism", "epsilon", "delta", "lifetim
 # What a reservation fixes (an append-only ledger appends status, release and note later).
 RESERVATION_FIELDS = tuple(f for f in SPEND_FIELDS
                            if f not in ("status", "release_id", "note", "updated_at"))
-# PRAGMA user_version of a ledger whose every change is in its journal; 0: an older ledger,
-# adopted (its rows journaled as one snapshot) when this version first opens it.
+# PRAGMA user_version of a ledger whose every change is in its journal (0 with rows: a ledger
+# written before the journal, refused until ``medrelease ledger migrate``).
 JOURNAL_VERSION = 1
 
 
@@ -260,10 +279,6 @@ class BudgetState:
     units: tuple[UnitSpent, ...] = ()  # the privacy units the spends were made under
 
     @property
-    def dataset(self) -> str:  # older callers named the budget's owner 'dataset'
-        return self.source
-
-    @property
     def epsilon_left(self) -> float:
         return max(0.0, self.lifetime_epsilon - self.epsilon_spent)
 
@@ -370,11 +385,22 @@ class LedgerConnection(Protocol):
 
 class BudgetLedger:
     """What every ledger back-end does alike: the rules of a charge (the cap, the claims, one
-    charge per run, the void), the budget state and the restore. A back-end says how it
-    connects, holds the write lock, checks itself against its system of record and journals a
-    change (``_connect``, ``_transaction``, ``_verify_locked``, ``_journal``)."""
+    charge per run, the void), the budget state, the restore, and the journal's check — its
+    chain, the head this host saw, the tables against its replay. A back-end says how it
+    connects and holds the write lock (``_connect``, ``_transaction``, which calls
+    ``_committed`` after its commit) and where its journal is (``journal``, an
+    ``EventJournal``)."""
 
     location: str  # what stewards see: a file path, or a URL without its password
+    journal: EventJournal
+    heads: HeadFile
+    head_key: str  # how the head file names this ledger
+    # what an altered ledger means and what to do, in the back-end's words
+    altered: str = ("The ledger was altered outside medrelease (a table dropped, a row "
+                    "edited or deleted), or its journal was")
+    remedy: str = ("Restore both from backup, or move the ledger aside and run 'medrelease "
+                   "ledger restore' (it replays the journal).")
+    _head: JournalHead | None = None  # the event this process journaled last
 
     def _connect(self) -> Any:  # a context manager yielding a LedgerConnection
         raise NotImplementedError
@@ -382,11 +408,14 @@ class BudgetLedger:
     def _transaction(self) -> Any:  # the same, holding the ledger's write lock
         raise NotImplementedError
 
-    def _verify_locked(self, conn: LedgerConnection) -> None:
-        raise NotImplementedError
+    def _committed(self) -> None:
+        """After a commit: this host has now seen the event it journaled."""
+        if self._head is not None:
+            self.heads.remember(self.head_key, self._head)
 
     def _journal(self, conn: LedgerConnection, event: dict) -> None:
-        raise NotImplementedError
+        """A change's event, appended before the change commits (no change unjournaled)."""
+        self._head = self.journal.append(conn, event)
 
     def _apply_and_journal(self, conn: LedgerConnection, event: dict) -> None:
         """A change made by a restore: applied with the code that makes it, then journaled
@@ -394,15 +423,81 @@ class BudgetLedger:
         _apply_event(conn, event)
         self._journal(conn, event)
 
-    def _replay_for_restore(self, conn: LedgerConnection) -> None:
-        """The back-end's own record of its changes, replayed into an empty ledger."""
+    def _links(self, conn: LedgerConnection) -> list[Link]:
+        try:
+            return self.journal.links(conn)
+        except JournalDamaged as exc:
+            raise LedgerIntegrityError(f"{exc}; restore it from backup. Nothing was spent."
+                                       ) from None
+
+    def events(self, conn: LedgerConnection | None = None) -> list[dict]:
+        """The journal (every change, oldest first), after checking its chain."""
+        if conn is None:
+            with self._connect() as own:
+                return self.events(own)
+        return [link.event for link in self._chained(self._links(conn))]
+
+    def _chained(self, links: list[Link]) -> list[Link]:
+        problems = chain_problems(links)
+        if problems:
+            raise LedgerIntegrityError(
+                f"the budget ledger {self.location}: its {self.journal.where} was altered: "
+                f"{_listed(problems)}. It is the system of record, and its events are "
+                "hash-chained: an edit, even one made to the ledger as well, breaks the chain. "
+                f"Nothing was spent. {self.remedy}")
+        return links
+
+    def _verify_locked(self, conn: LedgerConnection) -> None:
+        """The chain runs unbroken, still holds the newest event this host saw, and the tables
+        equal its replay (``LedgerIntegrityError`` naming what differs)."""
+        links = self._chained(self._links(conn))
+        expected = _replayed([link.event for link in links], self.journal.where)
+        try:
+            problems = _differences(conn, expected, self._live_columns(conn))
+        finally:
+            expected.close()
+        if problems and not self.journal.exists(conn):
+            raise LedgerIntegrityError(
+                f"the budget ledger {self.location} holds spends and sources, but its "
+                f"{self.journal.where}, the system of record, is missing (deleted or moved): "
+                f"nothing in the ledger can be trusted ({_listed(problems)}). Nothing was "
+                "spent. Put the journal back from backup; without one, move the ledger aside "
+                "and run 'medrelease ledger restore' (it rebuilds from the steward records and "
+                "published manifests).")
+        if problems:
+            raise LedgerIntegrityError(
+                f"the budget ledger {self.location} does not match its {self.journal.where}, "
+                f"the system of record ({len(problems)} difference"
+                f"{'s' if len(problems) != 1 else ''}: {_listed(problems)}). {self.altered}; "
+                f"nothing was spent. {self.remedy}")
+        try:  # the newest events removed with their rows agree with each other: the head
+            lost = lost_head(self.heads, self.head_key, links)
+        except JournalDamaged as exc:
+            raise LedgerIntegrityError(f"{exc}; restore it from backup. Nothing was spent."
+                                       ) from None
+        if lost is not None:
+            raise LedgerIntegrityError(
+                f"the budget ledger {self.location} no longer holds event {lost.seq} of its "
+                f"journal as this host saw it ({self.heads.path}): the newest changes were "
+                "removed, the journal was rewritten, or the ledger and its journal were "
+                "replaced by an older copy; their budget would be spent again. Nothing was "
+                f"spent. {self.remedy}")
+
+    def _live_columns(self, conn: LedgerConnection) -> Mapping[str, set[str]] | None:
+        """The compared tables (or views) and their columns (None: read from SQLite's)."""
+        return None
+
+    def _replay_for_restore(self, conn: LedgerConnection) -> bool:
+        """The back-end's own journal replayed into an empty ledger (whether it held any)."""
         raise NotImplementedError
 
     def reconcile(self, records: list[dict], manifests: list[dict] = ()) -> None:
         raise NotImplementedError
 
     def forget_head(self) -> None:
-        """Forget the newest journal event this host saw (after a deliberate new start)."""
+        """Forget the newest event this host saw (after a deliberate new start: ``ledger
+        init``, ``ledger restore``): it belongs to the journal that was there before."""
+        self.heads.forget(self.head_key)
 
     def verify(self) -> None:
         """Refuse (``LedgerIntegrityError``) a ledger that differs from its journal. Holds the
@@ -557,7 +652,7 @@ class BudgetLedger:
                                   "only into a missing or empty ledger (move the old file "
                                   "aside first)")
         with self._transaction() as conn:
-            replayed = self._replay_for_restore(conn)
+            self._replay_for_restore(conn)
             from_journal = conn.execute("SELECT COUNT(*) FROM spends").fetchone()[0]
             added = _releases_the_journal_lacks(conn, records, manifests)
             new_sources: dict[str, dict] = {}
@@ -567,19 +662,14 @@ class BudgetLedger:
                     new_sources[source] = record  # the latest release on record of the source
                 for event in _events_from_record(record):
                     self._apply_and_journal(conn, event)
-            if not replayed:
-                self._restore_legacy_caps(conn)
             for source, record in new_sources.items():
                 _restore_the_cap_on_record(conn, self, source, record)
         from_manifests = sum(1 for r in added if r.get("from_manifest"))
         return Restored(int(from_journal), len(added) - from_manifests, from_manifests)
 
-    def _restore_legacy_caps(self, conn: LedgerConnection) -> None:
-        """Cap changes an older version journaled apart (none but in a SQLite ledger)."""
-
-
 class Ledger(BudgetLedger):
-    """A SQLite ledger file (the default); safe to open from several processes at once."""
+    """A SQLite ledger file (the default); safe to open from several processes at once. Its
+    journal is a file beside it (``FileJournal``)."""
 
     def __init__(self, path: str | Path, timeout_s: float | None = None,
                  head_file: Path | None = None) -> None:
@@ -588,17 +678,18 @@ class Ledger(BudgetLedger):
         # the bounded wait for a lock held by another process (MEDRELEASE_LEDGER_TIMEOUT_S)
         self.timeout_s = timeout_s if timeout_s is not None else float(
             os.environ.get("MEDRELEASE_LEDGER_TIMEOUT_S", "30"))
+        self.journal = FileJournal(self.journal_path_for(self.path))
         self.heads = HeadFile(head_file if head_file is not None
                               else sqlite_head_file(self.path))
-        self._head: JournalHead | None = None  # the line this process journaled last
+        self.head_key = str(self.path.resolve())  # how the head file names it: its real path
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with self._connect() as conn:
+                _refuse_an_older_ledger(conn, self.path)
                 conn.executescript(SCHEMA)
-                _add_columns(conn)
-                adopted = _adopt_if_unjournaled(conn, self.path, self.heads, self._head_key)
-            if adopted is not None:
-                self.heads.remember(self._head_key, adopted)
+                conn.execute(INDEX)
+                if conn.execute("PRAGMA user_version").fetchone()[0] < JOURNAL_VERSION:
+                    conn.execute(f"PRAGMA user_version = {JOURNAL_VERSION}")  # a new ledger
         except (LedgerLockedError, LedgerIntegrityError):
             raise
         except (OSError, sqlite3.Error) as exc:
@@ -634,42 +725,17 @@ class Ledger(BudgetLedger):
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
-        if self._head is not None:  # committed: this host has now seen this line
-            self.heads.remember(self._head_key, self._head)
-
-    @property
-    def _head_key(self) -> str:
-        """How the head file names this ledger: its real path."""
-        return str(self.path.resolve())
-
-    def _verify_locked(self, conn: LedgerConnection) -> None:
-        _verify_against_journal(conn, self.path, self.heads, self._head_key)
-
-    def _journal(self, conn: LedgerConnection, event: dict) -> None:
-        # before COMMIT: no change unjournaled
-        self._head = _append_journal(self.journal_path, event)
-
-    def forget_head(self) -> None:
-        """A deliberate new start (``ledger init``, ``ledger restore``): the head this host
-        saw belongs to the journal that was there before."""
-        self.heads.forget(self._head_key)
+        self._committed()
 
     def _replay_for_restore(self, conn: LedgerConnection) -> bool:
-        _refuse_a_broken_chain(self.journal_path)
+        events = [link.event for link in self._chained(self._links(conn))]
         self.forget_head()  # the journal replayed may be older than the head, or new
-        events = read_journal(self.journal_path)
         for table in _tables(conn):  # what an emptied ledger kept is rebuilt from the journal
             conn.execute(f'DELETE FROM "{table}"')
         if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'sqlite_sequence'").fetchone():
             conn.execute("DELETE FROM sqlite_sequence")
-        _replay_events(conn, events, self.journal_path)
+        _replay_events(conn, events, self.journal.where)
         return bool(events)
-
-    def _restore_legacy_caps(self, conn: LedgerConnection) -> None:
-        for change in read_journal(Ledger.legacy_caps_journal_for(self.path)):
-            if _source_known(conn, change["source"]):
-                self._apply_and_journal(conn, {**change, "event": "cap",
-                                               "at": change["changed_at"]})
 
     def reconcile(self, records: list[dict], manifests: list[dict] = ()) -> None:
         reconcile_sqlite(self.path, records, manifests)
@@ -678,16 +744,27 @@ class Ledger(BudgetLedger):
     def journal_path(self) -> Path:
         """The append-only journal beside the ledger: the system of record it is checked
         against, and what ``restore`` replays."""
-        return self.journal_path_for(self.path)
+        return self.journal.path
 
     @staticmethod
     def journal_path_for(ledger_path: Path) -> Path:
         return ledger_path.with_name(ledger_path.name + ".journal.jsonl")
 
-    @staticmethod
-    def legacy_caps_journal_for(ledger_path: Path) -> Path:
-        """Where versions before the full journal kept cap changes only (read, never written)."""
-        return ledger_path.with_name(ledger_path.name + ".caps.jsonl")
+
+def _listed(problems: list[str]) -> str:
+    return "; ".join(problems[:MAX_LISTED]) + (
+        f"; and {len(problems) - MAX_LISTED} more" if len(problems) > MAX_LISTED else "")
+
+
+def _refuse_an_older_ledger(conn: sqlite3.Connection, path: Path) -> None:
+    """A ledger or journal an older version wrote is refused until ``medrelease ledger
+    migrate`` (``ledger_migrate.older_version``: what it finds, from the file's own marks)."""
+    found = older_version(conn, path, Ledger.journal_path_for(path), JOURNAL_VERSION)
+    if found:
+        raise LedgerIntegrityError(
+            f"the budget ledger {path} was written by an older version of medrelease ({found})."
+            " Run 'medrelease ledger migrate' once: it checks the ledger against its journal "
+            "and keeps the old files beside it. Nothing was spent.")
 
 
 def _source_names(conn: LedgerConnection) -> list[str]:
@@ -703,54 +780,6 @@ def cap_bounds_problem(epsilon: float, delta: float) -> str | None:
         return None
     return (f"0 < epsilon <= {MAX_CAP_EPSILON:g} and 0 <= delta <= {MAX_CAP_DELTA:g} (the "
             "product's bounds: a larger cap protects no one)")
-
-
-def _add_columns(conn: sqlite3.Connection) -> None:
-    """Columns added after the first schema, and the index (idempotent)."""
-    have = {row[1] for row in conn.execute("PRAGMA table_info(spends)")}
-    for column, kind in SPEND_COLUMNS.items():
-        if column not in have:
-            conn.execute(f"ALTER TABLE spends ADD COLUMN {column} {kind}")
-    have_sources = {row[1] for row in conn.execute("PRAGMA table_info(sources)")}
-    for column, kind in SOURCE_COLUMNS.items():
-        if column not in have_sources:
-            conn.execute(f"ALTER TABLE sources ADD COLUMN {column} {kind}")
-    conn.execute("CREATE INDEX IF NOT EXISTS spends_source ON spends (source)")
-
-
-def _adopt_if_unjournaled(conn: sqlite3.Connection, ledger_path: Path, heads: HeadFile,
-                          head_key: str) -> JournalHead | None:
-    """A ledger this version has not opened before (``user_version`` 0): a new one is marked
-    journaled; an older one with rows is migrated in place (each spend's source, a source row
-    per source), checked against the cap journal it kept, and journaled as one snapshot (the
-    head of the journal it starts; ``None`` when nothing was journaled).
-
-    A ledger marked journaled is never migrated again: a table dropped from it comes back
-    empty and is then caught by the check against the journal, never silently rebuilt.
-    """
-    if conn.execute("PRAGMA user_version").fetchone()[0] >= JOURNAL_VERSION:
-        return None
-    head = None
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        if conn.execute("PRAGMA user_version").fetchone()[0] < JOURNAL_VERSION:
-            journal = Ledger.journal_path_for(ledger_path)
-            if _holds_rows(conn) and not read_journal(journal):
-                conn.execute("UPDATE spends SET source = dataset WHERE source IS NULL")
-                conn.execute(
-                    "INSERT OR IGNORE INTO sources (source, lifetime_epsilon, lifetime_delta, "
-                    "created_at) SELECT source, lifetime_epsilon, lifetime_delta, "
-                    "MIN(created_at) FROM spends GROUP BY source")
-                _refuse_caps_unlike_legacy_journal(conn, ledger_path)
-                heads.forget(head_key)  # a journal begins
-                head = _append_journal(journal, {"event": "adopt", "at": _now(),
-                                                 "tables": _snapshot(conn)})
-            conn.execute(f"PRAGMA user_version = {JOURNAL_VERSION}")
-        conn.execute("COMMIT")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    return head
 
 
 def _refuse_a_second_charge_of_one_run(conn: LedgerConnection,
@@ -929,148 +958,6 @@ def _units_spent(conn: LedgerConnection, source: str) -> tuple[UnitSpent, ...]:
     return tuple(UnitSpent(unit, float(eps), float(delta), int(n)) for unit, eps, delta, n in rows)
 
 
-# -- the journal's hash chain and the head this host saw ------------------------------------
-
-GENESIS_HASH = "0" * 64
-HEAD_FILE = "ledger-head.json"
-# What the first chained line follows when the journal began before the chain: a hash of
-# every line written before it, so that none of them can change unseen either.
-BEFORE_THE_CHAIN = "medrelease journal lines written before the chain\n"
-
-
-@dataclass(frozen=True)
-class JournalHead:
-    """A journal line as the chain names it: its number (1 = the first line) and hash."""
-
-    seq: int
-    hash: str
-
-
-def _event_text(event: dict) -> str:
-    """An event as its line's hash covers it: the line without its chain, keys sorted."""
-    return json.dumps({k: v for k, v in event.items() if k != "chain"}, sort_keys=True)
-
-
-def _chain_hash(prev: str, text: str) -> str:
-    return hashlib.sha256((prev + text).encode("utf-8")).hexdigest()
-
-
-def _before_the_chain(lines: list[str]) -> str:
-    return hashlib.sha256((BEFORE_THE_CHAIN + "\n".join(lines)).encode("utf-8")).hexdigest()
-
-
-def _journal_tail(path: Path) -> JournalHead:
-    """What the next line follows: the last line's chain, or (a journal written before the
-    chain) a hash of all its lines, or the genesis of an empty journal."""
-    if not path.is_file():
-        return JournalHead(0, GENESIS_HASH)
-    with path.open("rb") as handle:
-        end = handle.seek(0, os.SEEK_END)
-        tail, start = b"", end
-        while start > 0 and tail.strip().count(b"\n") < 1:
-            start = max(0, start - (1 << 16))
-            handle.seek(start)
-            tail = handle.read(end - start)
-    lines = [line for line in tail.decode("utf-8", "replace").splitlines() if line.strip()]
-    if not lines:
-        return JournalHead(0, GENESIS_HASH)
-    try:
-        chain = json.loads(lines[-1]).get("chain")
-    except (json.JSONDecodeError, AttributeError):
-        chain = None
-    if isinstance(chain, dict) and isinstance(chain.get("seq"), int) and chain.get("hash"):
-        return JournalHead(chain["seq"], chain["hash"])
-    everything = [line for line in path.read_text(encoding="utf-8").splitlines()
-                  if line.strip()]
-    return JournalHead(len(everything), _before_the_chain(everything))
-
-
-def _append_journal(path: Path, event: dict) -> JournalHead:
-    """One line per change, chained to the line before and flushed to disk before the ledger
-    commits it (the caller holds the ledger's write lock, so the chain has one writer)."""
-    prev = _journal_tail(path)
-    text = json.dumps(event, sort_keys=True)
-    head = JournalHead(prev.seq + 1, _chain_hash(prev.hash, text))
-    line = json.dumps({**event, "chain": {"seq": head.seq, "prev": prev.hash,
-                                          "hash": head.hash}}, sort_keys=True)
-    with path.open("a", encoding="utf-8") as handle:
-        handle.write(line + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-    return head
-
-
-def _journal_lines(path: Path) -> list[tuple[int, str, dict]]:
-    """(line number, text, event as written) of every non-blank journal line."""
-    if not path.is_file():
-        return []
-    lines = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            event = json.loads(line)
-        except json.JSONDecodeError:
-            event = None
-        if not isinstance(event, dict):
-            raise LedgerIntegrityError(f"the ledger journal {path} is damaged at line {number}; "
-                                       "restore it from backup. Nothing was spent.")
-        lines.append((number, line, event))
-    return lines
-
-
-def read_journal(path: Path) -> list[dict]:
-    """The changes journaled beside a ledger, oldest first, without their chain (none if
-    there is no journal)."""
-    return [{k: v for k, v in event.items() if k != "chain"}
-            for _, _, event in _journal_lines(path)]
-
-
-def journal_chain(path: Path) -> tuple[dict[int, str], list[str]]:
-    """The chain's hash of each chained line by its number, and where the chain breaks: a
-    line edited (its hash no longer matches it), lines missing or added, a line that does not
-    follow the one before (or, first after lines written before the chain, their hash)."""
-    lines = _journal_lines(path)
-    before = 0
-    while before < len(lines) and "chain" not in lines[before][2]:
-        before += 1
-    prev = _before_the_chain([text for _, text, _ in lines[:before]]) if before \
-        else GENESIS_HASH
-    hashes: dict[int, str] = {}
-    problems: list[str] = []
-    for seq, (number, _, event) in enumerate(lines[before:], start=before + 1):
-        chain = event.get("chain")
-        if not isinstance(chain, dict):
-            problems.append(f"line {number} carries no hash (added after the chain began)")
-            continue
-        if chain.get("seq") != seq:
-            problems.append(f"event {seq} is numbered {chain.get('seq')} (events removed or "
-                            "added before it)")
-        elif chain.get("prev") != prev:
-            problems.append(
-                f"event {seq} does not follow "
-                + ("the lines written before the chain began (one of them was edited, added "
-                   "or removed)" if seq == before + 1 and before else f"event {seq - 1}"))
-        if _chain_hash(str(chain.get("prev")), _event_text(event)) != chain.get("hash"):
-            problems.append(f"event {seq} was edited (its hash does not match it)")
-        hashes[seq] = str(chain.get("hash"))
-        prev = str(chain.get("hash"))
-    return hashes, problems
-
-
-def _refuse_a_broken_chain(path: Path) -> dict[int, str]:
-    hashes, problems = journal_chain(path)
-    if problems:
-        raise LedgerIntegrityError(
-            f"the ledger journal {path}, the system of record, was altered: "
-            f"{'; '.join(problems[:MAX_LISTED])}"
-            + (f"; and {len(problems) - MAX_LISTED} more" if len(problems) > MAX_LISTED else "")
-            + ". Its lines are hash-chained: an edit, even one made to the ledger as well, "
-            "breaks the chain. Nothing was spent. Restore the ledger and its journal from "
-            "backup.")
-    return hashes
-
-
 def sqlite_head_file(ledger_path: Path) -> Path:
     """Where this host keeps the newest journal line it saw: ``ledger-head.json`` in the data
     home (the PostgreSQL ledger's file too), or beside a ledger kept outside the home."""
@@ -1079,60 +966,6 @@ def sqlite_head_file(ledger_path: Path) -> Path:
     home = data_home()
     real = Path(os.path.realpath(ledger_path))
     return home / HEAD_FILE if real.is_relative_to(home) else real.parent / HEAD_FILE
-
-
-@dataclass(frozen=True)
-class HeadFile:
-    """The newest journal line this host saw, per ledger (a JSON object by location)."""
-
-    path: Path
-
-    def read(self) -> dict[str, dict]:
-        if not self.path.is_file():
-            return {}
-        try:
-            heads = json.loads(self.path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
-            raise LedgerIntegrityError(f"the ledger head file {self.path} is damaged; "
-                                       "restore it from backup. Nothing was spent.") from None
-        return heads if isinstance(heads, dict) else {}
-
-    def get(self, key: str) -> JournalHead | None:
-        head = self.read().get(key)
-        if not isinstance(head, dict) or not isinstance(head.get("seq"), int):
-            return None
-        return JournalHead(head["seq"], str(head.get("hash")))
-
-    def remember(self, key: str, head: JournalHead) -> None:
-        heads = self.read()
-        if heads.get(key, {}).get("seq", 0) > head.seq:
-            return  # another process of this host saw a newer line already
-        heads[key] = {"seq": head.seq, "hash": head.hash}
-        self._write(heads)
-
-    def forget(self, key: str) -> None:
-        heads = self.read()
-        if heads.pop(key, None) is not None:
-            self._write(heads)
-
-    def _write(self, heads: dict) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fresh = self.path.with_name(f".{self.path.name}.{os.getpid()}.{uuid.uuid4().hex[:6]}")
-        fresh.write_text(json.dumps(heads, sort_keys=True, indent=1), encoding="utf-8")
-        fresh.replace(self.path)
-
-
-def _refuse_a_lost_head(location: str, heads: HeadFile, key: str,
-                        hashes: dict[int, str]) -> None:
-    head = heads.get(key)
-    if head is None or hashes.get(head.seq) == head.hash:
-        return
-    raise LedgerIntegrityError(
-        f"the budget ledger {location} no longer holds event {head.seq} of its journal as this "
-        f"host saw it ({heads.path}): the newest changes were removed, the journal was "
-        "rewritten, or the ledger and its journal were replaced by an older copy; their budget "
-        "would be spent again. Nothing was spent. Restore both from backup, or rebuild with "
-        "'medrelease ledger restore'.")
 
 
 def _claim_input(conn: LedgerConnection, request: SpendRequest) -> None:
@@ -1292,7 +1125,7 @@ def _load_snapshot(conn: sqlite3.Connection, tables: dict[str, list[dict]]) -> N
 
 def _apply_event(conn: LedgerConnection, event: dict) -> None:
     """Apply one journaled change with the code that made it (and its own timestamps)."""
-    kind = event.get("event", "cap")  # the cap journal of older versions: cap changes only
+    kind = event.get("event")
     if kind == "reserve":
         with _clock_at(event["at"]):
             _apply_reservation(conn, event["spend_id"], request_from_record(event["request"]),
@@ -1309,23 +1142,23 @@ def _apply_event(conn: LedgerConnection, event: dict) -> None:
         raise LedgerIntegrityError(f"unknown journal event {kind!r}")
 
 
-def _replay_events(conn: LedgerConnection, events: list[dict], journal: Path) -> None:
+def _replay_events(conn: LedgerConnection, events: list[dict], journal: str) -> None:
+    """``journal``: how messages name it (``EventJournal.where``)."""
     for number, event in enumerate(events, start=1):
         try:
             _apply_event(conn, event)
         except (MedreleaseError, sqlite3.Error, KeyError, TypeError, ValueError) as exc:
             raise LedgerIntegrityError(
-                f"the ledger journal {journal} cannot be replayed at its entry {number} "
+                f"the ledger's {journal} cannot be replayed at its event {number} "
                 f"({type(exc).__name__}): it was edited or damaged; restore it from backup. "
                 "Nothing was spent.") from None
 
 
-def _replayed(events: list[dict], journal: Path) -> sqlite3.Connection:
+def _replayed(events: list[dict], journal: str) -> sqlite3.Connection:
     """A ledger rebuilt in memory from the journal: what the ledger file must hold."""
     conn = sqlite3.connect(":memory:", isolation_level=None)
     try:
         conn.executescript(SCHEMA)
-        _add_columns(conn)
         conn.execute("BEGIN")
         _replay_events(conn, events, journal)
         conn.execute("COMMIT")
@@ -1333,39 +1166,6 @@ def _replayed(events: list[dict], journal: Path) -> sqlite3.Connection:
         conn.close()
         raise
     return conn
-
-
-def _verify_against_journal(conn: sqlite3.Connection, ledger_path: Path,
-                            heads: HeadFile | None = None, head_key: str = "") -> None:
-    """Refuse a ledger whose journal's chain is broken or no longer holds the newest line this
-    host saw, or whose tables differ from its journal's replay, row by row and column by
-    column (``LedgerIntegrityError`` naming what differs)."""
-    journal = Ledger.journal_path_for(ledger_path)
-    hashes = _refuse_a_broken_chain(journal)
-    expected = _replayed(read_journal(journal), journal)
-    try:
-        problems = _differences(conn, expected)
-    finally:
-        expected.close()
-    if not problems:
-        if heads is not None:  # the newest lines removed with their rows agree with each other
-            _refuse_a_lost_head(str(ledger_path), heads, head_key, hashes)
-        return
-    listed = "; ".join(problems[:MAX_LISTED]) + (
-        f"; and {len(problems) - MAX_LISTED} more" if len(problems) > MAX_LISTED else "")
-    if not journal.is_file():
-        raise LedgerIntegrityError(
-            f"the budget ledger {ledger_path} holds spends and sources, but its journal "
-            f"{journal}, the system of record, is missing (deleted or moved): nothing in the "
-            f"ledger can be trusted ({listed}). Nothing was spent. Put the journal back from "
-            "backup; without one, move the ledger aside and run 'medrelease ledger restore' "
-            "(it rebuilds from the steward records and published manifests).")
-    raise LedgerIntegrityError(
-        f"the budget ledger {ledger_path} does not match its journal {journal}, the system of "
-        f"record ({len(problems)} difference{'s' if len(problems) != 1 else ''}: {listed}). "
-        "The ledger was altered outside medrelease (a table dropped, a row edited or deleted), "
-        "or its journal was; nothing was spent. Restore both from backup, or move the ledger "
-        "aside and run 'medrelease ledger restore' (it replays the journal).")
 
 
 def _differences(live: LedgerConnection, expected: sqlite3.Connection,
@@ -1448,25 +1248,6 @@ def _what_the_journal_says(expected: sqlite3.Connection, table: str, want: dict,
     return f" ({'; '.join(says)})" if says else ""
 
 
-def _refuse_caps_unlike_legacy_journal(conn: sqlite3.Connection, ledger_path: Path) -> None:
-    """An older ledger is adopted only if its caps are those its cap journal last recorded."""
-    last: dict[str, dict] = {}
-    for change in read_journal(Ledger.legacy_caps_journal_for(ledger_path)):
-        last[change["source"]] = change
-    for source, change in last.items():
-        have = conn.execute("SELECT lifetime_epsilon, lifetime_delta FROM sources WHERE "
-                            "source = ?", (source,)).fetchone()
-        if have is None or not (math.isclose(have[0], change["new_epsilon"]) and math.isclose(
-                have[1], change["new_delta"], abs_tol=1e-18)):
-            raise LedgerIntegrityError(
-                f"source {source!r}: the ledger's cap "
-                f"{'is missing' if have is None else f'is epsilon {have[0]:g}'} but its cap "
-                f"journal says epsilon {change['new_epsilon']:g} (changed "
-                f"{change['changed_at'][:10]}: {change['reason']}). The ledger was altered; "
-                "nothing was spent. Restore it from backup, or move it aside and run "
-                "'medrelease ledger restore' (which replays the journal).")
-
-
 def published_charges(manifests: list[dict]) -> list[dict]:
     """Charges as the published manifests state them (source, mechanism, eps, delta, cap,
     unit), in the steward records' shape, for releases whose steward record is gone."""
@@ -1504,11 +1285,16 @@ def reconcile_sqlite(ledger_path: Path, records: list[dict], manifests: list[dic
         refuse_charges_unlike_releases(str(ledger_path), ledger.spends(), records,
                                        list(manifests))
         return
-    journal = Ledger.journal_path_for(ledger_path)
-    if read_journal(journal):
+    journal = FileJournal(Ledger.journal_path_for(ledger_path))
+    try:
+        events = len(journal.links())
+    except JournalDamaged:
+        events = -1
+    if events:
+        held = f"{events} change(s)" if events > 0 else "changes (damaged)"
         raise LedgerIntegrityError(
-            f"the budget ledger {ledger_path} is missing, but its journal {journal} holds "
-            f"{len(read_journal(journal))} change(s): a new empty ledger would restart their "
+            f"the budget ledger {ledger_path} is missing, but its {journal.where} holds "
+            f"{held}: a new empty ledger would restart their "
             "budgets from zero. Nothing was spent. Rebuild it with 'medrelease ledger restore' "
             "(it replays the journal).")
 

@@ -29,8 +29,6 @@ events with their rows is caught too.
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -38,18 +36,16 @@ from pathlib import Path
 from typing import Any
 
 from medrelease.errors import MedreleaseError
+from medrelease.privacy.journal import GENESIS_HASH, HEAD_FILE, HeadFile, TableJournal
 from medrelease.privacy.ledger import (
     MAX_CAP_DELTA,
     MAX_CAP_EPSILON,
-    MAX_LISTED,
     MIN_REASON_CHARS,
     TOLERANCE,
     BudgetLedger,
     LedgerConnection,
     LedgerIntegrityError,
     LedgerLockedError,
-    _differences,
-    _replayed,
     refuse_releases_not_in,
 )
 from medrelease.privacy.ledger_url import redacted, scrubbed, with_user_and_database
@@ -59,8 +55,6 @@ OWNER_ROLE = "medrelease_owner"
 SERVICE_ROLE = "medrelease_service"
 # pg_advisory_xact_lock key of the ledger's write lock ("medrelease" in ASCII, as a bigint)
 LOCK_KEY = 0x6D6564_72656C65
-GENESIS_HASH = "0" * 64
-HEAD_FILE = "ledger-head.json"
 
 # Migration 2 (issue 56, holes 5 and 7): the product's bounds held by the database itself, so
 # that a row the service role appends can never hold what the Python checks refuse. A plain
@@ -359,22 +353,23 @@ class _PgConnection:
         return self.raw.execute(sql.replace("?", "%s"), tuple(parameters))
 
 
-def _event_hash(prev_hash: str, body: str) -> str:
-    return hashlib.sha256((prev_hash + body).encode("utf-8")).hexdigest()
-
-
 class PostgresLedger(BudgetLedger):
     """The ledger in a PostgreSQL database made by ``init_db`` (its schema at
     ``SCHEMA_VERSION``); safe to use from any number of processes and hosts at once."""
+
+    altered = "Rows were deleted or edited by a role allowed to (the owner, a superuser)"
+    remedy = ("Restore the database from backup, or rebuild it into a new database with "
+              "'medrelease ledger restore'.")
 
     def __init__(self, url: str, head_file: Path | None = None,
                  timeout_s: float | None = None) -> None:
         self.url = _full_url(url)
         self.location = redacted(self.url)
-        self.head_file = head_file if head_file is not None else _default_head_file()
+        self.journal = TableJournal()
+        self.heads = HeadFile(head_file if head_file is not None else _default_head_file())
+        self.head_key = self.location
         self.timeout_s = timeout_s if timeout_s is not None else float(
             os.environ.get("MEDRELEASE_LEDGER_TIMEOUT_S", "30"))
-        self._head: tuple[int, str] | None = None  # the event this process journaled last
         self._import: list[dict] = []  # journal events a restore replays (from SQLite)
         self._raw: Any = None  # one connection per ledger object, reused (connecting costs)
         self._columns: dict[str, set[str]] | None = None
@@ -428,20 +423,9 @@ class PostgresLedger(BudgetLedger):
             conn.execute("SELECT pg_advisory_xact_lock(?)", (LOCK_KEY,))
             self._head = None
             yield conn
-        if self._head is not None:  # committed: this host has now seen this event
-            self._remember_head(*self._head)
+        self._committed()
 
-    # -- the journal: a hash chain in ledger_events -----------------------------------------
-
-    def _journal(self, conn: LedgerConnection, event: dict) -> None:
-        body = json.dumps(event, sort_keys=True)
-        last = conn.execute("SELECT seq, hash FROM ledger_events ORDER BY seq DESC "
-                            "LIMIT 1").fetchone()
-        seq, prev = (last[0] + 1, last[1]) if last else (1, GENESIS_HASH)
-        digest = _event_hash(prev, body)
-        conn.execute("INSERT INTO ledger_events (seq, at, kind, body, prev_hash, hash) VALUES "
-                     "(?, ?, ?, ?, ?, ?)", (seq, event["at"], event["event"], body, prev, digest))
-        self._head = (seq, digest)
+    # -- the journal (``TableJournal``); a cap change journals itself in the database ---------
 
     def _apply_and_journal(self, conn: LedgerConnection, event: dict) -> None:
         if event.get("event", "cap") != "cap":
@@ -455,88 +439,12 @@ class PostgresLedger(BudgetLedger):
                               float(event["new_delta"]), event["reason"], event["at"]))
         except psycopg.errors.RaiseException as exc:
             raise MedreleaseError(_first_line(exc, self.url)) from None
-        last = conn.execute("SELECT seq, hash FROM ledger_events ORDER BY seq DESC "
-                            "LIMIT 1").fetchone()
-        self._head = (last[0], last[1])
+        self._head = self.journal.last(conn)
 
-    def events(self, conn: LedgerConnection | None = None) -> list[dict]:
-        """The journal (every change, oldest first), after checking its chain."""
-        if conn is None:
-            with self._connect() as own:
-                return self.events(own)
-        rows = conn.execute("SELECT seq, body, prev_hash, hash FROM ledger_events "
-                            "ORDER BY seq").fetchall()
-        problems = _chain_problems(rows)
-        if problems:
-            raise LedgerIntegrityError(
-                f"the budget ledger {self.location}: its journal (table ledger_events) was "
-                f"altered: {'; '.join(problems[:MAX_LISTED])}. Rows were deleted or edited "
-                "by a role allowed to (the owner, a superuser); nothing was spent. Restore the "
-                "database from backup, or rebuild it into a new database with 'medrelease "
-                "ledger restore'.")
-        return [json.loads(row[1]) for row in rows]
-
-    def _verify_locked(self, conn: LedgerConnection) -> None:
-        """The chain runs unbroken, still holds the newest event this host saw, and the tables
-        equal its replay (rows deleted or edited by the owner are named)."""
-        events = self.events(conn)
-        self._refuse_a_lost_head(conn)
-        expected = _replayed(events, f"{self.location} (table ledger_events)")
-        try:
-            if self._columns is None:  # fixed by the schema version
-                self._columns = _columns_of(conn)
-            problems = _differences(conn, expected, self._columns)
-        finally:
-            expected.close()
-        if problems:
-            listed = "; ".join(problems[:MAX_LISTED]) + (
-                f"; and {len(problems) - MAX_LISTED} more" if len(problems) > MAX_LISTED
-                else "")
-            raise LedgerIntegrityError(
-                f"the budget ledger {self.location} does not match its journal (table "
-                f"ledger_events), the system of record ({len(problems)} difference"
-                f"{'s' if len(problems) != 1 else ''}: {listed}). Rows were deleted or edited "
-                "by a role allowed to (the owner, a superuser); nothing was spent. Restore the "
-                "database from backup, or rebuild it into a new database with 'medrelease "
-                "ledger restore'.")
-
-    # -- the head this host saw --------------------------------------------------------------
-
-    def _heads(self) -> dict[str, dict]:
-        if self.head_file is None or not self.head_file.is_file():
-            return {}
-        try:
-            heads = json.loads(self.head_file.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
-            raise LedgerIntegrityError(f"the ledger head file {self.head_file} is damaged; "
-                                       "restore it from backup. Nothing was spent.") from None
-        return heads if isinstance(heads, dict) else {}
-
-    def _remember_head(self, seq: int, digest: str) -> None:
-        if self.head_file is None:
-            return
-        heads = self._heads()
-        if heads.get(self.location, {}).get("seq", 0) > seq:
-            return  # another process of this host saw a newer event already
-        heads[self.location] = {"seq": seq, "hash": digest}
-        self.head_file.parent.mkdir(parents=True, exist_ok=True)
-        fresh = self.head_file.with_name(f".{self.head_file.name}.{os.getpid()}")
-        fresh.write_text(json.dumps(heads, sort_keys=True, indent=1), encoding="utf-8")
-        fresh.replace(self.head_file)
-
-    def _refuse_a_lost_head(self, conn: LedgerConnection) -> None:
-        head = self._heads().get(self.location)
-        if not head:
-            return
-        row = conn.execute("SELECT hash FROM ledger_events WHERE seq = ?",
-                           (head["seq"],)).fetchone()
-        if row is None or row[0] != head["hash"]:
-            raise LedgerIntegrityError(
-                f"the budget ledger {self.location} no longer holds event {head['seq']} of its "
-                f"journal as this host saw it ({self.head_file}): the newest changes were "
-                "removed, or the database was replaced by an older copy; their budget would be "
-                "spent again. Nothing was spent. Restore the database from backup, or rebuild "
-                "it into a new database with 'medrelease ledger restore'.")
+    def _live_columns(self, conn: LedgerConnection) -> dict[str, set[str]]:
+        if self._columns is None:  # fixed by the schema version
+            self._columns = _columns_of(conn)
+        return self._columns
 
     # -- restore and reconcile ---------------------------------------------------------------
 
@@ -550,11 +458,7 @@ class PostgresLedger(BudgetLedger):
                 raise MedreleaseError(
                     f"the ledger {self.location} already holds journal events; restore only "
                     "into a new database made by 'medrelease ledger init-db'")
-        if self.head_file is not None and self.location in self._heads():
-            heads = self._heads()
-            del heads[self.location]
-            self.head_file.write_text(json.dumps(heads, sort_keys=True, indent=1),
-                                      encoding="utf-8")
+        self.forget_head()
         self._import = list(from_journal or [])
         try:
             return super().restore(records, manifests)
@@ -596,22 +500,6 @@ def _first_line(exc: BaseException, url: str = "") -> str:
     """The driver's message, first line, with the URL's secrets cut out (libpq may quote a
     value it could not decode, a password included)."""
     return scrubbed((str(exc).strip().splitlines() or [type(exc).__name__])[0], url)
-
-
-def _chain_problems(rows: list[tuple]) -> list[str]:
-    """Where the journal's hash chain breaks: a sequence number skipped (rows deleted), a hash
-    that does not match its row (a row edited)."""
-    problems = []
-    prev = GENESIS_HASH
-    for expected_seq, (seq, body, prev_hash, digest) in enumerate(rows, start=1):
-        if seq != expected_seq:
-            problems.append(f"events {expected_seq}..{seq - 1} are missing")
-        elif prev_hash != prev:
-            problems.append(f"event {seq} does not follow event {seq - 1}")
-        if _event_hash(prev_hash, body) != digest:
-            problems.append(f"event {seq} was edited (its hash does not match it)")
-        prev = digest
-    return problems
 
 
 def _columns_of(conn: LedgerConnection) -> dict[str, set[str]]:

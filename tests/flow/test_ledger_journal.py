@@ -229,18 +229,31 @@ def test_an_outcome_the_journal_cannot_take_is_not_made(tmp_path: Path) -> None:
     ledger.verify()
 
 
-def test_an_older_ledger_is_adopted_into_the_journal_once(tmp_path: Path) -> None:
-    """A ledger written before the journal held spends: its rows are journaled as one
-    snapshot when first opened, and checked from then on."""
+def test_an_older_ledger_is_refused_until_migrated_then_checked(tmp_path: Path) -> None:
+    """A ledger written before the journal held spends, and lacked the columns added since: it
+    is refused at open with the command that migrates it; ``ledger migrate`` adds the columns
+    and journals its rows as one snapshot, and it is checked from then on."""
+    from medrelease.privacy.ledger_migrate import migrate_sqlite
+
     path = tmp_path / "ledger.sqlite"
     ledger = Ledger(path)
     ledger.reserve(_request("ds", 2.0))
     ledger.journal_path.unlink()
-    with sqlite3.connect(path) as conn:
-        conn.execute("PRAGMA user_version = 0")  # as an older version left it
+    with sqlite3.connect(path) as conn:  # as an older version left it
+        conn.execute("PRAGMA user_version = 0")
+        conn.execute("ALTER TABLE spends DROP COLUMN privacy_unit")
+    with pytest.raises(LedgerIntegrityError, match=r"older version of medrelease \(its tables "
+                                                   r"lack spends\.privacy_unit; it holds spends "
+                                                   r"but was written before the journal\)"
+                                                   r".*'medrelease ledger migrate'"):
+        Ledger(path)
+    done = migrate_sqlite(path)
+    assert len(done) == 2 and "privacy_unit" in done[0] and "1 spend(s)" in done[1]
+    assert migrate_sqlite(path) == []  # nothing is migrated twice
     Ledger(path).verify()
     [adopted] = [json.loads(line) for line in ledger.journal_path.read_text().splitlines()]
     assert adopted["event"] == "adopt" and len(adopted["tables"]["spends"]) == 1
+    assert adopted["chain"]["seq"] == 1
     _sql(tmp_path, "UPDATE spends SET epsilon = 0")
     with pytest.raises(LedgerIntegrityError, match="differs from the journal in epsilon"):
         Ledger(path).reserve(_request("ds", 1.0))

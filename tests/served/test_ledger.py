@@ -138,10 +138,18 @@ def test_a_non_dp_spend_voids_the_lifetime_guarantee(ledger_at: str) -> None:
     assert [s.test for s in ledger.spends("ds")] == [False, False, False, True]
 
 
-def test_an_old_ledger_is_migrated_in_place(tmp_path: Path) -> None:
+def test_an_old_ledger_is_refused_then_migrated_in_place(tmp_path: Path, monkeypatch) -> None:
+    """A ledger of the first schema (no source, no journal): refused at open with the command,
+    then ``medrelease ledger migrate`` brings it to this version, its budget as it was."""
     import sqlite3
 
-    path = tmp_path / "old.sqlite"
+    from typer.testing import CliRunner
+
+    from deployments.cli import app
+    from medrelease.privacy.ledger import LedgerIntegrityError
+
+    monkeypatch.setenv("MEDRELEASE_HOME", str(tmp_path))
+    path = tmp_path / "ledger.sqlite"
     with sqlite3.connect(path) as conn:
         conn.executescript("""
             CREATE TABLE spends (spend_id TEXT PRIMARY KEY, dataset TEXT NOT NULL,
@@ -151,6 +159,13 @@ def test_an_old_ledger_is_migrated_in_place(tmp_path: Path) -> None:
               updated_at TEXT NOT NULL);
             INSERT INTO spends VALUES ('a', 'nps', 'ipa', 2.0, 0.0, 4.0, 1e-5, NULL,
               'released', 'r1', NULL, '2026-01-01', '2026-01-01');""")
+    with pytest.raises(LedgerIntegrityError, match="ledger migrate"):
+        Ledger(path)
+    migrated = CliRunner().invoke(app, ["ledger", "migrate"])
+    assert migrated.exit_code == 0, migrated.output
+    assert "added the column(s)" in migrated.output and "1 spend(s)" in migrated.output
+    again = CliRunner().invoke(app, ["ledger", "migrate"])
+    assert again.exit_code == 0 and "nothing changed" in again.output
     ledger = Ledger(path)
     [spend] = ledger.spends("nps")
     assert spend.source == "nps" and not spend.test and spend.dp

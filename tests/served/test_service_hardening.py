@@ -598,29 +598,62 @@ def test_hole8_the_same_edit_to_the_sqlite_ledger_and_its_journal_is_detected(
     assert verify.exit_code == 1 and "LedgerIntegrityError" in verify.output
 
 
-def test_hole8_a_journal_written_before_the_chain_stays_readable_and_is_anchored(
+def test_hole8_a_journal_begun_before_the_chain_is_migrated_once_and_checked(
         tmp_path: Path, monkeypatch) -> None:
-    """Hole 8, the upgrade: a journal written by the version before the chain (lines without
-    hashes) is read as it is; the first new line is chained to a hash of all of them, so an
-    edit of an old line is detected from then on (with the same edit in the ledger)."""
+    """Hole 8, the upgrade: a journal an older version began before the chain (leading lines
+    without hashes, the first chained line anchored to a hash of them) is refused at open until
+    ``ledger migrate``, which checks the anchor and the replay, then chains every event from
+    the first; an edit of an old line, in the ledger too, is caught before and after."""
+    from medrelease.privacy.ledger_migrate import BEFORE_THE_CHAIN, migrate_sqlite
+
     from .test_ledger import _request
 
     monkeypatch.setenv("MEDRELEASE_HOME", str(tmp_path))
     ledger = Ledger(tmp_path / "ledger.sqlite")
     first = ledger.reserve(_request("ds", 1.0))
     ledger.mark(first, "released", release_id="r1")
-    old = [{k: v for k, v in e.items() if k != "chain"} for e in _journal_lines(tmp_path)]
-    _write_journal(tmp_path, old, rechain=False)  # as the version before wrote it
+    second = ledger.reserve(_request("ds", 2.0))
+    events = [{k: v for k, v in e.items() if k != "chain"} for e in _journal_lines(tmp_path)]
+
+    def as_the_older_version_wrote(events: list[dict]) -> None:
+        """Two lines before the chain, the third anchored to their hash (that version's)."""
+        old = [json.dumps(e, sort_keys=True) for e in events[:2]]
+        anchor = hashlib.sha256((BEFORE_THE_CHAIN + "\n".join(old)).encode()).hexdigest()
+        text = json.dumps(events[2], sort_keys=True)
+        chained = {**events[2], "chain": {"seq": 3, "prev": anchor, "hash": hashlib.sha256(
+            (anchor + text).encode()).hexdigest()}}
+        (tmp_path / "ledger.sqlite.journal.jsonl").write_text(
+            "\n".join([*old, json.dumps(chained, sort_keys=True)]) + "\n")
+
+    as_the_older_version_wrote(events)
     (tmp_path / "ledger-head.json").unlink(missing_ok=True)
-    ledger.verify()
-    ledger.reserve(_request("ds", 2.0))
-    assert "chain" not in _journal_lines(tmp_path)[0] and "chain" in _journal_lines(tmp_path)[-1]
-    ledger.verify()
-    events = _journal_lines(tmp_path)
-    events[0]["request"]["epsilon"] = 0.25
+    with pytest.raises(LedgerIntegrityError, match=r"begun before the hash chain.*ledger "
+                                                   r"migrate"):
+        Ledger(tmp_path / "ledger.sqlite")
+    journal = tmp_path / "ledger.sqlite.journal.jsonl"
+    written = journal.read_text().splitlines()
+    edited = json.loads(written[0])
+    edited["request"]["epsilon"] = 0.25  # an old line edited, and the ledger with it
+    journal.write_text("\n".join([json.dumps(edited, sort_keys=True), *written[1:]]) + "\n")
     _sql(tmp_path, f"UPDATE spends SET epsilon = 0.25 WHERE spend_id = '{first}'")
-    _write_journal(tmp_path, events, rechain=False)
-    with pytest.raises(LedgerIntegrityError, match=r"was altered.*(before|anchor)"):
+    with pytest.raises(LedgerIntegrityError, match=r"was altered.*lines written before the "
+                                                   r"chain.*Nothing was migrated"):
+        migrate_sqlite(tmp_path / "ledger.sqlite")
+    _sql(tmp_path, f"UPDATE spends SET epsilon = 1.0 WHERE spend_id = '{first}'")
+    as_the_older_version_wrote(events)
+    [said] = migrate_sqlite(tmp_path / "ledger.sqlite")
+    assert "chained the journal's 3 event(s)" in said
+    assert (tmp_path / "ledger.sqlite.journal.jsonl.pre-chain").is_file()
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    ledger.verify()
+    assert [s.spend_id for s in ledger.spends()] == [first, second]
+    ledger.reserve(_request("ds", 1.0))
+    lines = _journal_lines(tmp_path)
+    assert [e["chain"]["seq"] for e in lines] == [1, 2, 3, 4]
+    lines[0]["request"]["epsilon"] = 0.25
+    _sql(tmp_path, f"UPDATE spends SET epsilon = 0.25 WHERE spend_id = '{first}'")
+    _write_journal(tmp_path, lines, rechain=False)
+    with pytest.raises(LedgerIntegrityError, match=r"was altered: event 1 was edited"):
         ledger.verify()
 
 

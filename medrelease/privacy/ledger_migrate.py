@@ -1,0 +1,185 @@
+"""``medrelease ledger migrate``: a SQLite ledger an older version wrote, brought to this one once.
+
+Older versions left marks this version no longer reads at every open; the ledger refuses a file
+that carries one (``older_version``, from the file's own marks, before anything is spent) and
+this migration removes it, checking first that nothing was altered:
+
+- **columns added after the first schema** (a spend's source, TEST and DP flags and privacy
+  unit; a source's policy and owner config): added (a spend's source is its dataset's);
+- **a ledger written before the journal** (``user_version`` 0, rows, no journal): its rows,
+  checked against the caps its cap journal last recorded, become the journal's first event (an
+  ``adopt`` snapshot, replayed like any event);
+- **a journal written before the hash chain** (leading lines without one; a later version
+  anchored its first chained line to a hash of them): the anchor and the chain checked, the
+  events replayed and compared with the ledger, then the journal written again, chained from
+  its first event (the old file kept beside it, ``.pre-chain``);
+- **the cap journal of a version before the full journal** (``.caps.jsonl``): read when that
+  version's ledger is adopted (its last caps must be the ledger's), then moved aside
+  (``.caps.jsonl.migrated``).
+
+The head this host saw is reset (the chain is new). Nothing is migrated twice: a migrated
+ledger carries none of the marks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import sqlite3
+from pathlib import Path
+
+from medrelease.errors import MedreleaseError
+from medrelease.privacy.journal import FileJournal, HeadFile, chain_hash
+from medrelease.privacy.ledger import (
+    INDEX,
+    JOURNAL_VERSION,
+    SCHEMA,
+    Ledger,
+    LedgerIntegrityError,
+    _differences,
+    _holds_rows,
+    _listed,
+    _now,
+    _replayed,
+    _snapshot,
+    sqlite_head_file,
+)
+from medrelease.privacy.ledger_marks import (
+    SOURCE_COLUMNS,
+    SPEND_COLUMNS,
+    caps_journal_for,
+    chained,
+    missing_columns,
+    raw_lines,
+)
+
+# What the first chained line of a journal begun before the chain followed: a hash of every
+# line written before it.
+BEFORE_THE_CHAIN = "medrelease journal lines written before the chain\n"
+
+
+def migrate_sqlite(path: str | Path) -> list[str]:
+    """Migrate the SQLite ledger at ``path`` in place; what was done, in sentences (none: it
+    was already this version's). Refuses (``LedgerIntegrityError``) a ledger whose journal's
+    chain or anchor is broken, or whose tables differ from its journal's replay."""
+    path = Path(path)
+    if not path.is_file():
+        raise MedreleaseError(f"there is no SQLite ledger at {path} to migrate")
+    journal = FileJournal(Ledger.journal_path_for(path))
+    done: list[str] = []
+    conn = sqlite3.connect(path, isolation_level=None, timeout=30)
+    try:
+        missing = missing_columns(conn)
+        conn.executescript(SCHEMA)  # tables an older version did not have yet
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            done += _add_columns(conn, missing)
+            conn.execute(INDEX)
+            lines = raw_lines(journal.path)
+            if lines and not chained(lines[0]):
+                done += _rechain(conn, journal, lines)
+            elif not lines and _holds_rows(conn):
+                done += _adopt(conn, path, journal)
+            conn.execute(f"PRAGMA user_version = {JOURNAL_VERSION}")
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+    finally:
+        conn.close()
+    caps = caps_journal_for(path)
+    if caps.is_file():
+        caps.replace(caps.with_name(caps.name + ".migrated"))
+        done.append(f"the cap journal was moved aside to {caps.name}.migrated")
+    if done:
+        HeadFile(sqlite_head_file(path)).forget(str(path.resolve()))
+    return done
+
+
+def _add_columns(conn: sqlite3.Connection, missing: list[str]) -> list[str]:
+    for entry in missing:
+        table, column = entry.split(".")
+        kind = (SPEND_COLUMNS if table == "spends" else SOURCE_COLUMNS)[column]
+        conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+    if "spends.source" in missing:
+        conn.execute("UPDATE spends SET source = dataset WHERE source IS NULL")
+    return [f"added the column(s) {', '.join(missing)}"] if missing else []
+
+
+def _adopt(conn: sqlite3.Connection, path: Path, journal: FileJournal) -> list[str]:
+    """A ledger written before the journal: a source row per source, the caps checked against
+    the cap journal, then every row as the journal's first event."""
+    conn.execute("UPDATE spends SET source = dataset WHERE source IS NULL")
+    conn.execute("INSERT OR IGNORE INTO sources (source, lifetime_epsilon, lifetime_delta, "
+                 "created_at) SELECT source, lifetime_epsilon, lifetime_delta, "
+                 "MIN(created_at) FROM spends GROUP BY source")
+    _refuse_caps_unlike_caps_journal(conn, path)  # (a later version's caps are its journal's)
+    snapshot = _snapshot(conn)
+    journal.write([{"event": "adopt", "at": _now(), "tables": snapshot}])
+    spends = len(snapshot.get("spends", []))
+    return [f"journaled the ledger's {spends} spend(s) as its first event (it was written "
+            "before the journal)"]
+
+
+def _rechain(conn: sqlite3.Connection, journal: FileJournal, lines: list[str]) -> list[str]:
+    """A journal begun before the chain: its anchor and chain as the version that wrote them
+    checked them, its replay equal to the ledger; then the same events, chained anew."""
+    before = 0
+    while before < len(lines) and not chained(lines[before]):
+        before += 1
+    prev = hashlib.sha256((BEFORE_THE_CHAIN + "\n".join(lines[:before])).encode("utf-8")
+                          ).hexdigest()
+    events, problems = [], []
+    for number, line in enumerate(lines, start=1):
+        stored = json.loads(line)
+        event = {k: v for k, v in stored.items() if k != "chain"}
+        events.append(event)
+        if number <= before:
+            continue
+        chain = stored.get("chain") or {}
+        if chain.get("seq") != number or chain.get("prev") != prev or chain_hash(
+                str(chain.get("prev")), json.dumps(event, sort_keys=True)) != chain.get("hash"):
+            problems.append(f"event {number} does not follow "
+                            + ("the lines written before the chain (one of them was edited, "
+                               "added or removed)" if number == before + 1 else
+                               f"event {number - 1}, or was edited"))
+        prev = str(chain.get("hash"))
+    if problems:
+        raise LedgerIntegrityError(
+            f"the ledger journal {journal.path} was altered: {_listed(problems)}. Nothing was "
+            "migrated. Restore the ledger and its journal from backup.")
+    expected = _replayed(events, journal.where)
+    try:
+        differences = _differences(conn, expected)
+    finally:
+        expected.close()
+    if differences:
+        raise LedgerIntegrityError(
+            f"the budget ledger does not match its {journal.where} ({_listed(differences)}). "
+            "Nothing was migrated. Restore both from backup.")
+    kept = journal.path.with_name(journal.path.name + ".pre-chain")
+    kept.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    head = journal.write(events)
+    assert head is None or head.seq == len(events)
+    return [f"chained the journal's {len(events)} event(s) from the first (the journal as it "
+            f"was is kept in {kept.name})"]
+
+
+def _refuse_caps_unlike_caps_journal(conn: sqlite3.Connection, path: Path) -> None:
+    """An older ledger is adopted only if its caps are those its cap journal last recorded."""
+    last: dict[str, dict] = {}
+    for line in raw_lines(caps_journal_for(path)):
+        change = json.loads(line)
+        last[change["source"]] = change
+    for source, change in last.items():
+        have = conn.execute("SELECT lifetime_epsilon, lifetime_delta FROM sources WHERE "
+                            "source = ?", (source,)).fetchone()
+        if have is None or not (math.isclose(have[0], change["new_epsilon"]) and math.isclose(
+                have[1], change["new_delta"], abs_tol=1e-18)):
+            raise LedgerIntegrityError(
+                f"source {source!r}: the ledger's cap "
+                f"{'is missing' if have is None else f'is epsilon {have[0]:g}'} but its cap "
+                f"journal says epsilon {change['new_epsilon']:g} (changed "
+                f"{change['changed_at'][:10]}: {change['reason']}). The ledger was altered; "
+                "nothing was migrated. Restore it from backup.")
