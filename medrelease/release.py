@@ -674,8 +674,9 @@ def search_piece(context: ReleaseContext, plan: ReleasePlan) -> list[NodeSummary
 def score_lattice(context: ReleaseContext, plan: ReleasePlan, pieces: Executor,
                   batch_size: int, progress: StageProgress | None = None,
                   log: Callable[[str], None] | None = None) -> list[NodeSummary]:
-    """Every candidate's summary. A first wave (a piece of ``PROBE_NODES`` per worker)
-    measures the rate; the rest goes in pieces of about ``SCORING_TASK_SECONDS`` at that rate:
+    """Every candidate's summary. A first wave (a piece of ``PROBE_NODES`` per worker, or of a
+    quarter of a small lattice on two workers) measures the rate; the rest goes in pieces of
+    about ``SCORING_TASK_SECONDS`` at that rate, at least one per worker:
     a Prefect task costs ~0.15 s of bookkeeping on two busy cores, and 288 tasks of 64 nodes
     made an 8,000-row cohort's 18,432 nodes take 53 s where 16 took 4 s (issue 55). The
     pieces keep the batches' roll-up pieces, so the summaries are the batches' own."""
@@ -696,7 +697,9 @@ def score_lattice(context: ReleaseContext, plan: ReleasePlan, pieces: Executor,
     if progress:
         progress(0, total, None)
     workers = max(1, pieces.workers)
-    probe = packed(batches, PROBE_NODES)[:workers]
+    # a first-wave piece is at most a quarter of a two-worker lattice: a small lattice of dear
+    # nodes (256 nodes of 1.2 million rows, 19 ms each) went as one piece to one worker
+    probe = packed(batches, min(PROBE_NODES, -(-total // (2 * workers))))[:workers]
     started = time.perf_counter()
     scored(probe)
     took = time.perf_counter() - started
@@ -711,6 +714,7 @@ def score_lattice(context: ReleaseContext, plan: ReleasePlan, pieces: Executor,
             progress(len(summaries), total, f"about {per_node * left / workers:.0f} s for the "
                      f"other {left:,} at the rate of the first")
         per_piece = int(SCORING_TASK_SECONDS / per_node) if per_node > 0 else left
+        per_piece = min(per_piece, -(-left // workers))  # every worker gets a piece
         scored(packed(after(batches, sum(len(p) for p in probe)), max(batch_size, per_piece)))
     return summaries
 
