@@ -657,16 +657,22 @@ def ledger_restore(
 
 
 @ledger_app.command("migrate")
-def ledger_migrate() -> None:
+def ledger_migrate(
+    sqlite: Path | None = typer.Option(
+        None, "--sqlite", help="the SQLite ledger file to migrate (default: this installation's "
+                               "ledger); to move an older SQLite ledger to PostgreSQL, migrate "
+                               "it here first, then 'ledger restore --from-journal'"),
+) -> None:
     """Bring a SQLite ledger an older version wrote to this one, once (checked against its
-    journal first; the old files kept beside it). A ledger that needs it is refused until then."""
+    journal and this host's head first; the old files kept beside it). A ledger that needs it
+    is refused until then."""
     from medrelease.privacy.ledger_migrate import migrate_sqlite
     from medrelease.privacy.ledger_url import is_database_url
 
-    location = ledger_location()
+    location = str(sqlite) if sqlite is not None else ledger_location()
     if is_database_url(location):
         _fail(MedreleaseError("a PostgreSQL ledger migrates its schema with 'medrelease ledger "
-                              "init-db'; 'migrate' is for a SQLite ledger file"))
+                              "init-db'; 'migrate' is for a SQLite ledger file (--sqlite PATH)"))
     try:
         done = migrate_sqlite(location)
     except MedreleaseError as exc:

@@ -47,7 +47,7 @@ from tasks.budget import (
 )
 from tasks.checks import check_output
 from tasks.executor import PrefectPieces
-from tasks.inputs import read_extract, released_before
+from tasks.inputs import read_extract, read_step, released_before
 from tasks.publish import (
     RunFacts,
     publish_release,
@@ -132,7 +132,7 @@ def _release_resolved(request: ReleaseRequest, budget: BudgetInView, resolved: R
     runner = fan_out.enter_context(fan_out_runner(kind))
     try:
         connect(runner, kind)  # a runner that cannot start costs no budget
-        with ticking("reading the extract", f"{len(extract.files)} file(s)"):
+        with ticking(read_step(release_plan), f"{len(extract.files)} file(s)"):
             inputs = read_extract(config, extract, release_plan, runner, kind)
         if inputs.counts is not None:  # the digests the count took
             extract = extract.counted(inputs.info.rows_sha256, inputs.info.text_rows_sha256)

@@ -262,7 +262,7 @@ def reviewed(request: ReleaseRequest, budget: BudgetInView, facts: RunFacts, led
     approve publishes the staged folder atomically, reject or a timeout publishes nothing.
     The spend stays counted either way (its noise was drawn); the decision and its reason go
     to the steward record and the ledger's note, with the publication verdict the reviewer
-    saw. The form shows that verdict and no raw-data evidence (``flows/review.py``): the
+    saw. The form shows that verdict and no raw-data evidence (``await_review``): the
     evaluation is written to the steward record before the pause, but the gate never reads
     it, so the decision is post-processing of the release."""
     config, spend_id = facts.config, facts.charge.spend_id

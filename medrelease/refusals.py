@@ -19,10 +19,12 @@ stores     the folders and the ledger's integrity        the stores' probe
 =========  ==========================================  ========================================
 
 A rule is a function from ``Facts`` to one sentence (refused with the rule's error type) or
-nothing; a rule that asks a mechanism's own hook (``check_work``, ``fixed_node``) or the ledger
-returns the error that hook raised, in its own type. The flow runs each stage's rules through
-``refuse`` (the first refusal stops the release, nothing spent) and ``medrelease check`` runs
-the same rules through ``refusals`` (every refusal of a stage at once). A new rule goes into its
+nothing; a rule that asks a mechanism's own hook (``check_fits``, ``check_work``,
+``fixed_node``) or the ledger returns the error that hook raised, in its own type. The flow runs
+each stage's rules through ``refuse`` (the first refusal stops the release, nothing spent) and
+``medrelease check`` runs the ledger, count and stores stages through ``refusals`` (every
+refusal of the stage at once; the request and plan stages stop at their first, as the plan the
+later rules read cannot be made past it). A new rule goes into its
 stage's tuple below; ``tests/flow/test_check_equals_release.py`` holds the flow and ``check``
 to this table.
 
@@ -300,7 +302,7 @@ def stores_not_ready(facts: Facts) -> Said:
 
 
 STAGES: dict[str, tuple[Rule, ...]] = {
-    "request": (Rule("the mechanism fits the dataset", mechanism_misfit, ParameterError),),
+    "request": (Rule("the mechanism fits the dataset", mechanism_misfit),),
     "plan": (Rule("the dataset's policy", dataset_policy),
              Rule("the lattice's size", lattice_over_limit),
              Rule("the dimensions' joint domain", joint_domain_too_large),
@@ -309,7 +311,7 @@ STAGES: dict[str, tuple[Rule, ...]] = {
                Rule("a new source's cap", first_cap, ConfigError),
                Rule("the void confirmation", void_unconfirmed),
                Rule("the budget left", budget_left)),
-    "count": (Rule("the fixed node", fixed_node_outside, ParameterError),
+    "count": (Rule("the fixed node", fixed_node_outside),
               Rule("the noise rows", noise_rows_over_limit),
               Rule("the pseudonymization key", key_missing, ParameterError)),
     "stores": (Rule("the stores and the ledger's integrity", stores_not_ready),),

@@ -582,9 +582,10 @@ def choose(inputs: Inputs, config: DatasetConfig, plan: ReleasePlan, pieces: Exe
     pseudonymization key when the caller holds it (the flow's task reads its own)."""
     hooks = hooks or Hooks()
     if plan.kind == "rows":
+        held = {"key": key} if key is not None else {}  # (the flow's task reads its own)
         with hooks.step(f"{plan.mechanism}: releasing from the rows"):
             chosen = pieces.call(release_without_lattice, table=inputs.frame, config=config,
-                                 plan=plan, key=key, unit_bound=inputs.unit_bound)
+                                 plan=plan, unit_bound=inputs.unit_bound, **held)
         return chosen, pd.DataFrame()
     if plan.kind == "synthetic":
         return synthesize(inputs.counts, config, plan, pieces, hooks), pd.DataFrame()

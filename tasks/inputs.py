@@ -99,9 +99,16 @@ def validate_and_aggregate(
     config: DatasetConfig, extract: ResolvedExtract, rows_per_chunk: int = 500_000,
     unit: UnitBound | None = None
 ) -> tuple[CountTable, InputInfo]:
-    """Every file of the extract in turn, in this process (the Dask fan-out is in the flow)."""
+    """Every file of the extract in turn, in this process (the Dask fan-out is
+    ``read_extract``'s)."""
     parts = counted_partitions(config, extract, rows_per_chunk, unit)
     return merge_partitions.fn(config, parts, extract.pattern)
+
+
+def read_step(plan: ReleasePlan) -> str:
+    """The read stage's name on the progress bar: rows checked, or rows counted."""
+    return ("reading and checking the extract" if plan.kind == "rows"
+            else "reading and counting the extract")
 
 
 def read_extract(config: DatasetConfig, extract: ResolvedExtract, plan: ReleasePlan,

@@ -48,16 +48,14 @@ def materialize_release(context: ReleaseContext, plan: ReleasePlan, index: int
 
 @task(name="release-without-lattice", cache_policy=NO_CACHE)
 def release_rows(table: pd.DataFrame, config: DatasetConfig, plan: ReleasePlan,
-                 key: bytes | None = None, unit_bound: dict | None = None
-                 ) -> MaterializedRelease:
+                 unit_bound: dict | None = None) -> MaterializedRelease:
     """Mondrian, pseudonymization, DiffGen: no lattice search.
 
-    The pseudonymization key is read here (``key`` is None from the flow) and goes nowhere
-    else. ``unit_bound``: what the privacy unit's bound cut (the input facts' counts;
+    The pseudonymization key is read here and goes nowhere else (no task takes it as a
+    parameter). ``unit_bound``: what the privacy unit's bound cut (the input facts' counts;
     steward-side), for the step that publishes a noisy count of it.
     """
-    if key is None and capabilities(plan.mechanism).needs_secret:
-        key = load_pseudonym_key(plan.params)
+    key = load_pseudonym_key(plan.params) if capabilities(plan.mechanism).needs_secret else None
     return release_without_lattice(table, config, plan, key, unit_bound)
 
 

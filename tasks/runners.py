@@ -10,6 +10,7 @@ address is given.
 from __future__ import annotations
 
 import os
+from contextlib import AbstractContextManager, nullcontext
 from typing import Literal
 
 from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
@@ -25,10 +26,14 @@ class RunnerUnavailableError(MedreleaseError):
 RunnerKind = Literal["thread", "dask"]
 
 
-def fan_out_runner(kind: RunnerKind, workers: int | None = None) -> TaskRunner:
-    """The fan-out's runner. A Dask scheduler address comes only from the deployment's
-    environment (``MEDRELEASE_DASK_ADDRESS``), never from a form: the count table is sent to
-    whatever scheduler is named."""
+def fan_out_runner(kind: RunnerKind | None, workers: int | None = None
+                   ) -> TaskRunner | AbstractContextManager[None]:
+    """The fan-out's runner, entered by the caller (``kind`` None: no fan-out, nothing
+    started). A Dask scheduler address comes only from the deployment's environment
+    (``MEDRELEASE_DASK_ADDRESS``), never from a form: the count table is sent to whatever
+    scheduler is named."""
+    if kind is None:
+        return nullcontext()
     workers = workers or workers_from_env()
     if kind == "thread":
         return ThreadPoolTaskRunner(max_workers=workers)
@@ -42,7 +47,7 @@ def fan_out_runner(kind: RunnerKind, workers: int | None = None) -> TaskRunner:
                                           "processes": True, "dashboard_address": None})
 
 
-def connect(runner: TaskRunner, kind: RunnerKind) -> None:
+def connect(runner: TaskRunner | None, kind: RunnerKind | None) -> None:
     """Start the local cluster or reach the scheduler now, so a failure costs no budget."""
     if kind != "dask":
         return
@@ -55,8 +60,8 @@ def connect(runner: TaskRunner, kind: RunnerKind) -> None:
         ) from exc
 
 
-def runner_kind(requested: RunnerKind, plan: ReleasePlan) -> RunnerKind:
+def runner_kind(requested: RunnerKind, plan: ReleasePlan) -> RunnerKind | None:
     """The runner a release's fan-out uses: the one asked for where there is a fan-out (the
-    count of a partitioned extract, the lattice's scoring, the rounds'), threads for a
-    mechanism that releases from the rows in one step (no Dask cluster started for it)."""
-    return requested if plan.kind != "rows" else "thread"
+    count of a partitioned extract, the lattice's scoring, the rounds'); none for a mechanism
+    that releases from the rows in one step (its one task is called in the flow)."""
+    return requested if plan.kind != "rows" else None

@@ -32,7 +32,6 @@ from medrelease.synthetic.release import (
     aim_rounds,
     analysis_sigma,
     release_rho,
-    release_synthetic,
     rounds_rho,
     sampled_row_bounds,
     synthetic_release,
@@ -166,12 +165,6 @@ class AIM(MechanismBase):
                ) -> MaterializedRelease:
         """The final estimate and the synthetic rows (as many as the noisy total)."""
         return synthetic_release(run, counts, plan)
-
-    def synthesize(self, counts: CountTable, config: Any, plan: ReleasePlan,
-                   log: Callable[[str], None] | None = None) -> MaterializedRelease:
-        """Every round in this process, then the sampled rows (the audits and benchmarks that
-        need no driver; the release runs the same steps through ``medrelease.release.choose``)."""
-        return release_synthetic(counts, config, plan, log)
 
     def smallest_round_epsilon(self, params: AIMParams, n_columns: int) -> float:
         """A lower bound on every round's selection epsilon, from public parameters only.

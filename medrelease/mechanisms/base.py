@@ -138,7 +138,7 @@ class MechanismBase:
     What a mechanism must still declare itself: ``name``, ``Params``, ``capabilities``,
     ``selection``, ``guarantee``, ``row_bounds``, and its kind's release hooks
     (lattice: ``perturb_node`` or ``score_node``, and ``materialize``; rows: ``release_rows``;
-    synthetic: ``synthesize``)."""
+    synthetic: ``start_rounds`` and ``sample``)."""
 
     name: ClassVar[str]
     Params: ClassVar[type[MechanismParams]]

@@ -25,13 +25,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from medrelease.errors import MedreleaseError
+
 GENESIS_HASH = "0" * 64
 HEAD_FILE = "ledger-head.json"
 
 
-class JournalDamaged(Exception):
-    """Storage that cannot be read as events (a line that is not JSON): the ledger says what
-    to do in its words."""
+class LedgerIntegrityError(MedreleaseError):
+    """The ledger differs from its journal, or lacks spends that releases on record made (a
+    table dropped or edited, rows deleted, the file or its journal lost or replaced)."""
+
+
+class JournalDamaged(LedgerIntegrityError):
+    """A journal or head file that cannot be read at all (a line that is not JSON)."""
+
+
+RESTORE_FROM_BACKUP = "restore it from backup. Nothing was spent."
 
 
 @dataclass(frozen=True)
@@ -70,9 +79,9 @@ def chain_problems(links: list[Link]) -> list[str]:
     prev, expected = GENESIS_HASH, 1
     for link in links:
         if link.seq is None:
-            problems.append(f"{link.where} carries no hash (added outside medrelease, or "
-                            "written by a version before the chain: 'medrelease ledger "
-                            "migrate')")
+            problems.append(f"{link.where} carries no hash " + (
+                "(added after the chain began)" if expected > 1 else
+                "(written by a version before the chain: 'medrelease ledger migrate')"))
             continue
         if link.seq != expected:
             problems.append(f"events {expected}..{link.seq - 1} are missing"
@@ -133,7 +142,7 @@ class FileJournal:
                 stored = None
             if not isinstance(stored, dict):
                 raise JournalDamaged(f"the ledger journal {self.path} is damaged at line "
-                                     f"{number}")
+                                     f"{number}; {RESTORE_FROM_BACKUP}")
             chain = stored.get("chain")
             event = {k: v for k, v in stored.items() if k != "chain"}
             if not isinstance(chain, dict) or not isinstance(chain.get("seq"), int):
@@ -162,8 +171,9 @@ class FileJournal:
         except (json.JSONDecodeError, AttributeError):
             chain = None
         if not (isinstance(chain, dict) and isinstance(chain.get("seq"), int)):
-            raise JournalDamaged(f"the last line of the ledger journal {self.path} carries no "
-                                 "hash")
+            raise JournalDamaged(f"the last line of the ledger journal {self.path} is damaged "
+                                 f"or carries no hash (a write cut short, or an edit); "
+                                 f"{RESTORE_FROM_BACKUP}")
         return JournalHead(chain["seq"], str(chain.get("hash")))
 
     def append(self, conn: Any, event: dict) -> JournalHead:
@@ -205,7 +215,7 @@ class TableJournal:
     def links(self, conn: Any) -> list[Link]:
         rows = conn.execute("SELECT seq, body, prev_hash, hash FROM ledger_events "
                             "ORDER BY seq").fetchall()
-        return [Link(seq, prev, digest, body, json.loads(body), f"event {seq}")
+        return [Link(seq, prev, digest, body, _parsed(body), f"event {seq}")
                 for seq, body, prev, digest in rows]
 
     def last(self, conn: Any) -> JournalHead | None:
@@ -221,6 +231,15 @@ class TableJournal:
         return head
 
 
+def _parsed(body: str) -> dict:
+    """A stored event (not JSON: ``{}``, and its hash no longer matches it: "edited")."""
+    try:
+        event = json.loads(body)
+    except json.JSONDecodeError:
+        return {}
+    return event if isinstance(event, dict) else {}
+
+
 @dataclass(frozen=True)
 class HeadFile:
     """The newest event each ledger's journal showed this host (a JSON object by ledger)."""
@@ -233,7 +252,8 @@ class HeadFile:
         try:
             heads = json.loads(self.path.read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError):
-            raise JournalDamaged(f"the ledger head file {self.path} is damaged") from None
+            raise JournalDamaged(f"the ledger head file {self.path} is damaged; "
+                                 f"{RESTORE_FROM_BACKUP}") from None
         return heads if isinstance(heads, dict) else {}
 
     def get(self, key: str) -> JournalHead | None:

@@ -67,11 +67,12 @@ from medrelease.privacy.journal import (
     HeadFile,
     JournalDamaged,
     JournalHead,
+    LedgerIntegrityError,
     Link,
     chain_problems,
     lost_head,
 )
-from medrelease.privacy.ledger_marks import older_version
+from medrelease.privacy.ledger_marks import caps_journal_for, legacy_cap_events, older_version
 
 STATUSES = ("reserved", "released", "failed")
 TOLERANCE = 1e-9
@@ -151,11 +152,6 @@ class LedgerSourceError(MedreleaseError):
 
 class LedgerLockedError(MedreleaseError):
     """Another process held the ledger longer than the bounded wait; nothing was spent."""
-
-
-class LedgerIntegrityError(MedreleaseError):
-    """The ledger differs from its journal, or lacks spends that releases on record made (a
-    table dropped or edited, rows deleted, the file or its journal lost or replaced)."""
 
 
 @dataclass(frozen=True)
@@ -400,6 +396,10 @@ class BudgetLedger:
                     "edited or deleted), or its journal was")
     remedy: str = ("Restore both from backup, or move the ledger aside and run 'medrelease "
                    "ledger restore' (it replays the journal).")
+    head_cause: str = ("the newest changes were removed, the journal was rewritten, or the "
+                       "ledger and its journal were replaced by an older copy")
+    head_remedy: str = "Restore both from backup, or rebuild with 'medrelease ledger restore'."
+    head_first: bool = False  # the head checked before the tables (PostgreSQL's order)
     _head: JournalHead | None = None  # the event this process journaled last
 
     def _connect(self) -> Any:  # a context manager yielding a LedgerConnection
@@ -424,11 +424,7 @@ class BudgetLedger:
         self._journal(conn, event)
 
     def _links(self, conn: LedgerConnection) -> list[Link]:
-        try:
-            return self.journal.links(conn)
-        except JournalDamaged as exc:
-            raise LedgerIntegrityError(f"{exc}; restore it from backup. Nothing was spent."
-                                       ) from None
+        return self.journal.links(conn)  # (a damaged one: ``JournalDamaged``, a refusal)
 
     def events(self, conn: LedgerConnection | None = None) -> list[dict]:
         """The journal (every change, oldest first), after checking its chain."""
@@ -440,18 +436,19 @@ class BudgetLedger:
     def _chained(self, links: list[Link]) -> list[Link]:
         problems = chain_problems(links)
         if problems:
-            raise LedgerIntegrityError(
-                f"the budget ledger {self.location}: its {self.journal.where} was altered: "
-                f"{_listed(problems)}. It is the system of record, and its events are "
-                "hash-chained: an edit, even one made to the ledger as well, breaks the chain. "
-                f"Nothing was spent. {self.remedy}")
+            raise LedgerIntegrityError(self._chain_refusal(problems))
         return links
+
+    def _chain_refusal(self, problems: list[str]) -> str:
+        raise NotImplementedError
 
     def _verify_locked(self, conn: LedgerConnection) -> None:
         """The chain runs unbroken, still holds the newest event this host saw, and the tables
         equal its replay (``LedgerIntegrityError`` naming what differs)."""
         links = self._chained(self._links(conn))
-        expected = _replayed([link.event for link in links], self.journal.where)
+        if self.head_first:
+            self._refuse_a_lost_head(links)
+        expected = _replayed([link.event for link in links], self._replay_where)
         try:
             problems = _differences(conn, expected, self._live_columns(conn))
         finally:
@@ -470,18 +467,21 @@ class BudgetLedger:
                 f"the system of record ({len(problems)} difference"
                 f"{'s' if len(problems) != 1 else ''}: {_listed(problems)}). {self.altered}; "
                 f"nothing was spent. {self.remedy}")
-        try:  # the newest events removed with their rows agree with each other: the head
-            lost = lost_head(self.heads, self.head_key, links)
-        except JournalDamaged as exc:
-            raise LedgerIntegrityError(f"{exc}; restore it from backup. Nothing was spent."
-                                       ) from None
+        # (the newest events removed with their rows agree with each other: the head)
+        self._refuse_a_lost_head(links)
+
+    def _refuse_a_lost_head(self, links: list[Link]) -> None:
+        lost = lost_head(self.heads, self.head_key, links)
         if lost is not None:
             raise LedgerIntegrityError(
                 f"the budget ledger {self.location} no longer holds event {lost.seq} of its "
-                f"journal as this host saw it ({self.heads.path}): the newest changes were "
-                "removed, the journal was rewritten, or the ledger and its journal were "
-                "replaced by an older copy; their budget would be spent again. Nothing was "
-                f"spent. {self.remedy}")
+                f"journal as this host saw it ({self.heads.path}): {self.head_cause}; their "
+                f"budget would be spent again. Nothing was spent. {self.head_remedy}")
+
+    @property
+    def _replay_where(self) -> str:
+        """How a replay's refusal names the journal."""
+        return self.location
 
     def _live_columns(self, conn: LedgerConnection) -> Mapping[str, set[str]] | None:
         """The compared tables (or views) and their columns (None: read from SQLite's)."""
@@ -490,6 +490,9 @@ class BudgetLedger:
     def _replay_for_restore(self, conn: LedgerConnection) -> bool:
         """The back-end's own journal replayed into an empty ledger (whether it held any)."""
         raise NotImplementedError
+
+    def _restore_caps_kept_apart(self, conn: LedgerConnection) -> None:
+        """Cap changes an older version kept apart from its journal (SQLite's only)."""
 
     def reconcile(self, records: list[dict], manifests: list[dict] = ()) -> None:
         raise NotImplementedError
@@ -652,7 +655,7 @@ class BudgetLedger:
                                   "only into a missing or empty ledger (move the old file "
                                   "aside first)")
         with self._transaction() as conn:
-            self._replay_for_restore(conn)
+            replayed = self._replay_for_restore(conn)
             from_journal = conn.execute("SELECT COUNT(*) FROM spends").fetchone()[0]
             added = _releases_the_journal_lacks(conn, records, manifests)
             new_sources: dict[str, dict] = {}
@@ -662,6 +665,8 @@ class BudgetLedger:
                     new_sources[source] = record  # the latest release on record of the source
                 for event in _events_from_record(record):
                     self._apply_and_journal(conn, event)
+            if not replayed:
+                self._restore_caps_kept_apart(conn)
             for source, record in new_sources.items():
                 _restore_the_cap_on_record(conn, self, source, record)
         from_manifests = sum(1 for r in added if r.get("from_manifest"))
@@ -684,6 +689,8 @@ class Ledger(BudgetLedger):
         self.head_key = str(self.path.resolve())  # how the head file names it: its real path
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            if not self.path.is_file():  # (refused before the file exists: none left behind)
+                _refuse_an_older_ledger(None, self.path)
             with self._connect() as conn:
                 _refuse_an_older_ledger(conn, self.path)
                 conn.executescript(SCHEMA)
@@ -727,6 +734,16 @@ class Ledger(BudgetLedger):
                 raise
         self._committed()
 
+    def _chain_refusal(self, problems: list[str]) -> str:
+        return (f"the ledger journal {self.journal.path}, the system of record, was altered: "
+                f"{_listed(problems)}. Its lines are hash-chained: an edit, even one made to "
+                "the ledger as well, breaks the chain. Nothing was spent. Restore the ledger "
+                "and its journal from backup.")
+
+    @property
+    def _replay_where(self) -> str:
+        return str(self.journal.path)
+
     def _replay_for_restore(self, conn: LedgerConnection) -> bool:
         events = [link.event for link in self._chained(self._links(conn))]
         self.forget_head()  # the journal replayed may be older than the head, or new
@@ -734,8 +751,22 @@ class Ledger(BudgetLedger):
             conn.execute(f'DELETE FROM "{table}"')
         if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'sqlite_sequence'").fetchone():
             conn.execute("DELETE FROM sqlite_sequence")
-        _replay_events(conn, events, self.journal.where)
+        _replay_events(conn, events, self._replay_where)
         return bool(events)
+
+    def _restore_caps_kept_apart(self, conn: LedgerConnection) -> None:
+        """A lost ledger of a version before the full journal: the cap changes its cap journal
+        kept, for the sources the records brought back (the file is moved aside after)."""
+        for event in legacy_cap_events(self.path):
+            if _source_known(conn, event["source"]):
+                self._apply_and_journal(conn, event)
+
+    def restore(self, records: list[dict], manifests: list[dict] = ()) -> Restored:
+        restored = super().restore(records, manifests)
+        caps = caps_journal_for(self.path)
+        if caps.is_file():  # read (or superseded by the journal): not read again
+            caps.replace(caps.with_name(caps.name + ".migrated"))
+        return restored
 
     def reconcile(self, records: list[dict], manifests: list[dict] = ()) -> None:
         reconcile_sqlite(self.path, records, manifests)
@@ -756,7 +787,7 @@ def _listed(problems: list[str]) -> str:
         f"; and {len(problems) - MAX_LISTED} more" if len(problems) > MAX_LISTED else "")
 
 
-def _refuse_an_older_ledger(conn: sqlite3.Connection, path: Path) -> None:
+def _refuse_an_older_ledger(conn: sqlite3.Connection | None, path: Path) -> None:
     """A ledger or journal an older version wrote is refused until ``medrelease ledger
     migrate`` (``ledger_migrate.older_version``: what it finds, from the file's own marks)."""
     found = older_version(conn, path, Ledger.journal_path_for(path), JOURNAL_VERSION)
@@ -1143,13 +1174,13 @@ def _apply_event(conn: LedgerConnection, event: dict) -> None:
 
 
 def _replay_events(conn: LedgerConnection, events: list[dict], journal: str) -> None:
-    """``journal``: how messages name it (``EventJournal.where``)."""
+    """``journal``: how messages name it (a path, or a location and its table)."""
     for number, event in enumerate(events, start=1):
         try:
             _apply_event(conn, event)
         except (MedreleaseError, sqlite3.Error, KeyError, TypeError, ValueError) as exc:
             raise LedgerIntegrityError(
-                f"the ledger's {journal} cannot be replayed at its event {number} "
+                f"the ledger journal {journal} cannot be replayed at its entry {number} "
                 f"({type(exc).__name__}): it was edited or damaged; restore it from backup. "
                 "Nothing was spent.") from None
 

@@ -42,25 +42,37 @@ def chained(line: str) -> bool:
         return True  # (a damaged line is the journal check's to name)
 
 
-def older_version(conn: sqlite3.Connection, path: Path, journal: Path,
+def older_version(conn: sqlite3.Connection | None, path: Path, journal: Path,
                   journal_version: int) -> str | None:
     """What marks the ledger at ``path`` as an older version's, in words (None: none). Cheap:
-    the schema's columns, ``user_version``, the journal's first line, the cap journal."""
+    the schema's columns, ``user_version``, the journal's first line, the cap journal beside a
+    ledger that holds spends (beside a lost or new one, ``ledger restore`` reads it). ``conn``
+    None: the file is not there yet (only the journal can carry a mark)."""
     found = []
-    missing = missing_columns(conn)
-    if missing:
-        found.append(f"its tables lack {', '.join(missing)}")
-    if conn.execute("PRAGMA user_version").fetchone()[0] < journal_version and conn.execute(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'spends'").fetchone() \
-            and conn.execute("SELECT 1 FROM spends LIMIT 1").fetchone() \
-            and not journal.is_file():
-        found.append("it holds spends but was written before the journal")
+    holds = False
+    if conn is not None:
+        missing = missing_columns(conn)
+        if missing:
+            found.append(f"its tables lack {', '.join(missing)}")
+        holds = bool(conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name "
+                                  "= 'spends'").fetchone()
+                     and conn.execute("SELECT 1 FROM spends LIMIT 1").fetchone())
+        if (holds and conn.execute("PRAGMA user_version").fetchone()[0] < journal_version
+                and not journal.is_file()):
+            found.append("it holds spends but was written before the journal")
     if journal.is_file():
         with journal.open(encoding="utf-8") as handle:
             first = next((line for line in handle if line.strip()), "")
         if first and not chained(first):
             found.append(f"its journal {journal} was begun before the hash chain")
-    if caps_journal_for(path).is_file():
+    if holds and caps_journal_for(path).is_file():
         found.append(f"a cap journal {caps_journal_for(path)} of a version before the full "
                      "journal lies beside it")
     return "; ".join(found) or None
+
+
+def legacy_cap_events(path: Path) -> list[dict]:
+    """The cap changes an older version journaled apart, as the journal's cap events (for a
+    restore into a lost ledger whose journal held nothing)."""
+    return [{**change, "event": "cap", "at": change["changed_at"]}
+            for change in (json.loads(line) for line in raw_lines(caps_journal_for(path)))]

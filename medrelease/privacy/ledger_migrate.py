@@ -17,8 +17,11 @@ this migration removes it, checking first that nothing was altered:
   version's ledger is adopted (its last caps must be the ledger's), then moved aside
   (``.caps.jsonl.migrated``).
 
-The head this host saw is reset (the chain is new). Nothing is migrated twice: a migrated
-ledger carries none of the marks.
+Nothing is done to a ledger that carries none of the marks (a migrated one, or one whose
+journal was deleted: that is refused by the ledger's check, never adopted again). The head this
+host saw is checked before a journal is chained anew, then reset. A ledger lost beside a
+journal begun before the chain has the journal chained, so that ``ledger restore`` replays it;
+a cap journal beside a lost ledger is applied by ``restore`` itself.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from medrelease.privacy.ledger import (
     SCHEMA,
     Ledger,
     LedgerIntegrityError,
+    LedgerLockedError,
     _differences,
     _holds_rows,
     _listed,
@@ -51,6 +55,7 @@ from medrelease.privacy.ledger_marks import (
     caps_journal_for,
     chained,
     missing_columns,
+    older_version,
     raw_lines,
 )
 
@@ -61,16 +66,46 @@ BEFORE_THE_CHAIN = "medrelease journal lines written before the chain\n"
 
 def migrate_sqlite(path: str | Path) -> list[str]:
     """Migrate the SQLite ledger at ``path`` in place; what was done, in sentences (none: it
-    was already this version's). Refuses (``LedgerIntegrityError``) a ledger whose journal's
-    chain or anchor is broken, or whose tables differ from its journal's replay."""
+    carries no older version's mark). A ledger file that is gone, beside a journal begun
+    before the chain, has that journal chained (checked the same way) so that ``ledger
+    restore`` can replay it. Refuses (``LedgerIntegrityError``) a journal whose chain or
+    anchor is broken, that no longer holds the newest event this host saw, or whose replay
+    differs from the ledger's tables; nothing is changed then."""
     path = Path(path)
-    if not path.is_file():
-        raise MedreleaseError(f"there is no SQLite ledger at {path} to migrate")
     journal = FileJournal(Ledger.journal_path_for(path))
+    heads, key = HeadFile(sqlite_head_file(path)), str(path.resolve())
+    try:
+        if not path.is_file():
+            lines = raw_lines(journal.path)
+            if not (lines and not chained(lines[0])):
+                raise MedreleaseError(
+                    f"there is no SQLite ledger at {path} to migrate" + (
+                        " (the cap journal beside it is read by 'medrelease ledger restore')"
+                        if caps_journal_for(path).is_file() else ""))
+            done = _rechain(None, journal, lines, heads, key)
+        else:
+            done = _migrate_file(path, journal, heads, key)
+    except sqlite3.OperationalError as exc:
+        raise LedgerLockedError(f"the budget ledger {path} could not be migrated: {exc} (a "
+                                "release in progress?); nothing was changed") from None
+    except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
+        raise LedgerIntegrityError(
+            f"the ledger journal or cap journal beside {path} is damaged "
+            f"({type(exc).__name__}); nothing was migrated. Restore it from backup.") from None
+    if done:
+        heads.forget(key)  # a new chain (or the first journal): checked above, begun anew
+    return done
+
+
+def _migrate_file(path: Path, journal: FileJournal, heads: HeadFile, key: str) -> list[str]:
     done: list[str] = []
     conn = sqlite3.connect(path, isolation_level=None, timeout=30)
     try:
+        if not older_version(conn, path, journal.path, JOURNAL_VERSION):
+            return []
         missing = missing_columns(conn)
+        unjournaled = (conn.execute("PRAGMA user_version").fetchone()[0] < JOURNAL_VERSION
+                       and not journal.path.is_file())
         conn.executescript(SCHEMA)  # tables an older version did not have yet
         conn.execute("BEGIN IMMEDIATE")
         try:
@@ -78,8 +113,8 @@ def migrate_sqlite(path: str | Path) -> list[str]:
             conn.execute(INDEX)
             lines = raw_lines(journal.path)
             if lines and not chained(lines[0]):
-                done += _rechain(conn, journal, lines)
-            elif not lines and _holds_rows(conn):
+                done += _rechain(conn, journal, lines, heads, key)
+            elif unjournaled and _holds_rows(conn):
                 done += _adopt(conn, path, journal)
             conn.execute(f"PRAGMA user_version = {JOURNAL_VERSION}")
             conn.execute("COMMIT")
@@ -92,8 +127,6 @@ def migrate_sqlite(path: str | Path) -> list[str]:
     if caps.is_file():
         caps.replace(caps.with_name(caps.name + ".migrated"))
         done.append(f"the cap journal was moved aside to {caps.name}.migrated")
-    if done:
-        HeadFile(sqlite_head_file(path)).forget(str(path.resolve()))
     return done
 
 
@@ -122,15 +155,18 @@ def _adopt(conn: sqlite3.Connection, path: Path, journal: FileJournal) -> list[s
             "before the journal)"]
 
 
-def _rechain(conn: sqlite3.Connection, journal: FileJournal, lines: list[str]) -> list[str]:
+def _rechain(conn: sqlite3.Connection | None, journal: FileJournal, lines: list[str],
+             heads: HeadFile, key: str) -> list[str]:
     """A journal begun before the chain: its anchor and chain as the version that wrote them
-    checked them, its replay equal to the ledger; then the same events, chained anew."""
+    checked them, the newest event this host saw still in it, its replay equal to the ledger
+    (``conn`` None: the ledger is gone, ``ledger restore`` replays it next); then the same
+    events, chained anew."""
     before = 0
     while before < len(lines) and not chained(lines[before]):
         before += 1
     prev = hashlib.sha256((BEFORE_THE_CHAIN + "\n".join(lines[:before])).encode("utf-8")
                           ).hexdigest()
-    events, problems = [], []
+    events, problems, hashes = [], [], {}
     for number, line in enumerate(lines, start=1):
         stored = json.loads(line)
         event = {k: v for k, v in stored.items() if k != "chain"}
@@ -144,16 +180,26 @@ def _rechain(conn: sqlite3.Connection, journal: FileJournal, lines: list[str]) -
                             + ("the lines written before the chain (one of them was edited, "
                                "added or removed)" if number == before + 1 else
                                f"event {number - 1}, or was edited"))
-        prev = str(chain.get("hash"))
+        prev = hashes[number] = str(chain.get("hash"))
     if problems:
         raise LedgerIntegrityError(
             f"the ledger journal {journal.path} was altered: {_listed(problems)}. Nothing was "
             "migrated. Restore the ledger and its journal from backup.")
-    expected = _replayed(events, journal.where)
-    try:
-        differences = _differences(conn, expected)
-    finally:
-        expected.close()
+    seen = heads.get(key)
+    if seen is not None and hashes.get(seen.seq) != seen.hash:
+        raise LedgerIntegrityError(
+            f"the ledger journal {journal.path} no longer holds event {seen.seq} as this host "
+            f"saw it ({heads.path}): the newest changes were removed, or the ledger and its "
+            "journal were replaced by an older copy. Nothing was migrated. Restore both from "
+            "backup.")
+    if conn is None:
+        differences = []
+    else:
+        expected = _replayed(events, str(journal.path))
+        try:
+            differences = _differences(conn, expected)
+        finally:
+            expected.close()
     if differences:
         raise LedgerIntegrityError(
             f"the budget ledger does not match its {journal.where} ({_listed(differences)}). "

@@ -40,6 +40,7 @@ from medrelease.privacy.journal import GENESIS_HASH, HEAD_FILE, HeadFile, TableJ
 from medrelease.privacy.ledger import (
     MAX_CAP_DELTA,
     MAX_CAP_EPSILON,
+    MAX_LISTED,
     MIN_REASON_CHARS,
     TOLERANCE,
     BudgetLedger,
@@ -360,6 +361,9 @@ class PostgresLedger(BudgetLedger):
     altered = "Rows were deleted or edited by a role allowed to (the owner, a superuser)"
     remedy = ("Restore the database from backup, or rebuild it into a new database with "
               "'medrelease ledger restore'.")
+    head_cause = "the newest changes were removed, or the database was replaced by an older copy"
+    head_remedy = remedy
+    head_first = True
 
     def __init__(self, url: str, head_file: Path | None = None,
                  timeout_s: float | None = None) -> None:
@@ -440,6 +444,15 @@ class PostgresLedger(BudgetLedger):
         except psycopg.errors.RaiseException as exc:
             raise MedreleaseError(_first_line(exc, self.url)) from None
         self._head = self.journal.last(conn)
+
+    def _chain_refusal(self, problems: list[str]) -> str:
+        return (f"the budget ledger {self.location}: its journal (table ledger_events) was "
+                f"altered: {'; '.join(problems[:MAX_LISTED])}. {self.altered}; nothing was "
+                f"spent. {self.remedy}")
+
+    @property
+    def _replay_where(self) -> str:
+        return f"{self.location} (table ledger_events)"
 
     def _live_columns(self, conn: LedgerConnection) -> dict[str, set[str]]:
         if self._columns is None:  # fixed by the schema version

@@ -1,8 +1,10 @@
 """``aim`` as a release: the rounds set up from the plan and the config, and the synthetic rows
 as a ``MaterializedRelease`` (what the output checks and the publisher read).
 
-The flow drives ``AIMRounds`` itself (scoring fanned out as Prefect tasks); ``release_synthetic``
-runs every round in this process (``AIM.synthesize``: the CLI's engine path, tests, benchmarks).
+The stage driver (``medrelease.release.synthesize``) runs the rounds through its executor
+(in this process, or their scoring fanned out as Prefect tasks) from ``AIM.start_rounds`` to
+``AIM.sample``; ``release_synthetic`` runs every round in this process for the tests, audits and
+benchmarks that need no driver.
 This module is the synthetic library's top and imports no mechanism: ``mechanisms/aim.py``
 declares the mechanism and calls it (its rho, its rounds' rho and its row range are these).
 """

@@ -137,7 +137,8 @@ EXEMPT = {
     "connect": "a Dask runner that cannot start is the deployment's, not the dataset's",
     "released_before": "no refusal: an unchanged extract is skipped, with nothing spent",
 }
-NOT_A_STEP = {"quote", "ticking", "fan_out_runner", "runner_kind", "enter_context", "ExitStack",
+NOT_A_STEP = {"quote", "ticking", "read_step", "fan_out_runner", "runner_kind", "enter_context",
+              "ExitStack",
               "counted", "close", "len", "skipped", "int", "get", "str"}
 
 
