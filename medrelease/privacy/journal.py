@@ -63,6 +63,11 @@ class Link:
     where: str        # how a message names it: "line 12", "event 12"
 
 
+def is_chain(chain: Any) -> bool:
+    """Whether a stored line carries a chain (an object with an integer ``seq``)."""
+    return isinstance(chain, dict) and type(chain.get("seq")) is int
+
+
 def event_text(event: dict) -> str:
     """An event as its hash covers it: sorted JSON, without a stored chain."""
     return json.dumps({k: v for k, v in event.items() if k != "chain"}, sort_keys=True)
@@ -132,8 +137,13 @@ class FileJournal:
     def links(self, conn: Any = None) -> list[Link]:
         if not self.path.is_file():
             return []
+        try:
+            text = self.path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            raise JournalDamaged(f"the ledger journal {self.path} is damaged (not UTF-8 text); "
+                                 f"{RESTORE_FROM_BACKUP}") from None
         out = []
-        for number, line in enumerate(self.path.read_text(encoding="utf-8").splitlines(), 1):
+        for number, line in enumerate(text.splitlines(), 1):
             if not line.strip():
                 continue
             try:
@@ -145,7 +155,7 @@ class FileJournal:
                                      f"{number}; {RESTORE_FROM_BACKUP}")
             chain = stored.get("chain")
             event = {k: v for k, v in stored.items() if k != "chain"}
-            if not isinstance(chain, dict) or not isinstance(chain.get("seq"), int):
+            if not is_chain(chain):
                 out.append(Link(None, "", "", event_text(event), event, f"line {number}"))
                 continue
             out.append(Link(chain["seq"], str(chain.get("prev")), str(chain.get("hash")),
@@ -247,20 +257,24 @@ class HeadFile:
     path: Path
 
     def read(self) -> dict[str, dict]:
+        """Every ledger's head; a file or an entry that is not one (an object of an integer
+        ``seq`` and a text ``hash``) is refused, never read as "no head"."""
         if not self.path.is_file():
             return {}
         try:
             heads = json.loads(self.path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
+        except (OSError, ValueError):  # (JSON and UTF-8 errors are ValueErrors)
+            heads = None
+        if not isinstance(heads, dict) or not all(
+                isinstance(h, dict) and type(h.get("seq")) is int and isinstance(h.get("hash"), str)
+                for h in heads.values()):
             raise JournalDamaged(f"the ledger head file {self.path} is damaged; "
-                                 f"{RESTORE_FROM_BACKUP}") from None
-        return heads if isinstance(heads, dict) else {}
+                                 f"{RESTORE_FROM_BACKUP}")
+        return heads
 
     def get(self, key: str) -> JournalHead | None:
         head = self.read().get(key)
-        if not isinstance(head, dict) or not isinstance(head.get("seq"), int):
-            return None
-        return JournalHead(head["seq"], str(head.get("hash")))
+        return JournalHead(head["seq"], head["hash"]) if head is not None else None
 
     def remember(self, key: str, head: JournalHead) -> None:
         heads = self.read()

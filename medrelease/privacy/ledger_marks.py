@@ -9,6 +9,8 @@ import json
 import sqlite3
 from pathlib import Path
 
+from medrelease.privacy.journal import JournalDamaged, is_chain
+
 # Columns added after the first schema (a ledger this version creates has them from the start).
 SPEND_COLUMNS = {"source": "TEXT", "test": "INTEGER NOT NULL DEFAULT 0",
                  "dp": "INTEGER NOT NULL DEFAULT 1", "privacy_unit": "TEXT"}
@@ -36,10 +38,12 @@ def raw_lines(journal: Path) -> list[str]:
 
 
 def chained(line: str) -> bool:
+    """Whether a journal line carries a chain (the journal check's own test)."""
     try:
-        return isinstance(json.loads(line).get("chain"), dict)
-    except (json.JSONDecodeError, AttributeError):
+        stored = json.loads(line)
+    except ValueError:
         return True  # (a damaged line is the journal check's to name)
+    return not isinstance(stored, dict) or is_chain(stored.get("chain"))
 
 
 def older_version(conn: sqlite3.Connection | None, path: Path, journal: Path,
@@ -61,7 +65,7 @@ def older_version(conn: sqlite3.Connection | None, path: Path, journal: Path,
                 and not journal.is_file()):
             found.append("it holds spends but was written before the journal")
     if journal.is_file():
-        with journal.open(encoding="utf-8") as handle:
+        with journal.open(encoding="utf-8", errors="replace") as handle:
             first = next((line for line in handle if line.strip()), "")
         if first and not chained(first):
             found.append(f"its journal {journal} was begun before the hash chain")
@@ -71,8 +75,22 @@ def older_version(conn: sqlite3.Connection | None, path: Path, journal: Path,
     return "; ".join(found) or None
 
 
+CAP_FIELDS = ("source", "old_epsilon", "new_epsilon", "old_delta", "new_delta", "reason",
+              "changed_at")
+
+
 def legacy_cap_events(path: Path) -> list[dict]:
     """The cap changes an older version journaled apart, as the journal's cap events (for a
-    restore into a lost ledger whose journal held nothing)."""
-    return [{**change, "event": "cap", "at": change["changed_at"]}
-            for change in (json.loads(line) for line in raw_lines(caps_journal_for(path)))]
+    restore into a lost ledger whose journal held nothing); a damaged cap journal is refused."""
+    caps = caps_journal_for(path)
+    events = []
+    try:
+        for number, line in enumerate(raw_lines(caps), start=1):
+            change = json.loads(line)
+            if not isinstance(change, dict) or not all(f in change for f in CAP_FIELDS):
+                raise ValueError(f"line {number}")
+            events.append({**change, "event": "cap", "at": change["changed_at"]})
+    except ValueError as exc:
+        raise JournalDamaged(f"the cap journal {caps} is damaged ({exc}); restore it from "
+                             "backup. Nothing was restored.") from None
+    return events

@@ -239,6 +239,7 @@ def test_an_older_ledger_is_refused_until_migrated_then_checked(tmp_path: Path) 
     ledger = Ledger(path)
     ledger.reserve(_request("ds", 2.0))
     ledger.journal_path.unlink()
+    ledger.heads.path.unlink()  # (an older version kept no head)
     with sqlite3.connect(path) as conn:  # as an older version left it
         conn.execute("PRAGMA user_version = 0")
         conn.execute("ALTER TABLE spends DROP COLUMN privacy_unit")

@@ -46,6 +46,8 @@ def _as_an_older_version_wrote(home: Path, events: list[dict]) -> None:
 
 
 def test_a_ledger_whose_journal_was_deleted_is_not_adopted_again(home: Path) -> None:
+    """Deleted journal, edited spend: not an older version's ledger. With its version mark
+    edited too, the head this host saw says it was journaled here: refused, nothing changed."""
     ledger = Ledger(home / "ledger.sqlite")
     ledger.reserve(_request(2.0))
     ledger.journal_path.unlink()
@@ -54,6 +56,48 @@ def test_a_ledger_whose_journal_was_deleted_is_not_adopted_again(home: Path) -> 
     assert migrate_sqlite(home / "ledger.sqlite") == []
     with pytest.raises(LedgerIntegrityError, match=r"journal .* is missing"):
         Ledger(home / "ledger.sqlite").verify()
+    with sqlite3.connect(home / "ledger.sqlite") as conn:
+        conn.execute("PRAGMA user_version = 0")
+    with pytest.raises(LedgerIntegrityError, match=r"this host saw its journal up to event 1"):
+        migrate_sqlite(home / "ledger.sqlite")
+    assert not ledger.journal_path.exists()
+    assert (home / "ledger-head.json").read_text().count('"seq": 1') == 1
+
+
+def test_a_migrate_cut_short_after_setting_the_head_runs_again(home: Path) -> None:
+    """The head is set to the new chain's before the new journal is put in place: a run cut
+    between the two finds the old journal and the new head, and goes on."""
+    from medrelease.privacy.journal import HeadFile
+    from medrelease.privacy.ledger_migrate import _new_chain
+
+    ledger = Ledger(home / "ledger.sqlite")
+    first = ledger.reserve(_request(2.0))
+    ledger.mark(first, "released", release_id="r1")
+    ledger.reserve(_request(1.0))
+    events = _events(home)
+    _as_an_older_version_wrote(home, events)
+    HeadFile(home / "ledger-head.json").remember(str((home / "ledger.sqlite").resolve()),
+                                                 _new_chain(events)[-1])
+    [said] = migrate_sqlite(home / "ledger.sqlite")
+    assert "3 event(s)" in said
+    Ledger(home / "ledger.sqlite").verify()
+
+
+@pytest.mark.parametrize("damage", ['{"x": [1, 2]}', '{"x": {"seq": "2", "hash": "h"}}',
+                                    "\udcff not json"])
+def test_a_damaged_head_file_is_refused_not_read_as_no_head(home: Path, damage: str) -> None:
+    ledger = Ledger(home / "ledger.sqlite")
+    ledger.reserve(_request(1.0))
+    (home / "ledger-head.json").write_bytes(damage.encode("utf-8", "surrogateescape"))
+    with pytest.raises(LedgerIntegrityError, match=r"head file .* is damaged"):
+        ledger.reserve(_request(1.0))
+    assert len(ledger.spends()) == 1  # refused before the charge
+
+
+def test_a_damaged_cap_journal_is_refused_by_restore(home: Path) -> None:
+    (home / "ledger.sqlite.caps.jsonl").write_text('{"source": "src"\n')
+    with pytest.raises(LedgerIntegrityError, match=r"cap journal .* is damaged"):
+        Ledger(home / "ledger.sqlite").restore([], [])
 
 
 def test_a_journal_stripped_of_its_chain_is_refused_by_the_head(home: Path) -> None:
