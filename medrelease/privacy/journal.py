@@ -17,10 +17,13 @@ the ledger's state, and comparing it with the tables, is the ledger's (``BudgetL
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -277,22 +280,38 @@ class HeadFile:
         return JournalHead(head["seq"], head["hash"]) if head is not None else None
 
     def remember(self, key: str, head: JournalHead) -> None:
-        heads = self.read()
-        if heads.get(key, {}).get("seq", 0) > head.seq:
-            return  # another process of this host saw a newer event already
-        heads[key] = {"seq": head.seq, "hash": head.hash}
-        self._write(heads)
-
-    def forget(self, key: str) -> None:
-        heads = self.read()
-        if heads.pop(key, None) is not None:
+        with self._locked():
+            heads = self.read()
+            if heads.get(key, {}).get("seq", 0) > head.seq:
+                return  # another process of this host saw a newer event already
+            heads[key] = {"seq": head.seq, "hash": head.hash}
             self._write(heads)
 
-    def _write(self, heads: dict) -> None:
+    def forget(self, key: str) -> None:
+        with self._locked():
+            heads = self.read()
+            if heads.pop(key, None) is not None:
+                self._write(heads)
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        """One read-modify-write at a time on this host (the file holds every ledger's head:
+        two writers from stale reads would lose one's update)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path.with_name(f".{self.path.name}.lock"), "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def _write(self, heads: dict) -> None:
         fresh = self.path.with_name(f".{self.path.name}.{os.getpid()}.{uuid.uuid4().hex[:6]}")
-        fresh.write_text(json.dumps(heads, sort_keys=True, indent=1), encoding="utf-8")
-        fresh.replace(self.path)
+        try:
+            fresh.write_text(json.dumps(heads, sort_keys=True, indent=1), encoding="utf-8")
+            fresh.replace(self.path)
+        finally:
+            fresh.unlink(missing_ok=True)
 
 
 def lost_head(heads: HeadFile, key: str, links: list[Link]) -> JournalHead | None:
