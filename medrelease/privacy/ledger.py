@@ -423,16 +423,6 @@ class BudgetLedger:
         _apply_event(conn, event)
         self._journal(conn, event)
 
-    def _links(self, conn: LedgerConnection) -> list[Link]:
-        return self.journal.links(conn)  # (a damaged one: ``JournalDamaged``, a refusal)
-
-    def events(self, conn: LedgerConnection | None = None) -> list[dict]:
-        """The journal (every change, oldest first), after checking its chain."""
-        if conn is None:
-            with self._connect() as own:
-                return self.events(own)
-        return [link.event for link in self._chained(self._links(conn))]
-
     def _chained(self, links: list[Link]) -> list[Link]:
         problems = chain_problems(links)
         if problems:
@@ -445,7 +435,7 @@ class BudgetLedger:
     def _verify_locked(self, conn: LedgerConnection) -> None:
         """The chain runs unbroken, still holds the newest event this host saw, and the tables
         equal its replay (``LedgerIntegrityError`` naming what differs)."""
-        links = self._chained(self._links(conn))
+        links = self._chained(self.journal.links(conn))
         if self.head_first:
             self._refuse_a_lost_head(links)
         expected = _replayed([link.event for link in links], self._replay_where)
@@ -467,8 +457,8 @@ class BudgetLedger:
                 f"the system of record ({len(problems)} difference"
                 f"{'s' if len(problems) != 1 else ''}: {_listed(problems)}). {self.altered}; "
                 f"nothing was spent. {self.remedy}")
-        # (the newest events removed with their rows agree with each other: the head)
-        self._refuse_a_lost_head(links)
+        if not self.head_first:  # (the newest events removed with their rows agree with
+            self._refuse_a_lost_head(links)  # each other: the head catches them)
 
     def _refuse_a_lost_head(self, links: list[Link]) -> None:
         lost = lost_head(self.heads, self.head_key, links)
@@ -684,9 +674,7 @@ class Ledger(BudgetLedger):
         self.timeout_s = timeout_s if timeout_s is not None else float(
             os.environ.get("MEDRELEASE_LEDGER_TIMEOUT_S", "30"))
         self.journal = FileJournal(self.journal_path_for(self.path))
-        self.heads = HeadFile(head_file if head_file is not None
-                              else sqlite_head_file(self.path))
-        self.head_key = str(self.path.resolve())  # how the head file names it: its real path
+        self.heads, self.head_key = sqlite_heads(self.path, head_file)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             if not self.path.is_file():  # (refused before the file exists: none left behind)
@@ -745,7 +733,7 @@ class Ledger(BudgetLedger):
         return str(self.journal.path)
 
     def _replay_for_restore(self, conn: LedgerConnection) -> bool:
-        events = [link.event for link in self._chained(self._links(conn))]
+        events = [link.event for link in self._chained(self.journal.links(conn))]
         self.forget_head()  # the journal replayed may be older than the head, or new
         for table in _tables(conn):  # what an emptied ledger kept is rebuilt from the journal
             conn.execute(f'DELETE FROM "{table}"')
@@ -987,6 +975,13 @@ def _units_spent(conn: LedgerConnection, source: str) -> tuple[UnitSpent, ...]:
                         "WHERE source = ? AND (epsilon > 0 OR delta > 0) GROUP BY privacy_unit "
                         "ORDER BY MIN(rowid)", (source,)).fetchall()
     return tuple(UnitSpent(unit, float(eps), float(delta), int(n)) for unit, eps, delta, n in rows)
+
+
+def sqlite_heads(ledger_path: Path, head_file: Path | None = None) -> tuple[HeadFile, str]:
+    """This host's head file for a SQLite ledger, and the key it names the ledger by (its real
+    path): the ledger's and ``ledger migrate``'s."""
+    return (HeadFile(head_file if head_file is not None else sqlite_head_file(ledger_path)),
+            str(ledger_path.resolve()))
 
 
 def sqlite_head_file(ledger_path: Path) -> Path:

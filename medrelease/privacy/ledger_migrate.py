@@ -48,7 +48,7 @@ from medrelease.privacy.ledger import (
     _now,
     _replayed,
     _snapshot,
-    sqlite_head_file,
+    sqlite_heads,
 )
 from medrelease.privacy.ledger_marks import (
     SOURCE_COLUMNS,
@@ -90,7 +90,7 @@ def migrate_sqlite(path: str | Path) -> list[str]:
     old one's), the old journal copied aside, and the new journal put in place by one rename."""
     path = Path(path)
     journal = FileJournal(Ledger.journal_path_for(path))
-    heads, key = HeadFile(sqlite_head_file(path)), str(path.resolve())
+    heads, key = sqlite_heads(path)
     try:
         if not path.is_file():
             lines = raw_lines(journal.path)
