@@ -362,9 +362,22 @@ def init(
         help="a table researchers need, as its columns (e.g. treatment,outcome); repeat for "
              "more. Written as analyses: aim measures them first, every release says how it "
              "serves them. Without it, suggestions are written commented out"),
+    child: list[Path] | None = typer.Option(
+        None, "--child", metavar="CSV",
+        help="a relational dataset: a table whose rows reference an earlier table's rows (CSV "
+             "is then the parent table, one row per patient); repeat for more, each with its "
+             "--key, parents before their children"),
+    key: list[str] | None = typer.Option(
+        None, "--key", metavar="COL",
+        help="with each --child, in the same order: its column that references an earlier "
+             "table, named as that table's key column (the first --key is the parent table's "
+             "key and the privacy unit; e.g. --child ADMISSIONS.csv --key subject_id --child "
+             "DIAGNOSES.csv --key hadm_id)"),
 ) -> None:
     """Draft datasets/NAME/dataset.yaml and its taxonomies from one pass over CSV (never
-    overwrites); prints what it decided and what to review. No Prefect, no budget."""
+    overwrites); prints what it decided and what to review. No Prefect, no budget.
+    With --child/--key: a relational dataset (CSV the parent table, each --child a table
+    referencing the earlier table whose key column is its --key)."""
     from medrelease.data.draft import (
         InformativeNeeded,
         draft_dataset,
@@ -379,6 +392,10 @@ def init(
         _fail(MedreleaseError(f"--root {target} is not a dataset root; roots: "
                               f"{', '.join(str(r) for r in roots)} (MEDRELEASE_DATASETS adds "
                               "one)"), "init refused")
+    if child or key:
+        _init_relational(csv_file, name, target, child or [], key or [], delimiter,
+                         informative, unit, analysis or [])
+        return
     try:
         if (target / name / "dataset.yaml").exists():
             raise MedreleaseError(f"{target / name / 'dataset.yaml'} exists: init never "
@@ -396,6 +413,69 @@ def init(
     except MedreleaseError as exc:
         _fail(exc, "init refused")
     _show_draft(draft, written)
+
+
+def _init_relational(csv_file: Path, name: str, target: Path, children: list[Path],
+                     keys: list[str], delimiter: str | None, informative: str | None,
+                     unit: str | None, analysis: list[str]) -> None:
+    """``init`` with ``--child``: the parent table and its child tables, each ``--key`` with
+    the ``--child`` at its position (``medrelease.data.draft.draft_relational``)."""
+    from medrelease.data.draft import draft_relational, profile_csv, write_draft
+
+    try:
+        if len(children) != len(keys):
+            raise MedreleaseError(
+                f"give one --key per --child, in the same order (e.g. --child ADMISSIONS.csv "
+                f"--key subject_id): {len(children)} --child and {len(keys)} --key given; "
+                "nothing was written")
+        if informative is not None or analysis:
+            raise MedreleaseError("--informative and --analysis are for a single table: a "
+                                  "relational dataset releases dimensions of every table "
+                                  "(declare relational.analyses in dataset.yaml); nothing was "
+                                  "written")
+        if unit is not None and unit != keys[0]:
+            raise MedreleaseError(f"--unit {unit!r}: a relational dataset's privacy unit is "
+                                  f"the parent table's key, the first --key ({keys[0]!r}); "
+                                  "nothing was written")
+        if (target / name / "dataset.yaml").exists():
+            raise MedreleaseError(f"{target / name / 'dataset.yaml'} exists: init never "
+                                  "overwrites a config; pick another --name")
+        draft = draft_relational(profile_csv(csv_file, delimiter),
+                                 [(profile_csv(path, delimiter), key)
+                                  for path, key in zip(children, keys, strict=True)],
+                                 name, target)
+        written = write_draft(draft)
+    except MedreleaseError as exc:
+        _fail(exc, "init refused")
+    _show_relational_draft(draft, written)
+
+
+def _show_relational_draft(draft: Any, written: list[Path]) -> None:
+    table = Table(title=f"{draft.folder / 'dataset.yaml'} ({len(draft.tables) + 1} tables)",
+                  expand=True)
+    for column in ("table", "rows", "references", "key", "max_children", "released columns",
+                   "left out"):
+        table.add_column(column, overflow="fold")
+    dimensions = [c.name for c in draft.columns if c.role == "dimension"]
+    others = [c.name for c in draft.columns if c.role != "dimension" and c.name != draft.key]
+    table.add_row(escape(draft.root), f"{draft.rows:,}", "-", escape(draft.key), "-",
+                  escape(", ".join(dimensions)), escape(", ".join(others) or "-"))
+    for child in draft.tables:
+        table.add_row(escape(child.name), f"{child.rows:,}",
+                      escape(f"{child.parent} by {child.references}"), escape(child.key or "-"),
+                      f"{child.max_children} (read from the data)",
+                      escape(", ".join(c.name for c in child.columns)),
+                      escape(", ".join(c.name for c in child.left_out) or "-"))
+    console.print(table)
+    console.print(f"[bold]privacy unit[/] {escape(draft.key)} (one {escape(draft.unit_noun)} "
+                  f"with all their rows in every table)   [bold]mechanism[/] relational   "
+                  f"[bold]files[/] {len(written)}", soft_wrap=True)
+    if draft.review:
+        console.print("[yellow bold]review before a release that matters:[/]")
+        for line in draft.review:
+            console.print(f"  - {escape(line)}", soft_wrap=True, highlight=False)
+    console.print(f"next: [bold]medrelease check {draft.name}[/], then "
+                  f"[bold]medrelease release {draft.name}[/]", soft_wrap=True)
 
 
 def click_choice(options: list[str]) -> Any:
@@ -488,9 +568,14 @@ def check(
             console.print(f"example values, for the steward only: {report.steward_log}",
                           soft_wrap=True)
     else:
-        console.print(f"[green bold]no problems[/] in {report.dataset}{source}"
-                      + (f": {report.rows:,} rows" if report.rows is not None else ""),
+        rows = (": " + ", ".join(f"{escape(t)} {n:,}" for t, n in report.table_rows.items())
+                + " rows" if report.table_rows
+                else f": {report.rows:,} rows" if report.rows is not None else "")
+        console.print(f"[green bold]no problems[/] in {report.dataset}{source}{rows}",
                       soft_wrap=True)
+    for warning in report.warnings:
+        console.print(f"[yellow bold]review:[/] {escape(warning)}", soft_wrap=True,
+                      highlight=False)
     if report.release:
         title = "the release it would run" + (" (once the problems are fixed)"
                                                if report.findings else "")

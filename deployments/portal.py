@@ -571,10 +571,12 @@ class Portal:
         return self.render_markdown(text)
 
     def _public_files(self, folder: Path, release_id: str) -> list[dict[str, Any]]:
-        """The release's files a researcher may download, with what each is and its size."""
+        """The release's files a researcher may download, with what each is and its size (a
+        relational release: one pair per table first, each saying what it references)."""
+        notes = {**table_file_notes(folder), **FILE_NOTES}
         return [{"name": name, "size": (folder / stored).stat().st_size,
-                 "note": FILE_NOTES[name]}
-                for name in PUBLIC_FILES
+                 "note": notes[name]}
+                for name in [*table_file_notes(folder), *PUBLIC_FILES]
                 if (stored := self._stored_name(name, release_id)) and _inside(
                     folder, stored) is not None]
 
@@ -606,29 +608,33 @@ class Portal:
         _steward_only(request)
         dataset, release_id = request.path_params["dataset"], request.path_params["release_id"]
         name = request.path_params["name"]
-        if name not in PUBLIC_FILES:
+        folder = self.staged_folder(dataset, release_id)
+        if name not in PUBLIC_FILES and name not in table_file_notes(folder):
             raise HTTPException(404, "not a file of a release")
-        return self._file(self.staged_folder(dataset, release_id), name,
+        stored = self._stored_name(name, release_id) if name not in PUBLIC_FILES else name
+        return self._file(folder, stored,
                           f"{release_id}-staged-{name}", "this staged release has no such file")
 
     async def release_file(self, request: Request) -> Response:
         dataset, release_id = request.path_params["dataset"], request.path_params["release_id"]
         name = request.path_params["name"]
-        if name not in PUBLIC_FILES:
-            raise HTTPException(404, "not a file of a release")
         folder = self.release_folder(dataset, release_id, viewer_of(request))
+        if name not in PUBLIC_FILES and name not in table_file_notes(folder):
+            raise HTTPException(404, "not a file of a release")
         row = _row_of_folder(folder)
         if row is None or row["unreadable"]:
             # without a readable manifest nobody can say what guarantee the rows carry
             raise HTTPException(404, "this release's manifest cannot be read: its files are "
                                      "not offered")
-        return self._file(folder, self._stored_name(name, release_id), f"{release_id}-{name}",
+        stored = self._stored_name(name, release_id) if name not in PUBLIC_FILES else name
+        return self._file(folder, stored, f"{release_id}-{name}",
                           "this release has no such file")
 
     @staticmethod
     def _stored_name(name: str, release_id: str) -> str:
         """A TEST release's data files are named TEST-data.* (``data_file_names``)."""
-        if is_test_release(release_id) and name.startswith("data."):
+        if is_test_release(release_id) and (name.startswith("data.") or (name.endswith(
+                (".csv", ".parquet")) and name not in PUBLIC_FILES)):
             return f"{TEST_PREFIX}{name}"
         return name
 
@@ -729,6 +735,31 @@ def _read_json(path: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def table_file_notes(folder: Path) -> dict[str, str]:
+    """A relational release's data files (``<table>.csv``, ``<table>.parquet``), each with
+    what it is and how it joins, from its manifest (``mechanism_details.tables``); none for
+    any other release. Names are checked: lower-case letters, digits and '_' only."""
+    manifest = _read_json(folder / "manifest.json") or {}
+    tables = (manifest.get("mechanism_details") or {}).get("tables") if isinstance(
+        manifest.get("mechanism_details"), dict) else None
+    notes: dict[str, str] = {}
+    keys = {t.get("table"): t.get("key") for t in tables or [] if isinstance(t, dict)}
+    for table in tables or []:
+        name = table.get("table") if isinstance(table, dict) else None
+        if not isinstance(name, str) or not TABLE_FILE.match(name):
+            continue
+        joins = (f"; its {table.get('references')} is {table.get('parent')}."
+                 f"{keys.get(table.get('parent'))} (at most {table.get('max_children')} per "
+                 f"row of {table.get('parent')})" if table.get("parent") else
+                 f"; one row per patient, key {table.get('key')}")
+        notes[f"{name}.csv"] = f"table {name}: {table.get('rows')} synthetic rows{joins}"
+        notes[f"{name}.parquet"] = f"table {name}, every value raw"
+    return notes
+
+
+TABLE_FILE = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 
 
 def _row_of_folder(folder: Path) -> dict[str, Any] | None:

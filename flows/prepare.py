@@ -19,13 +19,17 @@ from medrelease.errors import InputValidationError, MedreleaseError
 PREPARE_MIMIC_FLOW = "medrelease-prepare-mimic"
 PREPARE_MIMIC_DEPLOYMENT = "prepare-mimic"
 # dataset -> (the deployment that prepares its input, the command that does the same)
-PREPARED_BY = {"mimic-demo": (PREPARE_MIMIC_DEPLOYMENT, "medrelease prepare-mimic")}
+PREPARED_BY = {"mimic-demo": (PREPARE_MIMIC_DEPLOYMENT, "medrelease prepare-mimic"),
+               "mimic-relational": (PREPARE_MIMIC_DEPLOYMENT, "medrelease prepare-mimic")}
 PATTERN_CHARS = set("*?[")
 
 
 def input_missing(config: DatasetConfig) -> bool:
     """Whether the config's own extract is absent: no file at its path, or no file matching
-    its pattern. A stat or a directory listing: nothing of the input is read."""
+    its pattern (a relational dataset: any of its tables' files). A stat or a directory
+    listing: nothing of the input is read."""
+    if config.relational is not None:
+        return not all(path.is_file() for path in config.table_files().values())
     path = config.input_path
     if PATTERN_CHARS & set(path.name):
         return not any(p.is_file() for p in path.parent.glob(path.name))
@@ -67,8 +71,8 @@ def mimic_demo_folder() -> Path:
 
 
 @flow(name=PREPARE_MIMIC_FLOW, log_prints=False,
-      description="Write mimic-demo's input from the MIMIC-III demo CSVs (as 'medrelease "
-                  "prepare-mimic')")
+      description="Write mimic-demo's and mimic-relational's inputs from the MIMIC-III demo "
+                  "CSVs (as 'medrelease prepare-mimic')")
 def prepare_mimic_flow() -> State:
     """Join the MIMIC-III demo per admission into mimic-demo's input file. Ends 'Prepared'
     (the release form then lists mimic-demo as ready) or 'Refused' with the reason; the log
@@ -81,6 +85,7 @@ def prepare_mimic_flow() -> State:
     except MedreleaseError as exc:
         get_run_logger().warning("mimic-demo not prepared: %s", exc)
         return Failed(name="Refused", message=f"Nothing written: {exc}"[:2000])
-    message = f"mimic-demo's input written to {target}: it can be released now"
+    message = (f"mimic-demo's input written to {target}, mimic-relational's tables to "
+               f"{target.parent / 'relational'}: both can be released now")
     get_run_logger().info(message)
     return Completed(name="Prepared", message=message)

@@ -86,7 +86,9 @@ def _default_rule() -> str:
     return f"{DEFAULT_RULE} ({'; '.join(defaults)})" if defaults else DEFAULT_RULE
 
 
-SHORT_REASONS = (("class", "no class column with declared values"),
+SHORT_REASONS = (("is relational", "related tables: only relational"),
+                 ("is one table", "one table, not related tables"),
+                 ("class", "no class column with declared values"),
                  ("set-valued", "a set-valued column"), ("public domains", "no declared domain"))
 
 
@@ -143,7 +145,12 @@ def _dataset_units(schema: dict[str, Any]) -> None:
             missing.append(f"**{config.name}**: its input is missing — {how_to_prepare(config)}")
             continue
         privacy = config.privacy
-        if config.unit_column:
+        if config.relational is not None:
+            tables = config.relational_schema.tables
+            units.append(f"{config.name} (one {privacy.unit_words} with all their rows: "
+                         + ", ".join(f"at most {t.max_children} {t.name} per {t.parent} row"
+                                     for t in tables[1:]) + ")")
+        elif config.unit_column:
             units.append(f"{config.name} (one {privacy.unit_words}, at most "
                          f"{privacy.max_rows_per_unit} {privacy.row_words}s)")
         else:

@@ -9,6 +9,9 @@ entry per column and problem), the missing-value limit, the plan (mechanism, par
 lattice size, the dimensions' joint domain, work limits) that the flow's plan step makes
 (``plan_for_config``) and the rules of every stage before the charge, declared once in
 ``medrelease/refusals.py`` (the ledger's, the count's, the stores'), each stage's all at once.
+A relational dataset's extract (one file per table) is read as its release reads it
+(``relational.reading.read_tables``) and every problem of its tables and references is a finding
+of its own (``relational.schema.problems``); it has no count table.
 There is no second validator: every message is the engine's, so
 ``check`` and ``release`` cannot disagree (issue 55: a test walks every pre-charge refusal,
 ``tests/flow/test_check_equals_release.py``).
@@ -67,6 +70,10 @@ class CheckReport:
     # the declared analyses' expected errors at the release's epsilon (``medrelease.planning``:
     # public parameters and the declared expected_rows, never ``rows``); a sentence if not
     errors: ErrorPlan | str | None = None
+    # a relational dataset: each table's rows read (the parent table first)
+    table_rows: dict[str, int] = field(default_factory=dict)
+    # what to review that does not stop a release (e.g. a max_children drafted from the data)
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -111,6 +118,7 @@ def check_dataset(dataset: str, input_path: str | None = None, mechanism: str | 
         report.seconds = time.perf_counter() - started
         return report
     report.dataset, report.config_file = config.name, config.config_file
+    report.warnings += _unreviewed_bounds(config)
     config, usable = _taxonomies_checked(config, report)
     config = _domain_checked(config, report)
     plan = _planned(config, request, report) if usable else None
@@ -223,8 +231,13 @@ def _input_checked(config: DatasetConfig, input_path: str | None, report: CheckR
         extract = resolve_extract(config, input_path, rows_by_count=True)
     except MedreleaseError as exc:
         report.findings.append(Finding("input file", str(exc)))
+        if config.relational is not None:
+            report.findings += _missing_table_files(config, input_path, str(exc))
         return None
     try:  # the snapshots resolution took are raw data: removed when the check ends
+        if config.relational is not None:  # one file per table: read as the release reads
+            _tables_checked(config, extract, report)
+            return None
         if plan is not None:
             try:
                 refuse_several_files(extract, config, capabilities(plan.mechanism).kind == "rows",
@@ -236,6 +249,87 @@ def _input_checked(config: DatasetConfig, input_path: str | None, report: CheckR
         return counts
     finally:
         extract.discard()
+
+
+def _missing_table_files(config: DatasetConfig, input_path: str | None,
+                         said: str) -> list[Finding]:
+    """A relational extract's files that are not there, each table's on its own (resolving
+    the extract stops at the first; ``said`` is what it said, not repeated)."""
+    try:
+        files = config.table_files(input_path)
+    except MedreleaseError:
+        return []
+    return [Finding("input file", f"table {table}: its file {path} is missing (or not a "
+                                  "regular file)")
+            for table, path in files.items() if not path.is_file() and str(path) not in said]
+
+
+def _tables_checked(config: DatasetConfig, extract, report: CheckReport) -> None:
+    """A relational extract, read and checked as the release reads it (``read_tables``: each
+    table's file as text, then every table and every reference); when the release would
+    refuse it, every problem is a finding of its own: one sentence each, counts only, never
+    a value (``schema.problems``)."""
+    from medrelease.data.reading import named_as_the_extract
+    from medrelease.relational.reading import read_tables
+
+    try:
+        schema = config.relational_schema
+    except MedreleaseError as exc:
+        if not any(f.problem == str(exc) for f in report.findings):
+            report.findings.append(Finding("tables", str(exc)))
+        return
+    try:
+        with named_as_the_extract(extract.files):
+            frames, _ = read_tables(config, extract)
+    except MedreleaseError as exc:
+        report.findings += _table_findings(config, schema, extract) or [
+            Finding("tables", str(exc))]
+        return
+    report.table_rows = {table: len(frame) for table, frame in frames.items()}
+    report.rows = sum(report.table_rows.values())
+
+
+def _table_findings(config: DatasetConfig, schema, extract) -> list[Finding]:
+    """What ``read_tables`` refused, one finding per problem: each table read on its own (a
+    file that cannot be read is its own finding), then ``schema.problems`` on the tables
+    read."""
+    from medrelease.relational.reading import read_table, table_reading
+    from medrelease.relational.schema import problems
+
+    formats = table_reading(config)
+    frames = {}
+    findings = []
+    where = {}
+    for table, file in zip(schema.tables, extract.files, strict=True):
+        needed = [c for c in (table.key, table.parent_key) if c] + list(table.column_names)
+        fmt, delimiter = formats[table.name]
+        where[table.name] = f"input {Path(file.path).name}"
+        try:
+            frames[table.name] = read_table(file.read_from, needed, fmt, delimiter,
+                                            config.input.encoding, table.name)
+        except MedreleaseError as exc:
+            findings.append(Finding(where[table.name],
+                                    str(exc).replace(str(file.read_from), file.path)))
+    for sentence in problems(schema, frames):
+        table = next((t.name for t in schema.tables
+                      if sentence.startswith((f"table {t.name} ", f"table {t.name}:",
+                                              f"table {t.name},"))), None)
+        if table is not None and table not in frames:
+            continue  # ("was not given": its read failed, said above)
+        findings.append(Finding(where.get(table or "", "input"), sentence))
+    return findings
+
+
+def _unreviewed_bounds(config: DatasetConfig) -> list[str]:
+    """A relational dataset's max_children no steward has marked reviewed: drafted by
+    ``medrelease init``, it is read from this extract (a public parameter should come from
+    what is known of the source); a warning, as init's review list says, not a refusal."""
+    if config.relational is None:
+        return []
+    return [f"table {table.table}: max_children {table.max_children} is not marked reviewed "
+            "(medrelease init drafts it from the data): set it from what you know of the "
+            "source, then max_children_reviewed: true"
+            for table in config.relational.tables if not table.max_children_reviewed]
 
 
 def _rows_checked(config: DatasetConfig, extract, report: CheckReport,
@@ -393,6 +487,10 @@ def _expected_work(config: DatasetConfig, plan: Any, nodes: int, rows: int | Non
 
     kind = capabilities(plan.mechanism).kind
     size = f"{rows:,} rows read; " if rows is not None else ""
+    if kind == "relational" and config.relational is not None:
+        tables = len(config.relational.tables) + 1
+        size = f"{rows:,} rows read in {tables} tables; " if rows is not None else ""
+        return f"{size}one model per child table ({tables - 1}), then the synthetic tables"
     columns = len(config.dimensions) + len(config.informative)
     if kind == "synthetic":
         degree = getattr(plan.params, "workload_degree", 3)

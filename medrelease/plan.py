@@ -131,14 +131,28 @@ class PublicFacts:
                    taxonomies_from_data=tuple(config.taxonomies_read_from_data),
                    n_numeric=numeric_predictors(config), max_rows=privacy.max_rows,
                    unit_rows=privacy.max_rows_per_unit if unit else 1, unit_column=unit,
-                   unit_relation=unit_relation(privacy.unit_words, privacy.row_words, unit,
-                                               privacy.max_rows_per_unit) if unit else None,
+                   unit_relation=(tables_relation(config) if config.relational is not None
+                                  else unit_relation(privacy.unit_words, privacy.row_words,
+                                                     unit, privacy.max_rows_per_unit)
+                                  if unit else None),
                    row_noun=privacy.row_noun, unit_noun=privacy.unit_noun,
                    declared_analyses=len(config.analyses),
                    analysis_columns=tuple(tuple(a.columns) for a in config.analyses))
 
 
 PUBLIC_FACTS = tuple(f.name for f in fields(PublicFacts))  # set from the config, never by a request
+
+
+def tables_relation(config: DatasetConfig) -> str:
+    """A relational dataset's neighbouring relation in words: one patient with all their rows
+    in every table, each parent's rows cut to its bound (the config's declarations)."""
+    schema = config.relational_schema
+    root = schema.root
+    bounds = "; ".join(f"each {t.parent} row keeps at most {t.max_children} {t.name} rows, "
+                       "chosen at random" for t in schema.tables[1:])
+    return (f"add/remove one {schema.unit_noun} (one row of {root.name}, by {root.key}) with "
+            f"all their rows in every table ({', '.join(t.name for t in schema.tables)}); "
+            f"{bounds}")
 
 
 def numeric_predictors(config: DatasetConfig) -> int:
@@ -170,6 +184,9 @@ class MaterializedRelease:
     # public parameters only, and tables published beside the data (aim's measurements).
     error_bars: dict[str, Any] = field(default_factory=dict)
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+    # kind ``relational``: the released tables themselves, by table name (each published as
+    # ``<name>.csv`` and ``<name>.parquet`` instead of ``data.*``; ``rows`` is the first)
+    data_tables: dict[str, pd.DataFrame] = field(default_factory=dict)
 
     @property
     def table(self) -> pd.DataFrame:

@@ -562,6 +562,7 @@ class Inputs:
     frame: pd.DataFrame | None = None
     unit_bound: Any = None
     info: Any = None
+    tables: dict[str, pd.DataFrame] | None = None  # kind ``relational``: the validated tables
 
     @cached_property
     def context(self) -> ReleaseContext | None:
@@ -569,6 +570,8 @@ class Inputs:
 
     @property
     def rows(self) -> int:
+        if self.tables is not None:
+            return sum(len(t) for t in self.tables.values())
         return self.counts.n_rows if self.counts is not None else len(self.frame)
 
 
@@ -581,6 +584,11 @@ def choose(inputs: Inputs, config: DatasetConfig, plan: ReleasePlan, pieces: Exe
     tasks for the flow), what the caller shows through ``hooks``. ``key``: the
     pseudonymization key when the caller holds it (the flow's task reads its own)."""
     hooks = hooks or Hooks()
+    if plan.kind == "relational":
+        with hooks.step(f"{plan.mechanism}: the models and the synthetic tables",
+                        "one model per child table, then patients and their rows"):
+            chosen = pieces.call(release_tables, frames=inputs.tables, config=config, plan=plan)
+        return chosen, pd.DataFrame()
     if plan.kind == "rows":
         held = {"key": key} if key is not None else {}  # (the flow's task reads its own)
         with hooks.step(f"{plan.mechanism}: releasing from the rows"):
@@ -609,6 +617,13 @@ def choose_on_lattice(context: ReleaseContext, plan: ReleasePlan, pieces: Execut
     hooks.materializing(len(context.lattice))
     chosen = pieces.call(materialize_table, context=context, plan=plan, index=index)
     return chosen, candidates_frame(context, summaries, probabilities)
+
+
+def release_tables(frames: dict[str, pd.DataFrame], config: DatasetConfig, plan: ReleasePlan
+                   ) -> MaterializedRelease:
+    """Kind ``relational``: every table released in one step (the mechanism's
+    ``release_tables``)."""
+    return get_mechanism(plan.mechanism).release_tables(frames, config, plan)
 
 
 def start_rounds(counts: CountTable, config: DatasetConfig | None, plan: ReleasePlan
@@ -774,8 +789,12 @@ def release(
     bound = None
     if plan.unit is not None:  # the privacy unit's bound runs before anything else
         table, bound = bound_frame(table, plan.unit)
-    inputs = (Inputs(frame=table, unit_bound=bound) if plan.kind == "rows"
-              else Inputs(counts=replace(aggregate(table, config), unit_bound=bound)))
+    if plan.kind == "relational":  # ``table``: the tables by name (each table's own bound)
+        inputs = Inputs(tables=dict(table))  # type: ignore[arg-type]
+    elif plan.kind == "rows":
+        inputs = Inputs(frame=table, unit_bound=bound)
+    else:
+        inputs = Inputs(counts=replace(aggregate(table, config), unit_bound=bound))
     chosen, candidates = choose(inputs, config, plan, InProcess(workers),
                                 ProgressHooks(progress), batch_size, key)
     node = (dict(zip(inputs.counts.dimensions, chosen.node, strict=True))

@@ -267,11 +267,74 @@ def expectations_for(config: DatasetConfig, context: ReleaseContext | None,
     )
 
 
+def relational_checks(config: DatasetConfig, chosen: MaterializedRelease) -> CheckReport:
+    """A relational release's output checks, from the released tables and the config alone:
+    per table the suite above (its columns exactly its key, its reference and its released
+    columns; every value a leaf of its taxonomy, none missing), then the tables together:
+    keys distinct and fresh (``<table>-<n>``, never an input key), every reference naming a
+    released parent row, no parent with more rows than its table's ``max_children``, between
+    one patient and the public ceiling."""
+    schema = config.relational_schema
+    results: list[dict[str, Any]] = []
+    suites: dict[str, Any] = {}
+    words: list[str] = []
+    tables = chosen.data_tables
+    for table in schema.tables:
+        frame = tables.get(table.name)
+        if frame is None:
+            results.append({"check": "table_released", "column": table.name, "success": False,
+                            "unexpected": None})
+            continue
+        keys = [c for c in (table.key, table.parent_key) if c]
+        expect = OutputExpectations(
+            columns=[*keys, *table.column_names],
+            dimension_labels={c.name: list(c.taxonomy.level_labels[0]) for c in table.columns},
+            informative_domain={}, min_rows=0, max_rows=2 ** 62, star_allowed=False)
+        report = check_release(frame, expect)
+        results += [{**r, "column": f"{table.name}.{r['column']}" if r.get("column")
+                     else table.name} for r in report.results
+                    if r["check"] != "suppressed_rows_all_star"]
+        suites[table.name] = report.suite
+        if table.key:
+            key = frame[table.key].astype(str)
+            fresh = key.str.fullmatch(rf"{table.name}-[0-9]+")
+            results.append({"check": "keys_distinct_and_fresh", "column": f"{table.name}."
+                            f"{table.key}", "success": bool(key.is_unique and fresh.all()),
+                            "unexpected": {"count": int((~fresh).sum()
+                                                        + key.duplicated().sum())}})
+        if table.parent is not None:
+            parent = schema.table(table.parent)
+            parent_keys = tables.get(parent.name, pd.DataFrame({parent.key: []}))[parent.key]
+            ref = frame[table.parent_key]
+            orphans = int((~ref.isin(set(parent_keys))).sum())
+            results.append({"check": "references_resolve", "column": f"{table.name}."
+                            f"{table.parent_key}", "success": orphans == 0,
+                            "unexpected": {"count": orphans}})
+            over = int((ref.value_counts() > int(table.max_children or 0)).sum())
+            results.append({"check": "children_within_max_children", "column": table.name,
+                            "success": over == 0, "unexpected": {"count": over}})
+            words.append(f"{table.name}: every {table.parent_key} names a released "
+                         f"{parent.name} row, at most {table.max_children} per {parent.name} "
+                         "row")
+    patients = len(tables.get(schema.root.name, ()))
+    low, high = chosen.row_bounds
+    results.append({"check": "patients_between", "column": schema.root.name,
+                    "success": low <= patients <= high, "unexpected": {"count": patients}})
+    public = ["each table's columns are exactly its key, its reference and its released "
+              "columns; every value is a leaf label of its taxonomy or declared values (never "
+              "'*'); none is missing",
+              "keys are distinct and fresh (<table>-<n>), never an input key", *words,
+              "the number of patients lies between 1 and the public ceiling max_patients"]
+    return CheckReport(all(r["success"] for r in results), results,
+                       {"name": SUITE_NAME, "tables": suites}, public)
+
+
 def checked_output(config: DatasetConfig, context: ReleaseContext | None,
                  chosen: MaterializedRelease, mechanism: str = "") -> CheckReport:
     """The output suite for this release, run; a failure raises ``OutputCheckError`` (nothing
     is published)."""
-    report = check_release(chosen.rows, expectations_for(config, context, chosen, mechanism))
+    report = (relational_checks(config, chosen) if chosen.data_tables else
+              check_release(chosen.rows, expectations_for(config, context, chosen, mechanism)))
     if not report.success:
         failed = "; ".join(
             f"{r['check']}{'(' + r['column'] + ')' if r['column'] else ''}: {r['unexpected']}"

@@ -19,6 +19,7 @@ from prefect.utilities.annotations import quote
 
 from medrelease.release import (
     materialize_table,
+    release_tables,
     release_without_lattice,
     sample_rows,
     score_node_piece,
@@ -39,6 +40,7 @@ TASK_OF: dict[Callable[..., Any], Any] = {
     finish_round_step: synthetic.select_and_measure,
     start_rounds: synthetic.start_rounds,
     sample_rows: synthetic.sample_rows,
+    release_tables: synthetic.release_tables,
 }
 
 

@@ -24,10 +24,12 @@ from medrelease.data.reading import (
     count_partition,
     counted_partitions,
     merged_partitions,
+    named_as_the_extract,
     read_validated,
 )
 from medrelease.data.units import UnitBound
 from medrelease.plan import ReleasePlan
+from medrelease.relational.reading import read_tables
 from medrelease.release import Inputs
 from medrelease.settings import steward_root
 from medrelease.storage.store import StewardRecords
@@ -75,6 +77,19 @@ def load_and_validate_input(
     return frame, info
 
 
+@task(name="validate-tables", cache_policy=NO_CACHE)
+def load_and_validate_tables(config: DatasetConfig, extract: ResolvedExtract
+                             ) -> tuple[dict[str, pd.DataFrame], InputInfo]:
+    """A relational extract: every table read and checked, references included
+    (``read_tables``: one sentence per problem, counts only)."""
+    with named_as_the_extract(extract.files):
+        frames, info = read_tables(config, extract)
+    get_run_logger().info("input validated: %s", ", ".join(
+        f"{name} ({Path(file.path).name}) n={len(frame)}"
+        for (name, frame), file in zip(frames.items(), extract.files, strict=True)))
+    return frames, info
+
+
 @task(name="aggregate-partition", cache_policy=NO_CACHE)
 def aggregate_partition(config: DatasetConfig, file: ExtractFile,
                         rows_per_chunk: int = 500_000) -> PartitionCounts:
@@ -107,7 +122,7 @@ def validate_and_aggregate(
 
 def read_step(plan: ReleasePlan) -> str:
     """The read stage's name on the progress bar: rows checked, or rows counted."""
-    return ("reading and checking the extract" if plan.kind == "rows"
+    return ("reading and checking the extract" if plan.kind in ("rows", "relational")
             else "reading and counting the extract")
 
 
@@ -117,6 +132,9 @@ def read_extract(config: DatasetConfig, extract: ResolvedExtract, plan: ReleaseP
     its count table (the other kinds), in this process or file by file on the Dask workers
     (each reads and aggregates its own files; a bad row in any file stops the run before any
     spend)."""
+    if plan.kind == "relational":
+        frames, info = load_and_validate_tables(quote(config), quote(extract))
+        return Inputs(tables=frames, info=info)
     if plan.kind == "rows":
         frame, info = load_and_validate_input(quote(config), quote(extract), plan.unit)
         return Inputs(frame=frame, info=info, unit_bound=info.unit_bound)

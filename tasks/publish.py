@@ -168,7 +168,7 @@ def _write_release(run: RunFacts, store: ReleaseStore, destination: str | None,
             dataset=run.config.name, release_id=release_id, table=run.chosen.rows,
             manifest=manifest, extra_files={"report.md": render_public_report(manifest)},
             destination=destination, tables=declared_tables(run.chosen, run.release_plan.mechanism),
-            released_on=run.requested_at)
+            released_on=run.requested_at, data_tables=run.chosen.data_tables or None)
     except BaseException as exc:
         records.update(run.config.name, release_id, status="failed",
                        error=f"{type(exc).__name__}: {exc}"[:500])

@@ -35,7 +35,8 @@ def resolve_request(dataset: str, mechanism: str | None, epsilon: float | None,
     # a release that counts the extract digests its rows in that count's pass (one read)
     extract = resolve_extract(config, input_path, rows_by_count=uses_counts(resolved.name))
     request = ResolvedRequest(config, extract, release_plan, lattice_size(config))
-    get_run_logger().info("request resolved: dataset %s, source %s, %s, %d file(s), %d "
-                          "lattice nodes", config.name, request.source, request.mechanism,
-                          len(extract.files), request.lattice_nodes)
+    get_run_logger().info("request resolved: dataset %s, source %s, %s, %d file(s)%s",
+                          config.name, request.source, request.mechanism, len(extract.files),
+                          "" if release_plan.kind == "relational" else
+                          f", {request.lattice_nodes} lattice nodes")
     return request

@@ -43,3 +43,12 @@ def select_and_measure(run: AIMRounds, round_plan: RoundPlan, indices: list[int]
 def sample_rows(run: AIMRounds, counts: CountTable, plan: ReleasePlan) -> MaterializedRelease:
     """Final estimate and the synthetic rows (as many as the noisy total)."""
     return sample_rows_step(run, counts, plan)
+
+
+@task(name="relational-release", cache_policy=NO_CACHE)
+def release_tables(frames: dict, config: DatasetConfig, plan: ReleasePlan) -> MaterializedRelease:
+    """A relational release: one model per child table (aim's rounds on its patient-normalised
+    table), then synthetic patients and their rows with fresh keys; the log says each model's
+    rounds (measured columns and sigmas: DP outputs, never a value)."""
+    logger = get_run_logger()
+    return get_mechanism(plan.mechanism).release_tables(frames, config, plan, logger.info)

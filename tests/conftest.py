@@ -155,7 +155,8 @@ def _stops_cleanly_on_sigterm(proc, log: Path) -> None:
 # (one block of all of them would run longer than the rest of the suite on the other worker):
 # the browser tests, and those that call the API directly.
 TIERS = ("unit", "flow", "served")
-SERVED_BROWSER_FILES = ("test_ui_browser.py", "test_ui_review.py", "test_ui_steward_controls.py")
+SERVED_BROWSER_FILES = ("test_ui_browser.py", "test_ui_review.py", "test_ui_steward_controls.py",
+                        "test_ui_relational.py")
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -253,7 +253,80 @@ class MechanismSpec(_Strict):
     params: dict[str, Any] = Field(default_factory=dict)
 
 
-DP_MECHANISMS = ("ipa", "histogram", "diffgen", "aim")
+TABLE_NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
+
+
+def table_name_of(path: str) -> str:
+    """A table's name from its file: the stem, lower-case (``ADMISSIONS.csv`` -> admissions);
+    the released file is named after it."""
+    return Path(path).stem.lower()
+
+
+class ChildColumnSpec(_Strict):
+    """A released column of a child table: a taxonomy file (its leaves are the values) or a
+    public list of values, and optionally the category a missing value becomes."""
+
+    taxonomy: str | None = None
+    values: list[str] | None = None
+    missing: str | None = None
+    description: str = ""
+
+    @model_validator(mode="after")
+    def _one_vocabulary(self) -> ChildColumnSpec:
+        if (self.taxonomy is None) == (self.values is None):
+            raise ValueError("a child table's column needs either 'taxonomy' (a file) or "
+                             "'values' (every possible value), not both")
+        if self.values is not None and (not self.values or len(set(self.values))
+                                        != len(self.values)):
+            raise ValueError("'values' lists every possible value, each once")
+        return self
+
+
+class ChildTableSpec(_Strict):
+    """A table whose rows reference a row of its parent (the parent table by default):
+    ``path`` its file, ``references`` its column holding the parent's key, ``key`` its own key
+    (needed when a table below references it), ``max_children`` the public bound on a parent's
+    rows in it (each parent's rows are cut to at most that many, at random)."""
+
+    path: str
+    name: str | None = Field(default=None, description="default: the file's stem, lower-case")
+    parent: str | None = Field(default=None, description="default: the parent table")
+    references: str = Field(min_length=1)
+    key: str | None = None
+    max_children: int = Field(ge=1, le=1000)
+    max_children_reviewed: bool = Field(
+        default=False, description="a steward has reviewed a max_children that 'medrelease "
+                                   "init' drafted from the data; init never sets it")
+    columns: dict[str, ChildColumnSpec] = Field(min_length=1)
+    format: Literal["csv", "parquet"] = "csv"
+    delimiter: str = Field(default=",", min_length=1, max_length=1)
+
+    @property
+    def table(self) -> str:
+        return self.name or table_name_of(self.path)
+
+
+class RelationalSpec(_Strict):
+    """A relational dataset: the config's own input and columns are the parent table (one row
+    per patient, keyed by ``privacy.unit``); ``tables`` the tables that reference it, one or
+    more levels deep (patients -> admissions -> diagnoses). ``analyses``: tables researchers
+    need across tables, as ``<table>.<column>`` names (a count: ``<table>.n_<child>``)."""
+
+    name: str | None = Field(default=None, description="the parent table's name (default: "
+                                                        "its file's stem, lower-case)")
+    tables: list[ChildTableSpec] = Field(min_length=1, max_length=20)
+    analyses: list[list[str]] = Field(default_factory=list, max_length=50)
+
+    @field_validator("analyses", mode="before")
+    @classmethod
+    def _analysis_short_form(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            return [[c.strip() for c in a.split(",") if c.strip()] if isinstance(a, str) else a
+                    for a in value]
+        return value
+
+
+DP_MECHANISMS = ("ipa", "histogram", "diffgen", "aim", "relational")
 
 
 class ReleasePolicy(_Strict):
@@ -331,6 +404,10 @@ class DatasetConfig(_Strict):
     impossible: list[ImpossibleSpec] = Field(
         default_factory=list, max_length=200,
         description="combinations of values no real row holds: never released")
+    relational: RelationalSpec | None = Field(
+        default=None, description="a relational dataset: the tables that reference the parent "
+                                  "table (this config's input), released together by the "
+                                  "'relational' mechanism")
     expected_rows: int | None = Field(
         default=None, ge=1, le=10**12,
         description="the steward's expected size of an extract (rows), for choosing epsilon "
@@ -397,6 +474,39 @@ class DatasetConfig(_Strict):
         if spec is None or spec.role != "identifier":
             raise ValueError(f"privacy.unit {unit!r} must name a column with role 'identifier' "
                              f"(identifier columns: {', '.join(self.identifiers) or 'none'})")
+        return self
+
+    @model_validator(mode="after")
+    def _relational_tables(self) -> DatasetConfig:
+        """A relational dataset: the parent table keyed by the privacy unit (one row per
+        patient), released columns a taxonomy or a list of values, tables named once."""
+        spec = self.relational
+        if spec is None:
+            return self
+        if self.privacy.unit is None:
+            raise ValueError("a relational dataset needs privacy.unit: the parent table's key "
+                             "(one row per patient), whose rows in every table are protected")
+        if self.privacy.max_rows_per_unit != 1:
+            raise ValueError("a relational dataset's parent table has one row per unit: leave "
+                             "privacy.max_rows_per_unit at 1 (each child table's "
+                             "max_children bounds a patient's rows there)")
+        unsupported = [c for c, s in self.columns.items()
+                       if s.role in ("informative", "set_valued")
+                       or (s.role == "class" and not s.values)]
+        if unsupported:
+            raise ValueError(f"relational dataset: column(s) {', '.join(unsupported)} of the "
+                             "parent table need role 'dimension' (a taxonomy) or 'class' with "
+                             "'values'; an item set or an informative column is not released "
+                             "in a relational release (put items in a child table)")
+        names = [self.root_table] + [t.table for t in spec.tables]
+        bad = [n for n in names if not TABLE_NAME.match(n)]
+        if bad:
+            raise ValueError(f"table name(s) {', '.join(bad)}: lower-case letters, digits and "
+                             "'_', starting with a letter (set 'name:' for a file whose stem "
+                             "is not one)")
+        if len(set(names)) != len(names):
+            raise ValueError(f"two tables have the same name ({', '.join(names)}); set 'name:' "
+                             "on one of them")
         return self
 
     @model_validator(mode="after")
@@ -487,6 +597,74 @@ class DatasetConfig(_Strict):
             raise InputValidationError(f"no file matches the input pattern {path}: nothing to "
                                        "release")
         return matches
+
+    @property
+    def root_table(self) -> str:
+        """A relational dataset's parent table name (its file's stem unless declared)."""
+        spec = self.relational
+        return (spec.name if spec and spec.name else None) or table_name_of(self.input.path)
+
+    def table_files(self, override: str | None = None) -> dict[str, Path]:
+        """A relational dataset's files by table, the parent table first (``override``
+        replaces the parent table's file only; the other tables are the config's). Every file
+        obeys the input-folder rule."""
+        spec = self.relational
+        if spec is None:
+            raise ConfigError(f"dataset {self.name!r} is not relational")
+        files = {self.root_table: self.extract_path(override)}
+        allowed = [*self.input_folders, *extra_input_roots()]
+        for table in spec.tables:
+            path = self.resolve(table.path)
+            if PATTERN_CHARS & set(str(path)):
+                raise ConfigError(f"table {table.table}: its file name cannot hold a pattern")
+            if not _inside(path, allowed):
+                raise ConfigError(
+                    f"table {table.table}: its file {str(path)!r} is not in an input folder of "
+                    f"dataset {self.name!r} ({', '.join(str(f) for f in allowed)}; declare "
+                    "more with input.folders); symbolic links are resolved before this check")
+            self._refuse_another_inbox(path)
+            files[table.table] = path
+        return files
+
+    @cached_property
+    def relational_schema(self) -> Any:
+        """The ``medrelease.relational.schema.RelSchema`` of a relational dataset: the parent
+        table (its dimensions and class column, keyed by ``privacy.unit``), then its tables."""
+        from medrelease.relational.schema import RelColumn, RelSchema, RelTable
+
+        spec = self.relational
+        if spec is None:
+            raise ConfigError(f"dataset {self.name!r} is not relational")
+        root_columns = []
+        for column, col in self.columns.items():
+            if col.role == "dimension":
+                root_columns.append(RelColumn(column, self.taxonomies[column], col.missing))
+            elif col.role == "class":
+                root_columns.append(RelColumn.of_values(column, col.values or []))
+        tables = [RelTable(self.root_table, tuple(root_columns), key=self.privacy.unit)]
+        for table in spec.tables:
+            columns = []
+            for column, col in table.columns.items():
+                if col.values is not None:
+                    columns.append(RelColumn.of_values(column, col.values, col.missing))
+                    continue
+                path = self.resolve(col.taxonomy or "")
+                allowed = [Path(self.base_dir).resolve(), (project_root() / "taxonomies").resolve()]
+                if not _inside(path, allowed):
+                    raise ConfigError(f"table {table.table}, column {column!r}: its taxonomy "
+                                      "file must lie in the dataset config's own folder or in "
+                                      "the project's taxonomies/ folder")
+                taxonomy = load_taxonomy(path, column, self.policy.max_taxonomy_leaves)
+                if col.missing is not None and col.missing not in taxonomy.level_labels[0]:
+                    raise ConfigError(f"table {table.table}, column {column!r}: missing: "
+                                      f"{col.missing!r} is not a leaf of its taxonomy")
+                columns.append(RelColumn(column, taxonomy, col.missing))
+            tables.append(RelTable(table.table, tuple(columns), key=table.key,
+                                   parent=table.parent or self.root_table,
+                                   parent_key=table.references,
+                                   max_children=table.max_children))
+        return RelSchema(tuple(tables), unit_noun=self.privacy.unit_words,
+                         analyses=tuple(tuple(a) for a in spec.analyses))
 
     @property
     def input_folders(self) -> list[Path]:

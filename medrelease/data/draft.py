@@ -39,6 +39,11 @@ spaces) decide its role and its taxonomy:
 * blanks: a ``(blank)`` category in a dimension; in the informative column ``missing:
   drop_rows`` when they are few, else a ``(blank)`` value of its domain.
 
+A relational dataset (``--child CSV --key COL``, issue 58) is drafted by ``draft_relational``:
+the parent table's key is the privacy unit, each child references the earlier table keyed by
+its ``--key``, its ``max_children`` is read from the data and flagged for review (see the
+section "relational datasets" below).
+
 Everything the module decides from the data is listed for review. Nothing is overwritten. The
 console never shows a value of the table (counts, column names and line numbers only).
 """
@@ -49,17 +54,21 @@ import csv
 import math
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import date, timedelta
 from decimal import Decimal
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from medrelease.data.binning import DECIMAL, NUMERIC_TYPES, WHOLE, canonical_number
 from medrelease.data.config import DATASET_NAME, READ_FROM_DATA_MARK
 from medrelease.data.duckdb_read import identifier, literal, strict_csv_scan
 from medrelease.errors import ConfigError, InputValidationError
 from medrelease.settings import project_root
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 BLANK = "(blank)"
 EXPONENT = r"\s*[+-]?(\d+(\.\d*)?|\.\d+)[eE][+-]\d+\s*"
@@ -187,6 +196,7 @@ class ColumnDraft:
     files: dict[str, str] = field(default_factory=dict)  # file name -> text to write
     read_from_data: bool = False         # its taxonomy or domain lists values found
     levels: int = 0                      # taxonomy height (lattice levels - 1)
+    values: list[str] | None = None      # a relational child table's column: listed values
 
 
 @dataclass
@@ -838,6 +848,26 @@ def noun_for(column: str, fallback: str) -> str:
     return fallback
 
 
+def _drop_reason(column: ColumnProfile) -> str | None:
+    """Why a column that is not an id cannot be released as written (it is dropped, with this
+    reason), or None: a dimension can be drafted for it."""
+    if column.kind == "empty":
+        return "no values"
+    if column.controls:
+        return (f"{column.controls:,} value(s) hold a control character (a line break, a tab), "
+                "which the input check refuses in a released column")
+    if column.kind == "exponent":
+        return ("numbers written with an exponent (such as 1.2e+05), which the input check "
+                "does not read as numbers: write them as plain decimals to release this column")
+    if _date_times(column):
+        return ("dates with a time of day: too fine to release as written; keep the date alone "
+                "(YYYY-MM-DD) to release it by day, month and year")
+    if column.kind == "list":
+        return ("a list of items in one cell ('|'): declare it set_valued with an item taxonomy "
+                "by hand (diffgen releases it)")
+    return _free_text_reason(column)
+
+
 def draft_dataset(profile: TableProfile, name: str, root: Path, informative: str | None = None,
                   unit: str | None = None,
                   analyses: Sequence[str | Sequence[str]] = ()) -> DatasetDraft:
@@ -869,25 +899,7 @@ def draft_dataset(profile: TableProfile, name: str, root: Path, informative: str
             draft = ColumnDraft(column.name, "identifier", "an id: never released"
                                 + (" (rows repeat per id)" if column.distinct < column.present
                                    else " (one row each)"))
-        elif column.kind == "empty":
-            draft = ColumnDraft(column.name, "drop", "no values")
-        elif column.controls:
-            draft = ColumnDraft(column.name, "drop", f"{column.controls:,} value(s) hold a "
-                                "control character (a line break, a tab), which the input "
-                                "check refuses in a released column")
-        elif column.kind == "exponent":
-            draft = ColumnDraft(column.name, "drop", "numbers written with an exponent (such "
-                                "as 1.2e+05), which the input check does not read as numbers: "
-                                "write them as plain decimals to release this column")
-        elif _date_times(column):
-            draft = ColumnDraft(column.name, "drop", "dates with a time of day: too fine to "
-                                "release as written; keep the date alone (YYYY-MM-DD) to "
-                                "release it by day, month and year")
-        elif column.kind == "list":
-            draft = ColumnDraft(column.name, "drop", "a list of items in one cell ('|'): "
-                                "declare it set_valued with an item taxonomy by hand (diffgen "
-                                "releases it)")
-        elif (reason := _free_text_reason(column)) is not None:
+        elif (reason := _drop_reason(column)) is not None:
             draft = ColumnDraft(column.name, "drop", reason)
         else:
             draft = _dimension(column, folder, stems[column.name])
@@ -1219,5 +1231,527 @@ def init_dataset(csv_path: Path, name: str, root: Path, informative: str | None 
     return draft
 
 
+# -- relational datasets (issue 58) ---------------------------------------------------------
+#
+# ``medrelease init PARENT.csv --name N --child CHILD.csv --key COL [--child ... --key ...]``:
+# the parent table (one row per patient) and the tables that reference it, one or more levels
+# deep. Each ``--key`` goes with the ``--child`` at its position: it names the child's column
+# that references an earlier table, and the earlier table whose column of that name holds
+# distinct values is the child's parent (the nearest one before it, when several do); the first
+# ``--key`` is the parent table's key, the privacy unit. A child referenced by a later one gets
+# that column as its own ``key``. Each child's ``max_children`` is read from the data (the
+# ``MAX_CHILDREN_PERCENTILE``th percentile of its rows per parent row) and flagged for review
+# as ``max_rows_per_unit`` is; its columns are a list of the values found (few) or a taxonomy
+# file as init drafts one; ids, keys and references are left out.
+
+MAX_CHILDREN_PERCENTILE = 95   # max_children drafted: this percentile of rows per parent row
+MAX_CHILDREN_LIMIT = 1000      # ChildTableSpec.max_children's largest
+MAX_TABLE_NAME = 40            # config.TABLE_NAME
+
+
+@dataclass
+class ChildDraft:
+    """One child table of a drafted relational config, and how its numbers were read."""
+
+    name: str
+    file_name: str
+    path: str                    # as written in the YAML (relative to the dataset folder)
+    delimiter: str
+    rows: int
+    parent: str
+    references: str
+    named: bool                  # the table's name is not its file's stem: written as 'name:'
+    columns: list[ColumnDraft]   # released: a list of values or a taxonomy file each
+    left_out: list[ColumnDraft]  # not released, each with its reason
+    key: str | None = None       # its own key (a later table references it)
+    percentile: int = 1          # the MAX_CHILDREN_PERCENTILE-th percentile of rows per parent
+    max_children: int = 1
+    kept: float = 1.0            # share of its referencing rows max_children keeps
+    lowered_from: int | None = None  # max_children lowered so that its chain's scale fits
+    counts: tuple[int, ...] = ()     # rows per parent row (parents with any), for the share
+
+    @property
+    def max_children_note(self) -> str:
+        """How max_children was drafted, in words (the YAML comment and the review line)."""
+        found = (f"read from the data: the {MAX_CHILDREN_PERCENTILE}th percentile of "
+                 f"{self.name} rows per {self.parent} row (over the {self.parent} rows that "
+                 "have any)")
+        kept = f"it keeps {self.kept:.0%} of the {self.name} rows"
+        if self.lowered_from is None:
+            return f"{found}; {kept}"
+        return (f"{found} is {self.lowered_from}, lowered to {self.max_children}: the product "
+                "of lcm(1..max_children) along a chain of tables scales the noise, and the "
+                "relational mechanism's plan refuses a larger one at its default epsilon; "
+                f"{kept}")
+
+
+@dataclass
+class RelationalDraft:
+    """A drafted relational config: the parent table's columns (as ``DatasetDraft``'s), its
+    key (the privacy unit) and the child tables; ``write_draft`` writes it."""
+
+    name: str
+    folder: Path
+    input_path: str
+    delimiter: str
+    rows: int
+    root: str
+    root_named: bool
+    key: str
+    unit_noun: str
+    columns: list[ColumnDraft]
+    tables: list[ChildDraft]
+    folders: list[str]
+    review: list[str]
+
+    def yaml_text(self) -> str:
+        return _relational_yaml_text(self)
+
+    def files(self) -> dict[str, str]:
+        written = {"dataset.yaml": self.yaml_text()}
+        for column in self.columns + [c for t in self.tables for c in t.columns]:
+            written.update(column.files)
+        return written
+
+
+def _table_name(path: Path, used: set[str]) -> tuple[str, bool]:
+    """A table's name from its file (``config.table_name_of``: the stem, lower-case), made a
+    valid table name (letters, digits, '_', a letter first) and distinct; whether it differs
+    from the stem (then the YAML names it)."""
+    from medrelease.data.config import TABLE_NAME, table_name_of
+
+    stem = table_name_of(str(path))
+    name = re.sub(r"[^a-z0-9_]+", "_", stem).strip("_")
+    if not name or not name[0].isalpha():
+        name = f"t_{name}".rstrip("_")
+    name = name[:MAX_TABLE_NAME]
+    base, number = name, 2
+    while name in used:
+        suffix = f"_{number}"
+        name, number = base[:MAX_TABLE_NAME - len(suffix)] + suffix, number + 1
+    assert TABLE_NAME.match(name)
+    used.add(name)
+    return name, name != stem
+
+
+def _key_column(profile: TableProfile, column: str) -> pd.Series:
+    """One column of a file as the relational check compares keys (``schema._key_text``):
+    text, stripped, a blank missing."""
+    import pandas as pd
+
+    try:
+        frame = pd.read_csv(profile.path, usecols=[column], dtype=str, keep_default_na=False,
+                            sep=profile.delimiter, encoding="utf-8-sig")
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        raise DraftError(f"{profile.path.name}: column {column!r} cannot be read "
+                         f"({type(exc).__name__})") from None
+    text = frame[column].astype("string").str.strip()
+    return text.mask(text == "")
+
+
+def _repeats(values: pd.Series) -> tuple[int, int]:
+    """(rows without a value, rows repeating a value another row has)."""
+    return int(values.isna().sum()), int(values.dropna().duplicated().sum())
+
+
+def _nearest_rank(counts: Sequence[int], percent: int) -> int:
+    """The ``percent``-th percentile of ``counts`` by nearest rank (a value of them)."""
+    ordered = sorted(counts)
+    return ordered[max(0, math.ceil(percent / 100 * len(ordered)) - 1)] if ordered else 1
+
+
+def _kept_share(counts: Sequence[int], bound: int) -> float:
+    total = sum(counts)
+    return sum(min(c, bound) for c in counts) / total if total else 1.0
+
+
+def scale_limit(columns_per_table: Sequence[int]) -> int:
+    """The largest scale of a chain of tables (the product of lcm(1..max_children) along it,
+    ``RelSchema.scale``) that the schema accepts (``schema.MAX_SCALE``) and at which the
+    relational mechanism's plan passes at its default parameters, the ones a drafted config
+    releases with: every round's selection epsilon on the rows' scale stays above the samplers'
+    floor (``mechanisms/relational.py``, ``check_work``). ``columns_per_table``: the released
+    columns of each table, the parent table first."""
+    from medrelease.mechanisms import get_mechanism
+    from medrelease.privacy.randomness import MIN_NOISE_EPSILON
+    from medrelease.privacy.zcdp import rho_for
+    from medrelease.relational.schema import MAX_SCALE
+
+    params = get_mechanism("relational").Params()
+    models = max(1, len(columns_per_table) - 1)
+    rounds = params.rounds_per_column * max(sum(n + 1 for n in columns_per_table), 1)
+    rho = rho_for(params.epsilon, params.delta) / models
+    fits = (0.8 * rho / rounds) ** 0.5 / MIN_NOISE_EPSILON
+    return max(1, min(MAX_SCALE, math.floor(fits * (1 - 1e-9))))
+
+
+def _fit_scale(tables: list[ChildDraft], limit: int) -> None:
+    """Lower the largest max_children of a chain (root -> ... -> leaf table) until the chain's
+    scale (the product of lcm(1..max_children) along it) is at most ``limit``; on a plateau of
+    the lcm the largest value that fits is kept."""
+    by_name = {t.name: t for t in tables}
+    for leaf in tables:
+        if any(t.parent == leaf.name for t in tables):
+            continue
+        chain = [leaf]
+        while chain[0].parent in by_name:
+            chain.insert(0, by_name[chain[0].parent])
+        while math.prod(math.lcm(*range(1, t.max_children + 1)) for t in chain) > limit \
+                and any(t.max_children > 1 for t in chain):
+            top = max(chain, key=lambda t: t.max_children)
+            if top.lowered_from is None:
+                top.lowered_from = top.max_children
+            top.max_children -= 1
+    for table in tables:
+        table.kept = _kept_share(table.counts, table.max_children)
+
+
+def _relational_drop_reason(column: ColumnProfile) -> str | None:
+    if column.kind == "list":
+        return ("a list of items in one cell ('|'): a relational dataset releases items as the "
+                "rows of a child table")
+    return _drop_reason(column)
+
+
+def _few_values(column: ColumnProfile) -> bool:
+    """A child table's column released as a list of the values found (``values:``): at most
+    ``MAX_VALUE_LIST`` of them, each one a value the check matches as it is written."""
+    return (column.values is not None and 0 < column.distinct <= MAX_VALUE_LIST
+            and column.kind != "date" and not any(_unfit_leaf(v) for v in column.values))
+
+
+def _listed_values(column: ColumnProfile) -> list[str]:
+    values = list(column.values or ())
+    if column.kind in NUMERIC_TYPES:
+        values.sort(key=lambda v: (Decimal(v.strip()), v))
+    if column.blanks and BLANK not in values:
+        values.append(BLANK)
+    return values
+
+
+def _child_columns(profile: TableProfile, table: str, never: set[str], folder: Path,
+                   stems: dict[str, str]) -> tuple[list[ColumnDraft], list[ColumnDraft]]:
+    """A child table's released columns and the ones left out (ids, keys and references,
+    what no release can hold as written), each with its reason."""
+    released: list[ColumnDraft] = []
+    left_out: list[ColumnDraft] = []
+    for column in profile.columns:
+        if column.name in never:
+            left_out.append(ColumnDraft(column.name, "drop", "a key or a reference of the "
+                                        "tables: never released"))
+        elif _id_like(column):
+            left_out.append(ColumnDraft(column.name, "drop", "an id: never released"))
+        elif (reason := _relational_drop_reason(column)) is not None:
+            left_out.append(ColumnDraft(column.name, "drop", reason))
+        elif _few_values(column):
+            values = _listed_values(column)
+            released.append(ColumnDraft(
+                column.name, "dimension", f"{column.distinct} value(s) found: listed",
+                missing=BLANK if column.blanks else None, values=values,
+                read_from_data=True))
+        else:
+            released.append(_dimension(column, folder, stems[f"{table}.{column.name}"]))
+    return released, left_out
+
+
+def _parent_columns(profile: TableProfile, key: str, keys: set[str], folder: Path,
+                    stems: dict[str, str]) -> list[ColumnDraft]:
+    """The parent table's columns: its key the identifier, other ids identifiers too, what
+    cannot be released dropped, the rest dimensions as init drafts them."""
+    drafts = []
+    for column in profile.columns:
+        if column.name == key:
+            drafts.append(ColumnDraft(column.name, "identifier", "the parent table's key: the "
+                                      "privacy unit, never released"))
+        elif column.name in keys or _id_like(column):
+            drafts.append(ColumnDraft(column.name, "identifier", "an id: never released"))
+        elif (reason := _relational_drop_reason(column)) is not None:
+            drafts.append(ColumnDraft(column.name, "drop", reason))
+        else:
+            drafts.append(_dimension(column, folder, stems[column.name]))
+    return drafts
+
+
+def _input_folders(paths: Sequence[Path], folder: Path) -> list[str]:
+    """The folders the tables' files lie in, when they are not all in the parent's (the
+    config's input folders then list every one, the parent's first)."""
+    folders: list[Path] = []
+    for path in paths:
+        if not any(path.parent == f or path.parent.is_relative_to(f) for f in folders):
+            folders.append(path.parent)
+    return [] if len(folders) == 1 else [_relative(f, folder) for f in folders]
+
+
+def draft_relational(parent: TableProfile, children: Sequence[tuple[TableProfile, str]],
+                     name: str, root: Path) -> RelationalDraft:
+    """A relational dataset's config from its parent table and its child tables, each with
+    the column that references an earlier table (``--child CSV --key COL``, in order; see the
+    section's comment for the rule); nothing is written (``write_draft``)."""
+    if not DATASET_NAME.match(name):
+        raise DraftError(f"dataset name {name!r}: use lower-case letters, digits, '-' or '_' "
+                         "(at most 64), it becomes a folder name")
+    if not children:
+        raise DraftError("a relational dataset needs at least one --child table")
+    folder = root / name
+    used: set[str] = set()
+    root_name, root_named = _table_name(parent.path, used)
+    key = children[0][1]
+    header = [c.name for c in parent.columns]
+    if key not in header:
+        raise DraftError(f"--key {key!r} (the first one: the parent table's key) is not a "
+                         f"column of {parent.path.name} (columns: {', '.join(header)}); nothing "
+                         "was written")
+    cache: dict[tuple[str, str], pd.Series] = {}
+
+    def values(table: str, profile: TableProfile, column: str) -> pd.Series:
+        if (table, column) not in cache:
+            cache[(table, column)] = _key_column(profile, column)
+        return cache[(table, column)]
+
+    blank, repeated = _repeats(values(root_name, parent, key))
+    if blank or repeated:
+        raise DraftError(
+            f"--key {key!r}: the parent table's key names one {noun_for(key, 'patient')} per "
+            "row, but in "
+            f"{parent.path.name} " + " and ".join(
+                part for part in (f"{repeated} row(s) repeat a {key} another row has"
+                                  if repeated else "",
+                                  f"{blank} row(s) have none" if blank else "") if part)
+            + f"; give the parent table with one row per {noun_for(key, 'patient')}, or "
+            "another --key; nothing was written")
+    profiles: dict[str, TableProfile] = {root_name: parent}
+    own_key: dict[str, str | None] = {root_name: key}
+    review = [f"privacy unit: {key!r}, the key of {root_name} (one row each): the guarantee "
+              f"protects one {noun_for(key, 'patient')} with all their rows in every table"]
+    tables: list[ChildDraft] = []
+    for profile, reference in children:
+        table, named = _table_name(profile.path, used)
+        columns = [c.name for c in profile.columns]
+        if reference not in columns:
+            raise DraftError(f"--child {profile.path.name} --key {reference}: it has no column "
+                             f"{reference!r} (columns: {', '.join(columns)}); nothing was "
+                             "written")
+        parent_name = _parent_of(profile, reference, tables, root_name, own_key, profiles,
+                                 values)
+        own_key[parent_name] = reference
+        if parent_name != root_name:
+            next(t for t in tables if t.name == parent_name).key = reference
+        refs = values(table, profile, reference)
+        parent_keys = set(values(parent_name, profiles[parent_name], reference).dropna())
+        matched = refs.notna() & refs.isin(parent_keys)
+        counts = tuple(int(n) for n in refs[matched].value_counts().to_numpy())
+        blanks, orphans = int(refs.isna().sum()), int((refs.notna() & ~matched).sum())
+        if blanks or orphans:
+            review.append(f"{profile.path.name}: " + " and ".join(
+                part for part in (f"{orphans} row(s) reference a {reference} that is not in "
+                                  f"{parent_name} (orphans)" if orphans else "",
+                                  f"{blanks} row(s) have no {reference}" if blanks else "")
+                if part) + ": medrelease check lists them and a release refuses the extract "
+                "until they are fixed")
+        percentile = min(max(_nearest_rank(counts, MAX_CHILDREN_PERCENTILE), 1),
+                         MAX_CHILDREN_LIMIT)
+        tables.append(ChildDraft(
+            name=table, file_name=profile.path.name, path=_relative(profile.path, folder),
+            delimiter=profile.delimiter, rows=profile.rows, parent=parent_name,
+            references=reference, named=named, columns=[], left_out=[],
+            percentile=percentile, max_children=percentile, counts=counts))
+        profiles[table] = profile
+        own_key[table] = None
+    keys = {key} | {t.references for t in tables}
+    names = [c.name for c in parent.columns] + [f"{t.name}.{c.name}" for t in tables
+                                                for c in profiles[t.name].columns]
+    stems = unique_stems(names)
+    columns = _parent_columns(parent, key, keys, folder, stems)
+    if not any(c.role == "dimension" for c in columns):
+        others = "; ".join(f"{c.name!r}: {c.role}, {c.reason}" for c in columns)
+        raise DraftError(f"{parent.path.name}: no column besides the key can be released, and "
+                         "the parent table needs at least one (e.g. a sex or a birth year) "
+                         f"({others}); nothing was written")
+    _review_notes(parent, columns, "reject", review)
+    for table in tables:
+        table.columns, table.left_out = _child_columns(profiles[table.name], table.name, keys,
+                                                       folder, stems)
+        if not table.columns:
+            reasons = "; ".join(f"{c.name!r}: {c.reason}" for c in table.left_out)
+            raise DraftError(f"{table.file_name}: no column can be released, and each table "
+                             f"releases at least one ({reasons}); nothing was written")
+    _fit_scale(tables, scale_limit([sum(c.role == "dimension" for c in columns)]
+                                   + [len(t.columns) for t in tables]))
+    for table in tables:
+        review.append(f"{table.name}: max_children {table.max_children}, "
+                      f"{table.max_children_note}. A public parameter: set it from what you "
+                      "know of the source, then set max_children_reviewed: true")
+        _child_review_notes(table, profiles[table.name], review)
+    return RelationalDraft(
+        name=name, folder=folder, input_path=_relative(parent.path, folder),
+        delimiter=parent.delimiter, rows=parent.rows, root=root_name, root_named=root_named,
+        key=key, unit_noun=noun_for(key, "patient"), columns=columns, tables=tables,
+        folders=_input_folders([parent.path] + [profiles[t.name].path for t in tables], folder),
+        review=review)
+
+
+def _parent_of(profile: TableProfile, reference: str, tables: list[ChildDraft],
+               root_name: str, own_key: dict[str, str | None],
+               profiles: dict[str, TableProfile],
+               values: Callable[[str, TableProfile, str], pd.Series]) -> str:
+    """The table ``--key reference`` names: the parent table when it is its key (the first
+    ``--key``), else the nearest earlier table whose column of that name has a distinct value
+    in every row and that no other column already keys."""
+    if reference == own_key[root_name]:
+        return root_name
+    why: list[str] = []
+    if reference in [c.name for c in profiles[root_name].columns]:
+        why.append(f"{root_name}'s key is {own_key[root_name]} (the first --key)")
+    for candidate in [t.name for t in reversed(tables)]:
+        earlier = profiles[candidate]
+        if reference not in [c.name for c in earlier.columns] or reference == next(
+                t.references for t in tables if t.name == candidate):
+            continue
+        blank, repeated = _repeats(values(candidate, earlier, reference))
+        if own_key[candidate] not in (None, reference):
+            why.append(f"{candidate} is already keyed by {own_key[candidate]}")
+        elif blank or repeated:
+            why.append(f"in {candidate}, " + " and ".join(
+                part for part in (f"{repeated} row(s) repeat a {reference} another row has"
+                                  if repeated else "",
+                                  f"{blank} row(s) have none" if blank else "") if part))
+        else:
+            return candidate
+    raise DraftError(
+        f"--child {profile.path.name} --key {reference}: no earlier table has {reference!r} "
+        "as its key (a column with a distinct value in every row"
+        + (f"; {'; '.join(why)}" if why else "") + "); list a child after the table it "
+        "references, and give as --key the column they share; nothing was written")
+
+
+def _child_review_notes(table: ChildDraft, profile: TableProfile, review: list[str]) -> None:
+    for column in table.columns:
+        found = profile.column(column.name)
+        if column.values is not None:
+            review.append(f"{table.name}.{column.name}: the {found.distinct} value(s) found, "
+                          "listed in dataset.yaml (read from the data): a value only this "
+                          "table holds is disclosed if released; add the values any such "
+                          "table could hold, remove rare ones")
+        elif column.read_from_data:
+            review.append(f"{column.taxonomy}: {table.name}.{column.name}'s values or range, "
+                          "read from the data: a value only this table holds is disclosed if "
+                          "released; widen it to what any such table could hold, remove rare "
+                          "ones")
+        if found.blanks:
+            review.append(f"{table.name}.{column.name}: {found.blanks} blank value(s): the "
+                          f"category {BLANK!r}")
+    for column in table.left_out:
+        if column.reason != "a key or a reference of the tables: never released":
+            review.append(f"{table.name}.{column.name} left out: {column.reason}")
+
+
+def _relational_yaml_text(draft: RelationalDraft) -> str:
+    files = ", ".join(f"{t.file_name} ({t.rows:,} rows)" for t in draft.tables)
+    lines = [
+        f"# Drafted by medrelease init from {Path(draft.input_path).name} ({draft.rows:,} "
+        f"rows) and its child table(s) {files}.",
+        "# Review every line marked 'read from the data' before a release that matters; "
+        f"`medrelease check {draft.name}` validates it.",
+        f"name: {draft.name}",
+        f"description: {_yaml_scalar('drafted by medrelease init; describe the tables here')}",
+        "input:",
+        f"  path: {_yaml_scalar(draft.input_path)}",
+        "  format: csv",
+        f"  delimiter: {_yaml_scalar(draft.delimiter)}",
+    ]
+    if draft.folders:
+        lines.append("  # every table's file is read from these folders only")
+        lines.append("  folders: [" + ", ".join(_yaml_scalar(f) for f in draft.folders) + "]")
+    lines.append(f"# The parent table ({draft.root}): one row per {draft.unit_noun}, keyed by "
+                 f"{draft.key}.")
+    lines.append("columns:")
+    lines += _column_lines(draft.columns, "  ")
+    lines += ["privacy:",
+              "  lifetime_epsilon: 10.0   # the source's lifetime budget (fixed in the ledger "
+              "at the first spend)",
+              "  lifetime_delta: 1.0e-5",
+              f"  unit: {_yaml_key(draft.key)}   # the parent table's key: its rows in every "
+              "table are protected together",
+              f"  unit_noun: {_yaml_scalar(draft.unit_noun)}",
+              "relational:"]
+    if draft.root_named:
+        lines.append(f"  name: {draft.root}   # the parent table's name")
+    lines.append("  tables:")
+    for table in draft.tables:
+        lines.append(f"    - path: {_yaml_scalar(table.path)}")
+        if table.named:
+            lines.append(f"      name: {table.name}")
+        if table.parent != draft.root:
+            lines.append(f"      parent: {table.parent}")
+        lines.append(f"      references: {_yaml_key(table.references)}")
+        if table.key:
+            lines.append(f"      key: {_yaml_key(table.key)}   # referenced by a table below")
+        if table.delimiter != ",":
+            lines.append(f"      delimiter: {_yaml_scalar(table.delimiter)}")
+        lines.append(f"      # max_children: {table.max_children_note}. A public parameter: "
+                     "review it, then set max_children_reviewed: true")
+        lines.append(f"      max_children: {table.max_children}   # chosen from the data: "
+                     "review")
+        lines.append("      columns:")
+        lines += _column_lines(table.columns, "        ")
+    dimension = next(c.name for c in draft.columns if c.role == "dimension")
+    first = draft.tables[0]
+    lines += ["  # Analyses: the tables researchers need across tables, as <table>.<column> "
+              "(a count of a child",
+              "  # table's rows: <table>.n_<child>); measured first. Uncomment and edit:",
+              "  # analyses:",
+              f"  #   - [{draft.root}.{dimension}, {first.name}.{first.columns[0].name}]",
+              f"  #   - [{draft.root}.{dimension}, {draft.root}.n_{first.name}]",
+              "# The relational mechanism releases synthetic patients with their rows in every "
+              "table, fresh keys.",
+              "mechanism:",
+              "  name: relational",
+              "policy:",
+              "  mechanisms: [relational]",
+              "# Review before publishing: uncomment to have every release built into a staging "
+              "area with its",
+              "# evidence and wait for a steward's approve / reject; nothing is published "
+              "before it.",
+              "# review: required"]
+    return "\n".join(lines) + "\n"
+
+
+def _column_lines(columns: list[ColumnDraft], indent: str) -> list[str]:
+    """One line per column: a parent's role and file, or a child's values or taxonomy."""
+    width = max(len(_yaml_key(c.name)) for c in columns) + 1
+    lines = []
+    for column in columns:
+        spec = []
+        if indent == "  ":  # the parent table's columns (ColumnSpec)
+            spec.append(f"role: {column.role}")
+            if column.type != "string":
+                spec.append(f"type: {column.type}")
+        if column.values is not None:
+            spec.append("values: [" + ", ".join(_yaml_scalar(v) for v in column.values) + "]")
+        if column.taxonomy:
+            spec.append(f"taxonomy: {_yaml_scalar(column.taxonomy)}")
+        if column.missing:
+            spec.append(f"missing: {_yaml_scalar(column.missing)}")
+        note = column.reason + ("; read from the data" if column.read_from_data else "")
+        lines.append(f"{indent}{(_yaml_key(column.name) + ':').ljust(width)} "
+                     f"{{{', '.join(spec)}}}  # {note}")
+    return lines
+
+
+def init_relational(parent_csv: Path, children: Sequence[tuple[Path, str]], name: str,
+                    root: Path, delimiter: str | None = None) -> RelationalDraft:
+    """Profile every table, draft and write a relational config (``medrelease init PARENT.csv
+    --child CHILD.csv --key COL ...``)."""
+    if (root / name / "dataset.yaml").exists():
+        raise DraftError(f"{root / name / 'dataset.yaml'} exists: init never overwrites a "
+                         "config; pick another --name")
+    draft = draft_relational(profile_csv(parent_csv, delimiter),
+                             [(profile_csv(path, delimiter), key) for path, key in children],
+                             name, root)
+    write_draft(draft)
+    return draft
+
+
 __all__ = ["BLANK", "DatasetDraft", "DraftError", "InformativeNeeded", "InputValidationError",
-           "draft_dataset", "init_dataset", "profile_csv", "write_draft"]
+           "RelationalDraft", "draft_dataset", "draft_relational", "init_dataset",
+           "init_relational", "profile_csv", "write_draft"]

@@ -281,7 +281,11 @@ def resolve_extract(config: DatasetConfig, override: str | None = None,
     from medrelease.settings import snapshot_root
 
     pattern = config.extract_path(override)
-    files = [Path(p).resolve() for p in config.extract_files(override)]
+    relational = config.relational is not None
+    if relational:  # one file per table, the parent table first (``DatasetConfig.table_files``)
+        files = [Path(p).resolve() for p in config.table_files(override).values()]
+    else:
+        files = [Path(p).resolve() for p in config.extract_files(override)]
     root = snapshot_root()
     _sweep_stale(root)
     folder = root / uuid.uuid4().hex
@@ -294,7 +298,8 @@ def resolve_extract(config: DatasetConfig, override: str | None = None,
             check_extract_bounds(config, path)  # its size and width, before the copy
             copy, sha256 = snapshot_file(path, folder)
             check_extract_bounds(config, copy)  # what is read: the copy
-            digests = () if later else row_digests(config, copy)
+            # (a relational dataset's row digest is its parent table's: the config's columns)
+            digests = () if later or (relational and resolved) else row_digests(config, copy)
             resolved.append(ExtractFile(str(path), sha256, digests[0] if digests else None,
                                         str(copy), later,
                                         digests[1] if len(digests) > 1 else None))

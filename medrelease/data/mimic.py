@@ -60,4 +60,21 @@ def write_admissions(folder: str | Path, target: str | Path) -> int:
     partial = target.with_name(f".{target.name}.partial")
     table.to_csv(partial, index=False)
     os.replace(partial, target)
+    write_relational(folder, target.parent / "relational")
     return len(table)
+
+
+def write_relational(folder: str | Path, target: Path) -> dict[str, int]:
+    """The same demo as three related tables (``mimic-relational``'s input): patients,
+    admissions, diagnoses (each diagnosis as its ICD-9 chapter and priority), one CSV each,
+    written atomically."""
+    from medrelease.relational.mimic import mimic_tables
+
+    target.mkdir(parents=True, exist_ok=True)
+    out = {}
+    for name, frame in mimic_tables(folder).items():
+        partial = target / f".{name}.csv.partial"
+        frame.to_csv(partial, index=False)
+        os.replace(partial, target / f"{name}.csv")
+        out[name] = len(frame)
+    return out

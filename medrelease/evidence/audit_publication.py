@@ -70,6 +70,39 @@ def _manifest(folder: Path) -> dict[str, Any]:
     return json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
 
 
+def data_tables(manifest: dict[str, Any]) -> tuple[str, ...]:
+    """A relational release's table names (its data files are named after them), else ()."""
+    tables = (manifest.get("mechanism_details") or {}).get("tables") or []
+    return tuple(t["table"] for t in tables if isinstance(t, dict) and "table" in t)
+
+
+def data_files(folder: Path, manifest: dict[str, Any], suffix: str) -> list[Path]:
+    """Every data file of one format: ``data.*``, or one per table of a relational release
+    (the parent table first)."""
+    tables = data_tables(manifest)
+    if not tables:
+        return [find_data_file(folder, suffix)]
+    prefix = "TEST-" if manifest.get("test_release") else ""
+    return [folder / f"{prefix}{name}{suffix}" for name in tables]
+
+
+def released_dimensions(manifest: dict[str, Any], table: pd.DataFrame) -> list[str]:
+    """The dimensions the released figures are computed over (a relational release: its parent
+    table's, whose manifest names are ``<table>.<column>``)."""
+    tables = data_tables(manifest)
+    out = []
+    for name, spec in manifest["columns"].items():
+        if spec.get("role") not in ("dimension", "set_valued"):
+            continue
+        if tables:
+            owner, _, name = name.partition(".")
+            if owner != tables[0]:
+                continue
+        if name in table.columns:
+            out.append(name)
+    return out
+
+
 def inspect_folder(folder: Path, config: DatasetConfig | None = None) -> list[Finding]:
     """Checks one published folder against the boundary (files, fields, re-derivations).
 
@@ -82,7 +115,7 @@ def inspect_folder(folder: Path, config: DatasetConfig | None = None) -> list[Fi
     manifest = _manifest(folder)
     findings: list[Finding] = []
     expected = set(published_file_names(bool(manifest.get("test_release")),
-                                        published_tables(manifest)))
+                                        published_tables(manifest), data_tables(manifest)))
     for name in sorted({p.name for p in folder.iterdir()} ^ expected):
         state = "missing" if name in expected else "not on the allow-list of published files"
         findings.append(Finding("boundary", name, state))
@@ -120,6 +153,9 @@ def _tables_checked(folder: Path, manifest: dict[str, Any],
         for column in table_columns_allowed(name, columns, list(manifest["columns"])):
             findings.append(Finding("boundary", f"{name} column {column!r}",
                                     "not on the allow-list of the table's columns"))
+        if path.suffix == ".csv" and data_tables(manifest):
+            continue  # relational: 'released' is the released tables' own patient-normalised
+            # marginal, re-derived by tests/unit/test_relational_product.py, not here
         if path.suffix == ".csv":
             data = pd.read_parquet(find_data_file(folder, ".parquet"))
             findings += [Finding("re-derivation", where, what) for where, what in
@@ -134,15 +170,17 @@ def _rederive(folder: Path, manifest: dict[str, Any], config: DatasetConfig | No
     """``released`` fields, the report, the CSV and the Parquet statistics must follow from the
     published data alone (the verdict: with the published manifest and the config's public
     declarations)."""
-    findings = _statistics_rederived(find_data_file(folder, ".parquet"))
+    findings = [f for path in data_files(folder, manifest, ".parquet")
+                for f in _statistics_rederived(path)]
     findings += _tables_checked(folder, manifest, config or _dataset_config(manifest))
     for name in sorted(set(manifest.get("mechanism_details") or {}) - set(DETAILS)):
         findings.append(Finding("boundary", f"manifest.mechanism_details.{name}",
                                 "entry not on the allow-list of mechanism details"))
-    table = pd.read_parquet(find_data_file(folder, ".parquet"))
-    dims = [c for c, spec in manifest["columns"].items()
-            if spec["role"] in ("dimension", "set_valued") and c in table.columns]
-    figures = released_figures(table, dims)
+    table = pd.read_parquet(data_files(folder, manifest, ".parquet")[0])
+    if data_tables(manifest):  # the parent table's released columns (its key is not one)
+        table = table[[c.split(".", 1)[1] for c, spec in manifest["columns"].items()
+                       if spec.get("table") == data_tables(manifest)[0]]]
+    figures = released_figures(table, released_dimensions(manifest, table))
     config = config or _dataset_config(manifest)
     if config is None:
         findings.append(Finding("re-derivation", "manifest.verdict",
@@ -158,11 +196,13 @@ def _rederive(folder: Path, manifest: dict[str, Any], config: DatasetConfig | No
     if (folder / "report.md").read_text(encoding="utf-8") != render_public_report(manifest):
         findings.append(Finding("re-derivation", "report.md",
                                 "is not the public manifest rendered"))
-    csv = io.StringIO()
-    neutralise_formulas(table).to_csv(csv, index=False)
-    if find_data_file(folder, ".csv").read_text(encoding="utf-8") != csv.getvalue():
-        findings.append(Finding("re-derivation", find_data_file(folder, ".csv").name,
-                                "is not the Parquet data written as CSV"))
+    for parquet, csv_path in zip(data_files(folder, manifest, ".parquet"),
+                                 data_files(folder, manifest, ".csv"), strict=True):
+        csv = io.StringIO()
+        neutralise_formulas(pd.read_parquet(parquet)).to_csv(csv, index=False)
+        if csv_path.read_text(encoding="utf-8") != csv.getvalue():
+            findings.append(Finding("re-derivation", csv_path.name,
+                                    "is not the Parquet data written as CSV"))
     return findings
 
 
@@ -227,8 +267,11 @@ def _parquet_compared(without: Path, with_target: Path) -> list[Finding]:
     """The decoded Parquet files' schema and key-value metadata, byte for byte."""
     import pyarrow.parquet as pq
 
-    files = [pq.ParquetFile(find_data_file(f, ".parquet")) for f in (without, with_target)]
     findings = []
+    pairs = zip(data_files(without, _manifest(without), ".parquet"),
+                data_files(with_target, _manifest(with_target), ".parquet"), strict=False)
+    for one, other in pairs:
+        findings += _data_file_compared(pq.ParquetFile(one), pq.ParquetFile(other), one.name)
     for name in published_tables(_manifest(without)):
         if name.endswith(".csv"):  # a text table's schema: its header, byte for byte
             if header_of(without / name) != header_of(with_target / name):
@@ -239,13 +282,19 @@ def _parquet_compared(without: Path, with_target: Path) -> list[Finding]:
         if not schemas[0].equals(schemas[1], check_metadata=True):
             findings.append(Finding("neighbour-diff", f"{name} schema",
                                     "column names, types or metadata differ between neighbours"))
-    if not files[0].schema_arrow.equals(files[1].schema_arrow, check_metadata=False):
-        findings.append(Finding("neighbour-diff", "data.parquet schema",
+    return findings
+
+
+def _data_file_compared(one: Any, other: Any, name: str) -> list[Finding]:
+    """Two neighbours' data files: schema and key-value metadata alike."""
+    findings = []
+    if not one.schema_arrow.equals(other.schema_arrow, check_metadata=False):
+        findings.append(Finding("neighbour-diff", f"{name} schema",
                                 "column names or types differ between neighbours"))
-    metadata = [dict(f.metadata.metadata or {}) for f in files]
+    metadata = [dict(f.metadata.metadata or {}) for f in (one, other)]
     for key in sorted(set(metadata[0]) | set(metadata[1])):
         if metadata[0].get(key) != metadata[1].get(key):
-            findings.append(Finding("neighbour-diff", f"data.parquet metadata {key.decode()!r}",
+            findings.append(Finding("neighbour-diff", f"{name} metadata {key.decode()!r}",
                                     "differs between neighbours"))
     return findings
 
@@ -287,12 +336,12 @@ def value_leaks(folder: Path, value: str) -> list[Finding]:
     manifest = _manifest(folder)
     public_domain = any("domain" in spec for spec in manifest["columns"].values())
     # a published table's labels enumerate the public domain (as the data's values may)
-    data_files = {find_data_file(folder, ".parquet").name, find_data_file(folder, ".csv").name,
-                  *published_tables(manifest)}
+    data_names = {*(p.name for suffix in (".parquet", ".csv")
+                    for p in data_files(folder, manifest, suffix)), *published_tables(manifest)}
     needle = value.encode("utf-8")
     findings = []
     for path in sorted(folder.iterdir()):
-        if public_domain and path.name in data_files:
+        if public_domain and path.name in data_names:
             continue
         if needle in path.read_bytes():
             findings.append(Finding("unique-value", path.name, f"contains {value!r}"))
@@ -309,11 +358,12 @@ def decoded_texts(folder: Path, with_data: bool = True) -> dict[str, list[str]]:
 
     out: dict[str, list[str]] = {"manifest.json": list(_strings(_manifest(folder))),
                                  "report.md": [(folder / "report.md").read_text("utf-8")]}
-    parquet_path = find_data_file(folder, ".parquet")
+    manifest = _manifest(folder)
     # a row group's min and max are its values' own (``re-derivation`` checks it): with a
     # declared public domain they are released values like the data's, exempt as the data is
-    out[f"{parquet_path.name} metadata and statistics"] = _metadata_texts(
-        parquet_path, statistics=with_data)
+    for parquet_path in data_files(folder, manifest, ".parquet"):
+        out[f"{parquet_path.name} metadata and statistics"] = _metadata_texts(
+            parquet_path, statistics=with_data)
     for name in published_tables(_manifest(folder)):
         if name.endswith(".csv"):  # parsed like data.csv: every cell and the header
             if with_data:
@@ -325,11 +375,12 @@ def decoded_texts(folder: Path, with_data: bool = True) -> dict[str, list[str]]:
             out[f"{name} values"] = pd.read_parquet(folder / name).astype(str) \
                 .to_numpy().ravel().tolist()
     if with_data:
-        table = pd.read_parquet(parquet_path)
-        out[f"{parquet_path.name} values"] = table.astype(str).to_numpy().ravel().tolist()
-        csv_path = find_data_file(folder, ".csv")
-        parsed = pd.read_csv(csv_path, dtype=str, keep_default_na=False)
-        out[f"{csv_path.name} values"] = parsed.to_numpy().ravel().tolist() + list(parsed)
+        for parquet_path, csv_path in zip(data_files(folder, manifest, ".parquet"),
+                                          data_files(folder, manifest, ".csv"), strict=True):
+            table = pd.read_parquet(parquet_path)
+            out[f"{parquet_path.name} values"] = table.astype(str).to_numpy().ravel().tolist()
+            parsed = pd.read_csv(csv_path, dtype=str, keep_default_na=False)
+            out[f"{csv_path.name} values"] = parsed.to_numpy().ravel().tolist() + list(parsed)
     return out
 
 

@@ -26,13 +26,15 @@ from medrelease.mechanisms.ipa_paper import IPAPaper
 from medrelease.mechanisms.kanon import KAnonymity
 from medrelease.mechanisms.mondrian import Mondrian
 from medrelease.mechanisms.pseudonymize import Pseudonymize
+from medrelease.mechanisms.relational import Relational
 
 MECHANISMS: dict[str, Mechanism] = {}
 LABEL_SEPARATOR = " — "
 # A dataset whose config names no mechanism: ``aim`` (accurate marginals, synthetic rows) where
 # it can run, else ``ipa`` (real rows; it drops rare informative values without saying so).
 DEFAULT_RULE = ("a dataset that names no mechanism gets aim where it declares its informative "
-                "column's domain ('domain:') and its policy allows aim, else ipa")
+                "column's domain ('domain:') and its policy allows aim, else ipa (a "
+                "relational dataset: relational)")
 
 
 def register(mechanism: Mechanism) -> Mechanism:
@@ -64,7 +66,7 @@ def unregister(name: str) -> None:
 
 
 for _mechanism in (IPA(), IPAPaper(), Histogram(), KAnonymity(), Mondrian(), Pseudonymize(),
-                   DiffGen(), AIM()):
+                   DiffGen(), AIM(), Relational()):
     register(_mechanism)
 
 
@@ -112,6 +114,12 @@ def name_from_label(value: str) -> str:
 def check_fits(config, name: str) -> None:
     """Refuse a mechanism that cannot release the dataset as declared (before any spend)."""
     caps = capabilities(name)
+    if (caps.kind == "relational") != (config.relational is not None):
+        raise ParameterError(
+            f"dataset {config.name!r} is relational (its config declares tables): only "
+            "'relational' releases it" if config.relational is not None else
+            f"{name} releases a relational dataset (a config with 'relational:' tables); "
+            f"dataset {config.name!r} is one table")
     if caps.needs_class_domain and (len(config.class_columns) != 1 or not config.class_domain):
         raise ParameterError(
             f"{name} needs exactly one column with role 'class', with its public values "
@@ -135,7 +143,9 @@ def default_mechanism(config) -> str:
     """The mechanism of a dataset whose config names none (``DEFAULT_RULE``): ``aim`` when the
     config declares an informative domain and ``aim`` fits the dataset (``check_fits``) and its
     policy, else ``ipa``. The one place the default is decided: the release, the CLI, the form
-    and the docs derive from it."""
+    and the docs derive from it. A relational dataset (``relational:``) gets ``relational``."""
+    if config.relational is not None:
+        return "relational"
     if config.informative_domain is not None and "aim" in config.policy.mechanisms:
         try:
             check_fits(config, "aim")

@@ -34,7 +34,7 @@ Selection = str  # "exponential" (private choice), "minimum_loss" (kanon), "fixe
 # "lattice" scores the generalization lattice's nodes and releases one (ipa, kanon, ...),
 # "rows" releases from the rows in one pass (mondrian, pseudonymize, diffgen), and
 # "synthetic" fits a model to noisy marginals and samples rows from it (aim).
-KINDS = ("lattice", "rows", "synthetic")
+KINDS = ("lattice", "rows", "synthetic", "relational")
 
 
 @dataclass(frozen=True)

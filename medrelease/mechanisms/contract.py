@@ -116,8 +116,18 @@ class SyntheticMechanism(Mechanism, Protocol):
     def sample(self, run: Any, counts: CountTable, plan: ReleasePlan) -> MaterializedRelease: ...
 
 
+@runtime_checkable
+class RelationalMechanism(Mechanism, Protocol):
+    """Kind ``relational``: release a relational dataset's tables (validated frames, one per
+    table of ``config.relational_schema``) in one step."""
+
+    def release_tables(self, frames: Any, config: DatasetConfig, plan: ReleasePlan,
+                       log: Callable[[str], None] | None = None) -> MaterializedRelease: ...
+
+
 PROTOCOLS: dict[str, type[Mechanism]] = {
-    "lattice": LatticeMechanism, "rows": RowsMechanism, "synthetic": SyntheticMechanism}
+    "lattice": LatticeMechanism, "rows": RowsMechanism, "synthetic": SyntheticMechanism,
+    "relational": RelationalMechanism}
 
 
 def hooks(protocol: type[Mechanism]) -> list[str]:

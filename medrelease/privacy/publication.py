@@ -129,6 +129,8 @@ DETAILS: dict[str, Basis] = {
     "merged_value_expansion": Basis.PUBLIC,  # aim: how merged values become leaves (a constant)
     "impossible_rows_redrawn": Basis.OUTPUT,  # aim: rows drawn again (model + sampler draws)
     "unit_cut": Basis.OUTPUT,              # the unit bound's rows removed: its own DP step
+    "tables": Basis.OUTPUT,                # relational: each released table, its key, what it
+                                           # references, its bound, its released rows
 }
 
 # Tables a mechanism publishes beside its data (``Capabilities.published_tables``), column by
@@ -204,16 +206,20 @@ def split_facts(facts: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     return public, steward
 
 
-def published_file_names(test: bool, tables: tuple[str, ...] = ()) -> list[str]:
+def published_file_names(test: bool, tables: tuple[str, ...] = (),
+                         data_tables: tuple[str, ...] = ()) -> list[str]:
     """The only files a release folder holds: data, manifest, report, and the tables its
-    mechanism declares (``Capabilities.published_tables``, each on ``PUBLISHED_TABLES``)."""
+    mechanism declares (``Capabilities.published_tables``, each on ``PUBLISHED_TABLES``).
+    A relational release (``data_tables``: its table names) holds one pair of data files per
+    table, named after it, instead of ``data.*``."""
     unknown = sorted(set(tables) - set(PUBLISHED_TABLES))
     if unknown:
         raise BoundaryError(f"published table(s) {', '.join(unknown)} are not on the allow-list "
                             "PUBLISHED_TABLES in medrelease/privacy/publication.py")
     prefix = "TEST-" if test else ""
-    return [f"{prefix}data.parquet", f"{prefix}data.csv", "manifest.json", "report.md",
-            *sorted(tables)]
+    data = [f"{prefix}{name}.{suffix}" for name in (data_tables or ("data",))
+            for suffix in ("parquet", "csv")]
+    return [*data, "manifest.json", "report.md", *sorted(tables)]
 
 
 def table_columns_allowed(name: str, columns: list[str], released: list[str]) -> list[str]:
@@ -251,6 +257,26 @@ def public_columns(config, columns: list[str]) -> dict[str, dict[str, Any]]:
         if spec.description:
             entry["description"] = spec.description
         out[name] = entry
+    return out
+
+
+def relational_columns(config) -> dict[str, dict[str, Any]]:
+    """A relational release's released columns, ``<table>.<column>``: from the config."""
+    schema = config.relational_schema
+    out = {}
+    for table in schema.tables:
+        for column in table.columns:
+            spec = (config.columns.get(column.name) if table is schema.root else
+                    next(t for t in config.relational.tables
+                         if t.table == table.name).columns[column.name])
+            entry: dict[str, Any] = {"table": table.name,
+                                     "role": getattr(spec, "role", "dimension"),
+                                     "values": len(column.taxonomy.level_labels[0])}
+            if getattr(spec, "taxonomy", None):
+                entry["taxonomy"] = Path(spec.taxonomy).name
+            if getattr(spec, "description", ""):
+                entry["description"] = spec.description
+            out[f"{table.name}.{column.name}"] = entry
     return out
 
 
@@ -330,6 +356,17 @@ def how_to_use(manifest: dict[str, Any]) -> list[str]:
         return lines
     rows = intervals.get("rows") or {}
     data = next((f for f in files if f.endswith("data.csv")), "data.csv")
+    tables = (manifest.get("mechanism_details") or {}).get("tables")
+    if tables:
+        lines += [
+            f"{len(tables)} related tables (below: how they join); the synthetic patients "
+            "and their rows are drawn from models of the real tables, so a count of them is "
+            "an estimate of the real count. `intervals.csv` lists every marginal the models "
+            "measured, in patients, with the range the true figure lies in (95 %): "
+            "`released` is what the released tables say, `lower` to `upper` the interval. "
+            f"{_markdown_text((bars.get('statement') or '').split('. ', 1)[-1])}", "",
+            *joins_lines(tables, files), ""]
+        return lines
     what = ("the synthetic rows are drawn from a model of the real table, so a count of them "
             "is an estimate of the real count" if synthetic else
             "every count in it has noise added, so a count is an estimate of the true count")
@@ -369,6 +406,29 @@ def how_to_use(manifest: dict[str, Any]) -> list[str]:
         "- A difference between two released counts is not significant unless their "
         "intervals are far apart; an interval that reaches 0 means the data cannot tell that "
         "count from nothing.", ""]
+    return lines
+
+
+def joins_lines(tables: list[dict[str, Any]], files: list[str]) -> list[str]:
+    """How a relational release's tables join, for the report (from the manifest's
+    ``mechanism_details.tables``: the config's declarations and the released row counts)."""
+    def file_of(name: str) -> str:
+        return next((f for f in files if f.endswith(f"{name}.csv")), f"{name}.csv")
+
+    key_of = {t["table"]: t.get("key", "") for t in tables}
+    lines = ["### The tables and how they join", "",
+             "| table | file | rows | key | references | at most per parent |", "|---|---|---|---|---|---|"]
+    for t in tables:
+        ref = (f"`{t['references']}` → `{t['parent']}.{key_of.get(t['parent'], '')}`"
+               if t.get("parent") else "—")
+        lines.append(f"| {t['table']} | `{file_of(t['table'])}` | {t['rows']:,} | "
+                     f"`{t.get('key', '')}` | {ref} | {t.get('max_children', '—')} |")
+    joins = [f"`{t['table']}.{t['references']}` = `{t['parent']}.{key_of.get(t['parent'])}`"
+             for t in tables if t.get("parent")]
+    lines += ["", "Join them on the keys: " + "; ".join(joins) + ". Keys are fresh "
+              "(`<table>-<n>`), never the hospital's; every reference names a released row. A "
+              "parent's rows were cut to at most the bound above before anything was measured, "
+              "so no released parent has more."]
     return lines
 
 
@@ -671,9 +731,11 @@ def public_facts(run: RunFacts, release_id: str) -> dict[str, Any]:
         "lifetime": run.charge.public_lifetime(),
         "seed_policy": plan.random.seed_policy,
         "randomness": randomness_words(plan),
-        "columns": public_columns(config, columns),
+        "columns": (relational_columns(config) if chosen.data_tables
+                    else public_columns(config, columns)),
         "checks": {"passed": run.checks.success, "checks": run.checks.public},
-        "files": published_file_names(plan.random.test_release, tuple(chosen.tables)),
+        "files": published_file_names(plan.random.test_release, tuple(chosen.tables),
+                                      tuple(chosen.data_tables)),
         "text_safety": {"csv": CSV_TEXT_SAFETY, "parquet": "raw values"},
         "chosen_node": node, "chosen_node_height": int(sum(chosen.node)),
         "mechanism_details": {k: v for k, v in chosen.details.items() if k in PUBLIC_DETAILS},

@@ -103,3 +103,78 @@ def mean_pair_tvd(truth: pd.DataFrame, released: pd.DataFrame,
     truth = truth.astype({c: str for pair in pairs for c in pair})
     released = released.astype({c: str for pair in pairs for c in pair})
     return float(np.mean([pair_tvd(truth, released, p) for p in pairs]))
+
+
+def with_counts(schema: RelSchema, frames: Mapping[str, pd.DataFrame]
+                ) -> dict[str, pd.DataFrame]:
+    """Each table with its rows' number of children in each child table (``n_<child>``, more
+    than the bound counted at the bound), as the models see them."""
+    out = {name: frame.copy() for name, frame in frames.items()}
+    for table in schema.tables[1:]:
+        parent = schema.table(table.parent)
+        counts = frames[table.name][table.parent_key].value_counts()
+        per = out[parent.name][parent.key].map(counts).fillna(0).astype(int)
+        out[parent.name][f"n_{table.name}"] = np.minimum(per, table.max_children).astype(str)
+    return out
+
+
+def joined_with_counts(schema: RelSchema, frames: Mapping[str, pd.DataFrame], grain: str
+                       ) -> pd.DataFrame:
+    """``joined`` at ``grain``'s rows, each table's ``n_<child>`` columns included."""
+    frames = with_counts(schema, frames)
+    lineage = (*schema.ancestors(grain), schema.table(grain))
+
+    def prefixed(table: RelTable) -> pd.DataFrame:
+        counts = [f"n_{c.name}" for c in schema.children(table.name)]
+        keep = [c for c in (table.key, table.parent_key) if c] + list(table.column_names) \
+            + counts
+        return frames[table.name][keep].rename(
+            columns={c: f"{table.name}{SEPARATOR}{c}" for c in keep})
+
+    out = prefixed(lineage[-1])
+    for child, parent in zip(lineage[::-1], lineage[-2::-1], strict=False):
+        out = out.merge(prefixed(parent), left_on=f"{child.name}{SEPARATOR}{child.parent_key}",
+                        right_on=f"{parent.name}{SEPARATOR}{parent.key}", how="inner")
+    return out
+
+
+def analysis_tvd(truth: pd.DataFrame, released: pd.DataFrame, columns: list[str]) -> float:
+    """TVD of one declared analysis's distribution on the join (an empty release: 1)."""
+    a = truth.astype(str).groupby(columns, observed=True).size()
+    if not len(released):
+        return 1.0
+    b = released.astype(str).groupby(columns, observed=True).size()
+    both = (a / a.sum()).to_frame("a").join((b / b.sum()).to_frame("b"), how="outer").fillna(0)
+    return tvd(both["a"].to_numpy(), both["b"].to_numpy())
+
+
+def evaluate_relational(schema: RelSchema, truth: Mapping[str, pd.DataFrame],
+                        released: Mapping[str, pd.DataFrame]) -> dict:
+    """The steward's cross-table accuracy of a relational release against its input tables
+    (numbers only, never a value): integrity of the released tables, the children-per-parent
+    distribution per child table, parent attribute x child attribute on the join at every
+    child table's grain (each pair's TVD and their mean), and the declared analyses."""
+    out: dict = {"integrity": integrity(schema, released), "children_per_parent": {},
+                 "cross_table": {}, "analyses": []}
+    for table in schema.tables[1:]:
+        true_hist = children_distribution(schema, truth, table.name)
+        released_hist = children_distribution(schema, released, table.name)
+        out["children_per_parent"][table.name] = {
+            "parent": table.parent, "tvd": tvd(true_hist, released_hist),
+            "input_share": [round(float(x), 4) for x in true_hist],
+            "released_share": [round(float(x), 4) for x in released_hist]}
+        pairs = all_cross_pairs(schema, table.name)
+        true_join = joined(schema, truth, table.name).astype(str)
+        released_join = joined(schema, released, table.name).astype(str)
+        each = {f"{a} × {b}": pair_tvd(true_join, released_join, (a, b)) for a, b in pairs}
+        out["cross_table"][table.name] = {
+            "pairs": len(pairs), "mean_tvd": float(np.mean(list(each.values()))) if each
+            else None, "worst": sorted(each.items(), key=lambda kv: -kv[1])[:5],
+            "tvd": each}
+    for analysis in schema.analyses:
+        deepest = max((c.split(SEPARATOR, 1)[0] for c in analysis),
+                      key=lambda t: len(schema.ancestors(t)))
+        value = analysis_tvd(joined_with_counts(schema, truth, deepest),
+                             joined_with_counts(schema, released, deepest), list(analysis))
+        out["analyses"].append({"columns": list(analysis), "grain": deepest, "tvd": value})
+    return out

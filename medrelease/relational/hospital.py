@@ -12,6 +12,9 @@ No row is a real person; the generator is seeded.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 
@@ -133,3 +136,42 @@ def generate_hospital(patients: int, seed: int = 0) -> dict[str, pd.DataFrame]:
 def _insurance_p(medicare: float) -> list[float]:
     rest = 1.0 - medicare
     return [medicare, rest * 0.3, rest * 0.6, rest * 0.1]
+
+
+def write_hospital_dataset(folder: Path, patients: int = 500, seed: int = 0,
+                           name: str = "hospital", declare_effects: bool = False) -> Path:
+    """The generated hospital as a relational dataset a release reads: its three tables as
+    CSV files, flat taxonomy files for the patients' columns, and ``dataset.yaml`` (returned).
+    For tests, benchmarks and demonstrations of the product path."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for table, frame in generate_hospital(patients, seed).items():
+        frame.to_csv(folder / f"{table}.csv", index=False)
+    flat = {"sex": ["F", "M"], "age_band": list(AGE_BANDS), "insurance": list(INSURANCE)}
+    for column, values in flat.items():
+        (folder / f"{column}.csv").write_text("".join(f"{v};*\n" for v in values))
+    (folder / "icd9.csv").write_text("".join(f"{code};{chapter};*\n"
+                                             for code, chapter in CODES.items()))
+    config = {
+        "name": name, "input": {"path": "patients.csv"},
+        "columns": {"subject_id": {"role": "identifier"},
+                    **{c: {"role": "dimension", "taxonomy": f"{c}.csv"} for c in flat}},
+        "privacy": {"lifetime_epsilon": 10.0, "lifetime_delta": 1e-5, "unit": "subject_id",
+                    "unit_noun": "patient"},
+        "relational": {
+            "tables": [
+                {"path": "admissions.csv", "key": "hadm_id", "references": "subject_id",
+                 "max_children": 4, "max_children_reviewed": True,
+                 "columns": {"admission_type": {"values": list(ADMISSION_TYPES)},
+                             "los_band": {"values": list(LOS_BANDS)},
+                             "readmitted_30d": {"values": ["no", "yes"]}}},
+                {"path": "diagnoses.csv", "parent": "admissions", "key": "row_id",
+                 "references": "hadm_id", "max_children": 6, "max_children_reviewed": True,
+                 "columns": {"icd9": {"taxonomy": "icd9.csv"},
+                             "priority": {"values": ["primary", "secondary"]}}}],
+            "analyses": [list(a) for a in EFFECTS] if declare_effects else []},
+        "policy": {"mechanisms": ["relational"]},
+        "mechanism": {"name": "relational", "params": {"epsilon": 1.0}},
+    }
+    path = folder / "dataset.yaml"
+    path.write_text(json.dumps(config, indent=1))  # JSON is YAML
+    return path

@@ -333,16 +333,18 @@ def fit_chain(schema: RelSchema, table: PathTable, rho: float, params: Relationa
 def release_relational(schema: RelSchema, frames: Mapping[str, pd.DataFrame],
                        params: RelationalParams | None = None, seed: int | None = None,
                        log: Callable[[str], None] | None = None,
-                       keep_tables: bool = False) -> RelationalRelease:
+                       keep_tables: bool = False,
+                       source: RandomSource | None = None) -> RelationalRelease:
     """The relational release of ``frames`` (one DataFrame per table of ``schema``).
 
     ``seed`` makes it reproducible (a TEST release, never for publication); without it every
-    stream comes from OS entropy. ``keep_tables`` keeps each chain's patient-normalised table
+    stream comes from OS entropy. ``source``: the release plan's random source (the product's
+    path; ``seed`` is then unused). ``keep_tables`` keeps each chain's patient-normalised table
     on the result (tests and benchmarks; it is the data, never published)."""
     params = params or RelationalParams()
     rho = rho_for(params.epsilon, params.delta)
     shares = chain_shares(schema, params)
-    source = RandomSource(seed)
+    source = source or RandomSource(seed)
     chains_of = model_chains(schema, params)
     streams = source.spawn(len(schema.tables) + len(chains_of) + 1)
     bound_streams = {t.name: generator_for(s) for t, s in zip(schema.tables, streams,
@@ -374,7 +376,7 @@ def release_relational(schema: RelSchema, frames: Mapping[str, pd.DataFrame],
                      "chains": [{"tables": list(c.tables), "scale": c.scale, "rho": c.rho,
                                  "rho_used": c.rho_used} for c in chains],
                      "noisy_patients": noisy, "patients_ceiling": params.max_patients,
-                     "test_release": seed is not None}
+                     "test_release": source.test_release}
     reduced = [r for c in chains for r in c.reduced]
     if reduced:
         details["conditioning_reduced"] = reduced

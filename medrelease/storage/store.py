@@ -309,6 +309,13 @@ def data_file_names(test: bool) -> tuple[str, str]:
     return tuple(f"{TEST_PREFIX}{name}" if test else name for name in DATA_FILES)
 
 
+def table_file_names(table: str, test: bool) -> tuple[str, str]:
+    """A relational release's (Parquet, CSV) names of one table: ``admissions.parquet``, or
+    ``TEST-admissions.parquet``."""
+    prefix = TEST_PREFIX if test else ""
+    return f"{prefix}{table}.parquet", f"{prefix}{table}.csv"
+
+
 def find_data_file(folder: Path, suffix: str = ".parquet") -> Path:
     """A release folder's data file (``data.*`` or ``TEST-data.*``)."""
     for name in (f"data{suffix}", f"{TEST_PREFIX}data{suffix}"):
@@ -390,6 +397,9 @@ class ReleaseStore:
     def data_files(self) -> tuple[str, str]:
         return data_file_names(self.test)
 
+    def table_files(self, table: str) -> tuple[str, str]:
+        return table_file_names(table, self.test)
+
     def release_dir(self, dataset: str, release_id: str, destination: str | None = None) -> Path:
         parent = self._parent(dataset, destination)
         return parent / safe_relative(release_id, "release id")
@@ -451,6 +461,7 @@ class ReleaseStore:
         tables: dict[str, pd.DataFrame] | None = None,
         before_rename: Callable[[Path], None] | None = None,
         released_on: datetime | None = None,
+        data_tables: dict[str, pd.DataFrame] | None = None,
     ) -> PublishedRelease:
         """Write data (Parquet + CSV, streamed in row groups), manifest and extra text files,
         then rename into place.
@@ -473,9 +484,16 @@ class ReleaseStore:
         partial = partial_folder(parent, release_id)
         try:
             partial.mkdir()
-            parquet, csv = self.data_files
-            rows = table if isinstance(table, ReleasedRows) else ReleasedRows.from_frame(table)
-            write_data_files(rows, partial / parquet, partial / csv)
+            if data_tables:  # a relational release: each table its own pair of files
+                for name, frame in data_tables.items():
+                    parquet, csv = self.table_files(name)
+                    write_data_files(ReleasedRows.from_frame(frame), partial / parquet,
+                                     partial / csv)
+            else:
+                parquet, csv = self.data_files
+                rows = (table if isinstance(table, ReleasedRows)
+                        else ReleasedRows.from_frame(table))
+                write_data_files(rows, partial / parquet, partial / csv)
             for name, text in (extra_files or {}).items():
                 (partial / safe_relative(name, "file name")).write_text(text, encoding="utf-8")
             for name, frame in (tables or {}).items():

@@ -12,14 +12,16 @@ import pandas as pd
 import pytest
 
 from medrelease.errors import ConfigError, InputValidationError
-from medrelease.privacy.zcdp import rho_for
+from medrelease.privacy.zcdp import RhoFilter, rho_for
 from medrelease.relational import evaluate as ev
+from medrelease.relational import mechanism
 from medrelease.relational.flatten import ABSENT, path_table
 from medrelease.relational.generate import ModelView, sample_given
 from medrelease.relational.hospital import generate_hospital, hospital_schema
 from medrelease.relational.mechanism import (
     ChainPrior,
     RelationalParams,
+    ScaledAIMRounds,
     release_relational,
 )
 from medrelease.relational.schema import (
@@ -30,7 +32,8 @@ from medrelease.relational.schema import (
     encode,
     problems,
 )
-from medrelease.synthetic import pgm
+from medrelease.synthetic import aim_rounds, pgm
+from medrelease.synthetic.aim_rounds import true_answers
 
 FAST = {"rounds_per_column": 2, "iters": 30, "final_iters": 60}
 
@@ -211,6 +214,141 @@ def test_every_measured_marginal_moves_by_at_most_its_sensitivity(hospital, rele
                 assert move <= chain.scale + 1e-6, (chain.tables, columns, move)
                 if normalise:
                     assert np.abs(m1 - m0).sum() == pytest.approx(chain.scale)
+
+
+def test_the_noise_scale_of_every_measurement_matches_its_charge_for_one_patient(
+        hospital, monkeypatch):
+    """The review of docs/PRIVACY.md, "Relational releases", on the draws themselves. A
+    release (declared analyses too) runs with spies on the zCDP filter, the discrete Gaussian
+    and the selection, so each draw is read at the sigma^2 the sampler got, paired with the
+    charge made just before it. Neighbours of the released extract, each through the bound and
+    the patient-normalised table as the engine builds them: a patient added with 9 admissions
+    of 10 diagnoses (over both bounds, all alike), the patient with the most admissions removed
+    (their rows last in every table: the coupling), a patient with no admission added. Every
+    noised marginal (round 0's 1-way, the declared analyses, each round's) moves by Delta in L2
+    (table rows); its loss Delta^2 / (2 sigma^2) is at most its charge x L^2 (the patient's
+    scale); each selection is drawn at an epsilon that covers its scores' actual move. Summed,
+    the charges are the chain's rho_used, and each neighbour's losses stay within the chain's
+    share of rho, which the alike patient attains (the bound is tight). Calibrating the rounds
+    at rho / (L / 2)^2 instead of rho / L^2 fails here."""
+    schema = hospital_schema(declare_effects=True)
+    events: list[tuple] = []
+    real_charge, real_draw = RhoFilter.charge, aim_rounds.discrete_gaussian
+    real_select, real_pick = ScaledAIMRounds._select, mechanism.exponential_mechanism
+
+    def charge(self, rho, what):
+        events.append(("charge", id(self), what, real_charge(self, rho, what)))
+        return rho
+
+    def draw(rng, sigma_sq, size):
+        events.append(("draw", float(sigma_sq), size))
+        return real_draw(rng, sigma_sq, size)
+
+    def select(self, plan, indices, scores):
+        events.append(("eligible", list(indices)))
+        return real_select(self, plan, indices, scores)
+
+    def pick(rng, scores, epsilon, sensitivity, monotone=False):
+        events.append(("pick", epsilon, sensitivity))
+        return real_pick(rng, scores, epsilon, sensitivity, monotone)
+
+    monkeypatch.setattr(RhoFilter, "charge", charge)
+    monkeypatch.setattr(aim_rounds, "discrete_gaussian", draw)
+    monkeypatch.setattr(mechanism, "discrete_gaussian", draw)
+    monkeypatch.setattr(ScaledAIMRounds, "_select", select)
+    monkeypatch.setattr(mechanism, "exponential_mechanism", pick)
+    release = release_relational(schema, hospital, RelationalParams(epsilon=1.0, **FAST),
+                                 seed=11)
+    monkeypatch.undo()
+    gaussians: dict[int, list] = {}  # per filter: (charge, sigma^2 drawn with, cells)
+    selections: dict[int, list] = {}  # per filter: (charge, epsilon, sensitivity, eligible)
+    for i, event in enumerate(events):
+        if event[0] in ("draw", "pick"):  # each draw right after its own charge
+            assert events[i - 1][0] == "charge"
+            _, filter_id, what, rho = events[i - 1]
+            assert what.startswith("selection") == (event[0] == "pick"), what
+            if event[0] == "draw":
+                gaussians.setdefault(filter_id, []).append((rho, event[1], event[2]))
+            else:
+                assert events[i - 2][0] == "eligible"
+                selections.setdefault(filter_id, []).append((rho, *event[1:], events[i - 2][1]))
+
+    def patient(pid: str, admissions: int, diagnoses: int) -> dict[str, pd.DataFrame]:
+        adm = [f"{pid}-a{i}" for i in range(admissions)]
+        return {"patients": pd.DataFrame({"subject_id": [pid], "sex": ["F"], "age_band": ["80+"],
+                                          "insurance": ["Self"]}),
+                "admissions": pd.DataFrame({"hadm_id": adm, "subject_id": pid,
+                                            "admission_type": "URGENT", "los_band": "14+",
+                                            "readmitted_30d": "yes"}),
+                "diagnoses": pd.DataFrame({"row_id": [f"{a}-d{j}" for a in adm
+                                                      for j in range(diagnoses)],
+                                           "hadm_id": np.repeat(adm, diagnoses),
+                                           "icd9": "V45", "priority": "primary"})}
+
+    def plus(frames, more):
+        return {k: pd.concat([frames[k], more[k]], ignore_index=True) for k in frames}
+
+    adm = hospital["admissions"]
+    gone = adm["subject_id"].value_counts().idxmax()
+    theirs = {"patients": hospital["patients"]["subject_id"] == gone,
+              "admissions": adm["subject_id"] == gone,
+              "diagnoses": hospital["diagnoses"]["hadm_id"].isin(
+                  adm.loc[adm["subject_id"] == gone, "hadm_id"])}
+    assert theirs["admissions"].sum() > 4  # over the bound too
+    rest = {k: hospital[k][~theirs[k]] for k in hospital}
+    neighbours = {"added, over the bounds, alike": (hospital, plus(hospital,
+                                                                   patient("NEW-1", 9, 10))),
+                  "removed": (plus(rest, {k: hospital[k][theirs[k]] for k in hospital}), rest),
+                  "added, no admission": (hospital, plus(hospital, patient("NEW-2", 0, 0)))}
+    for chain in release.chains:
+        run, scale = chain.run, chain.scale
+        drawn = gaussians.pop(id(run.state.budget))
+        picks = selections.pop(id(run.state.budget))
+        published = chain.measurements()
+        names = list(run.space.names)
+        noised = [((c,), (0,), True) for c in run.one_way] + [
+            (tuple(names.index(c) for c in r.columns), tuple(r.levels), False)
+            for r in run.state.records]  # the order of the draws, and of what is published
+        assert len(drawn) == len(published) == len(noised)
+        assert len(picks) == sum(not r.analysis for r in run.state.records) >= 1
+        charged = sum(rho for rho, *_ in drawn) + sum(rho for rho, *_ in picks)
+        assert charged * scale ** 2 == pytest.approx(chain.rho_used, rel=1e-9)
+        assert chain.rho_used <= chain.rho * (1 + 1e-9)
+        for (rho, sigma_sq, _), m in zip(drawn, published, strict=True):
+            assert rho == pytest.approx(1 / (2 * sigma_sq), rel=1e-12)
+            assert m["sigma_patients"] * scale == pytest.approx(math.sqrt(sigma_sq), rel=1e-12)
+        inherited = len(run.prior.merges) if run.prior else 0
+        lineage = tuple(schema.table(n) for n in chain.tables)
+        for label, pair in neighbours.items():
+            spaces = []  # per side: round 0's space (inherited merges only), the run's
+            for frames in pair:
+                table = path_table(schema, encode(schema, frames, _streams(schema, 0)), lineage)
+                assert table.scale == scale
+                first = table.space()
+                for merge in run.merges[:inherited]:
+                    first.merge(merge.column, merge.keep, merge.groups, merge.weights)
+                spaces.append((first, run.merged_like_this_run(table.space())))
+            loss = 0.0
+            for (rho, sigma_sq, cells), (columns, levels, zero) in zip(drawn, noised,
+                                                                         strict=True):
+                m0, m1 = (s.roll_up(s.fine_marginal(columns), columns, levels).reshape(-1)
+                          for s in (side[0] if zero else side[1] for side in spaces))
+                assert m0.size == cells
+                delta_sq = float(((m1 - m0) ** 2).sum())
+                assert delta_sq / (2 * sigma_sq) <= rho * scale ** 2 * (1 + 1e-9), (
+                    label, chain.tables, columns, levels)
+                loss += delta_sq / (2 * sigma_sq)
+            answers = [true_answers(side[1], run.candidates) for side in spaces]
+            for rho, epsilon, sensitivity, eligible in picks:  # scores / L drawn at eps x L
+                move = max(run.candidates[i].weight * float(np.abs(answers[1][i] - answers[0][i]
+                                                                    ).sum()) for i in eligible)
+                actual = epsilon * (move / scale) / sensitivity  # its epsilon for this pair
+                assert actual ** 2 / 8 <= rho * scale ** 2 * (1 + 1e-9), (label, chain.tables)
+                loss += actual ** 2 / 8
+            assert loss <= chain.rho * (1 + 1e-9), (label, chain.tables, loss / chain.rho)
+            if label.endswith("alike"):
+                assert loss == pytest.approx(chain.rho_used, rel=1e-9)
+    assert not gaussians and not selections  # every draw belongs to a chain
 
 
 def test_a_child_model_inherits_its_parent_chain_marginals_exactly(hospital, released):

@@ -1,0 +1,132 @@
+"""The relational release as a product piece (issue 58): the config's ``relational:`` section,
+the plan (guarantee and budget from the tables), the output checks on broken tables, the
+published file names, and ``intervals.csv``'s ``released`` column re-derived from the released
+tables themselves."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from medrelease.data.config import load_config
+from medrelease.errors import ConfigError, MedreleaseError
+from medrelease.mechanisms import default_mechanism
+from medrelease.privacy.publication import published_file_names
+from medrelease.refusals import plan_for_config
+from medrelease.relational.hospital import generate_hospital, write_hospital_dataset
+from medrelease.release import Inputs, choose
+from medrelease.stages import InProcess
+from schemas.output import relational_checks
+
+
+@pytest.fixture(scope="module")
+def hospital(tmp_path_factory) -> Path:
+    return write_hospital_dataset(tmp_path_factory.mktemp("hospital"), 400)
+
+
+@pytest.fixture(scope="module")
+def released(hospital: Path):
+    config = load_config(hospital)
+    plan = plan_for_config(config, "relational", {"epsilon": 1.0, "iters": 50,
+                                                  "final_iters": 100}, seed=3)
+    frames = generate_hospital(400)
+    chosen, _ = choose(Inputs(tables=frames), config, plan, InProcess())
+    return config, plan, chosen
+
+
+def _edited(path: Path, edit) -> Path:
+    data = json.loads(path.read_text())
+    edit(data)
+    copy = path.parent / "edited.yaml"
+    copy.write_text(json.dumps(data))
+    return copy
+
+
+def test_the_config_declares_the_tables_and_refuses_what_cannot_be_released(
+        hospital: Path) -> None:
+    config = load_config(hospital)
+    schema = config.relational_schema
+    assert [t.name for t in schema.tables] == ["patients", "admissions", "diagnoses"]
+    assert schema.table("diagnoses").parent == "admissions"
+    assert schema.root.key == "subject_id" and default_mechanism(config) == "relational"
+    problems = {
+        "needs privacy.unit": lambda d: d["privacy"].pop("unit"),
+        "same name": lambda d: d["relational"]["tables"][1].update(name="admissions"),
+        "not both": lambda d: d["relational"]["tables"][0]["columns"]["los_band"].update(
+            taxonomy="x.csv"),
+        "max_rows_per_unit at 1": lambda d: d["privacy"].update(max_rows_per_unit=2),
+    }
+    for said, edit in problems.items():
+        with pytest.raises(ConfigError, match=said):
+            load_config(_edited(hospital, edit))
+
+
+def test_the_plan_names_every_table_and_spends_what_it_states(hospital: Path) -> None:
+    config = load_config(hospital)
+    plan = plan_for_config(config, "relational", {"epsilon": 2.0}, seed=None)
+    relation = plan.guarantee.neighbouring
+    assert relation.startswith("add/remove one patient (one row of patients, by subject_id)")
+    assert "(patients, admissions, diagnoses)" in relation and "at most 6 diagnoses" in relation
+    assert sum(s.epsilon for s in plan.budget_steps) == pytest.approx(2.0)
+    assert plan.kind == "relational" and plan.guarantee.proven
+    with pytest.raises(MedreleaseError, match="only 'relational' releases it"):
+        plan_for_config(config, "aim", {}, seed=None)
+    with pytest.raises(MedreleaseError, match="one table"):
+        plan_for_config(load_config(Path("datasets/nps-sample/dataset.yaml")), "relational",
+                        {}, seed=None)
+
+
+def test_the_output_checks_catch_broken_tables(released) -> None:
+    config, _, chosen = released
+    assert relational_checks(config, chosen).success
+    broken = {
+        "references_resolve": lambda t: t["admissions"].assign(
+            subject_id=["patients-999999"] + list(t["admissions"]["subject_id"][1:])),
+        "keys_distinct_and_fresh": lambda t: t["admissions"].assign(
+            hadm_id=["H200000"] + list(t["admissions"]["hadm_id"][1:])),
+        "children_within_max_children": lambda t: t["admissions"].assign(
+            subject_id=t["admissions"]["subject_id"].iloc[0]),
+    }
+    for check, edit in broken.items():
+        tables = {k: v.copy() for k, v in chosen.data_tables.items()}
+        tables["admissions"] = edit(tables)
+        chosen.data_tables, original = tables, chosen.data_tables
+        try:
+            report = relational_checks(config, chosen)
+        finally:
+            chosen.data_tables = original
+        failed = {r["check"] for r in report.results if not r["success"]}
+        assert check in failed, (check, failed)
+
+
+def test_one_pair_of_files_per_table() -> None:
+    assert published_file_names(True, ("intervals.csv",), ("patients", "admissions"))[:4] == [
+        "TEST-patients.parquet", "TEST-patients.csv", "TEST-admissions.parquet",
+        "TEST-admissions.csv"]
+
+
+def test_intervals_released_is_the_released_tables_own_figure(released) -> None:
+    """Re-derived from the released tables alone: a patients-only marginal counts patients
+    (their column, or their number of admissions); the interval is whole patients around the
+    noisy measurement."""
+    _, _, chosen = released
+    intervals = chosen.tables["intervals.csv"]
+    patients = chosen.data_tables["patients"]
+    admissions = chosen.data_tables["admissions"]
+    by_sex = intervals[intervals["columns"] == "patients.sex"].drop_duplicates("cell")
+    counts = patients["sex"].value_counts()
+    for cell, figure in zip(by_sex["cell"], by_sex["released"], strict=True):
+        assert figure == counts.get(cell, 0)
+    per_patient = admissions["subject_id"].value_counts().reindex(
+        patients["subject_id"], fill_value=0)
+    count_rows = intervals[intervals["columns"] == "patients.n_admissions"].drop_duplicates(
+        "cell")
+    for cell, figure in zip(count_rows["cell"], count_rows["released"], strict=True):
+        assert figure == int((per_patient == int(cell)).sum())
+    assert (intervals["lower"] <= intervals["upper"]).all()
+    assert np.isin(intervals["what"], ["marginal"]).all()
+    assert not intervals.empty and isinstance(intervals, pd.DataFrame)
