@@ -148,11 +148,13 @@ def tables_relation(config: DatasetConfig) -> str:
     in every table, each parent's rows cut to its bound (the config's declarations)."""
     schema = config.relational_schema
     root = schema.root
-    bounds = "; ".join(f"each {t.parent} row keeps at most {t.max_children} {t.name} rows, "
-                       "chosen at random" for t in schema.tables[1:])
+    bounds = " and ".join(
+        f"at most {t.max_children} {t.name} rows per "
+        + (schema.unit_noun if t.parent == root.name else f"{t.parent} row")
+        for t in schema.tables[1:])
     return (f"add/remove one {schema.unit_noun} (one row of {root.name}, by {root.key}) with "
             f"all their rows in every table ({', '.join(t.name for t in schema.tables)}); "
-            f"{bounds}")
+            f"{bounds}, chosen at random")
 
 
 def numeric_predictors(config: DatasetConfig) -> int:
