@@ -917,10 +917,15 @@ def serve(
 
     if inbox is not None:
         try:  # every arrival is released as this dataset: a wrong name fails now, not per file
-            find_config(dataset)
+            served = find_config(dataset)
         except MedreleaseError as exc:
             console.print(f"[red]--dataset {escape(dataset)}: {escape(str(exc))}[/]")
             raise typer.Exit(2) from None
+        if served.relational is not None:  # one file arriving would replace one table only
+            console.print(f"[red]--dataset {escape(dataset)} is relational: its tables are "
+                          "read together from the files its config names, never from one "
+                          "arriving file; serve it without --inbox[/]")
+            raise typer.Exit(2)
         inbox.mkdir(parents=True, exist_ok=True)
         console.print(f"watching {inbox.resolve()} for extracts of {dataset}")
     portal = None if no_portal else _start_portal(portal_host, portal_port)

@@ -116,6 +116,7 @@ class PublicFacts:
     unit_relation: str | None = None  # the neighbouring relation in words, for that unit
     domain_from_data: str | None = None  # informative column whose domain was read from data
     taxonomies_from_data: tuple[str, ...] = ()  # dimensions whose taxonomy was read from data
+    bounds_from_data: tuple[str, ...] = ()  # relational: tables whose max_children is unreviewed
     row_noun: str | None = None  # the config's word for one row (the row note; none: generic)
     unit_noun: str | None = None  # the config's word for whom rows describe
     declared_analyses: int = 0  # how many analyses the config declares (aim measures each)
@@ -128,7 +129,9 @@ class PublicFacts:
         privacy, unit = config.privacy, config.unit_column
         return cls(public_domain=config.informative_domain is not None,
                    domain_from_data=config.domain_read_from_data,
-                   taxonomies_from_data=tuple(config.taxonomies_read_from_data),
+                   taxonomies_from_data=(*config.taxonomies_read_from_data,
+                                         *config.child_values_from_data),
+                   bounds_from_data=tuple(config.bounds_not_reviewed),
                    n_numeric=numeric_predictors(config), max_rows=privacy.max_rows,
                    unit_rows=privacy.max_rows_per_unit if unit else 1, unit_column=unit,
                    unit_relation=(tables_relation(config) if config.relational is not None

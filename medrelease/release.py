@@ -136,6 +136,9 @@ def plan_release(
     if facts.taxonomies_from_data and guarantee.epsilon is not None:
         guarantee = replace(guarantee, label=guarantee.label + taxonomies_from_data_caveat(
             facts.taxonomies_from_data))
+    if facts.bounds_from_data and guarantee.epsilon is not None:
+        guarantee = replace(guarantee, label=guarantee.label + bounds_from_data_caveat(
+            facts.bounds_from_data))
     _check_steps_make_the_guarantee(impl.name, steps, guarantee)
     accountant = PrivacyAccountant(guarantee.epsilon or 0.0, guarantee.delta or 0.0)
     # (syntactic models and pseudonymization spend nothing: no steps, no limit needed)
@@ -184,6 +187,14 @@ def taxonomies_from_data_caveat(columns: Sequence[str]) -> str:
             f"smallest to the largest found, and {'is' if one else 'are'} not marked "
             "domain_reviewed), so which "
             "values occur is disclosed and not covered by this guarantee")
+
+
+def bounds_from_data_caveat(tables: Sequence[str]) -> str:
+    """What the guarantee adds while a relational dataset's ``max_children`` are not marked
+    reviewed: drafted from the data, a bound discloses how many rows its parents have."""
+    return (f"; max_children of {', '.join(tables)} is not marked max_children_reviewed "
+            "(medrelease init drafts it from the data, where it discloses how many rows the "
+            "parents have), so that bound is not covered by this guarantee")
 
 
 def lattice_size(config: DatasetConfig) -> int:

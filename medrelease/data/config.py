@@ -254,6 +254,8 @@ class MechanismSpec(_Strict):
 
 
 TABLE_NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
+# a release folder's own files: no table may be named like one (its files would collide)
+RESERVED_TABLE_NAMES = frozenset({"data", "manifest", "report", "intervals", "measurements"})
 
 
 def table_name_of(path: str) -> str:
@@ -270,6 +272,11 @@ class ChildColumnSpec(_Strict):
     values: list[str] | None = None
     missing: str | None = None
     description: str = ""
+    from_data: bool = Field(default=False, description="'medrelease init' listed these values "
+                                                       "from the data (it sets this)")
+    domain_reviewed: bool = Field(
+        default=False, description="a steward has reviewed values or a taxonomy file that "
+                                   "'medrelease init' read from the data; init never sets it")
 
     @model_validator(mode="after")
     def _one_vocabulary(self) -> ChildColumnSpec:
@@ -499,11 +506,12 @@ class DatasetConfig(_Strict):
                              "'values'; an item set or an informative column is not released "
                              "in a relational release (put items in a child table)")
         names = [self.root_table] + [t.table for t in spec.tables]
-        bad = [n for n in names if not TABLE_NAME.match(n)]
+        bad = [n for n in names if not TABLE_NAME.match(n) or n in RESERVED_TABLE_NAMES]
         if bad:
             raise ValueError(f"table name(s) {', '.join(bad)}: lower-case letters, digits and "
-                             "'_', starting with a letter (set 'name:' for a file whose stem "
-                             "is not one)")
+                             "'_', starting with a letter, and none of "
+                             f"{', '.join(sorted(RESERVED_TABLE_NAMES))} (a release folder's "
+                             "own files); set 'name:' for a file whose stem is not one")
         if len(set(names)) != len(names):
             raise ValueError(f"two tables have the same name ({', '.join(names)}); set 'name:' "
                              "on one of them")
@@ -611,6 +619,13 @@ class DatasetConfig(_Strict):
         spec = self.relational
         if spec is None:
             raise ConfigError(f"dataset {self.name!r} is not relational")
+        if override is not None and Path(override) != self.input_path:
+            raise ConfigError(
+                f"dataset {self.name!r} is relational: its tables are read together from the "
+                "files its config names, and another input path would replace the parent "
+                "table alone (its patients would lose or gain rows in the other tables). "
+                "Put the new extract's files where the config says (or a copy of the config "
+                "naming them). Nothing was read or spent.")
         files = {self.root_table: self.extract_path(override)}
         allowed = [*self.input_folders, *extra_input_roots()]
         for table in spec.tables:
@@ -809,6 +824,35 @@ class DatasetConfig(_Strict):
             except (OSError, UnicodeDecodeError):
                 continue
         return marked
+
+    @cached_property
+    def child_values_from_data(self) -> list[str]:
+        """A relational dataset's child columns (``<table>.<column>``) whose values init read
+        from the data (``from_data``, or a taxonomy file with init's mark) and that no steward
+        has marked ``domain_reviewed``: the guarantee says so, as for the parent's."""
+        out = []
+        for table in (self.relational.tables if self.relational else []):
+            for column, spec in table.columns.items():
+                if spec.domain_reviewed:
+                    continue
+                marked = spec.from_data
+                if spec.taxonomy and not marked:
+                    try:
+                        with self.resolve(spec.taxonomy).open(encoding="utf-8") as handle:
+                            marked = any(line.strip().startswith(READ_FROM_DATA_MARK)
+                                         for line in handle if line.lstrip().startswith("#"))
+                    except (OSError, UnicodeDecodeError):
+                        marked = False
+                if marked:
+                    out.append(f"{table.table}.{column}")
+        return out
+
+    @property
+    def bounds_not_reviewed(self) -> list[str]:
+        """A relational dataset's child tables whose ``max_children`` no steward has marked
+        reviewed (``medrelease init`` drafts it from the data: its tail is then disclosed)."""
+        return [t.table for t in (self.relational.tables if self.relational else [])
+                if not t.max_children_reviewed]
 
     @cached_property
     def informative_taxonomy(self) -> Taxonomy | None:

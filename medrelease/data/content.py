@@ -163,6 +163,32 @@ def row_digests(config: DatasetConfig, source: Path) -> tuple[str, ...]:
     return () if sums is None else digests_of(list(spec.columns), sums)
 
 
+def table_digests(source: Path, column_sets: list[list[str]], fmt: str = "csv",
+                  delimiter: str = ",", encoding: str = "utf-8") -> tuple[str, ...]:
+    """A relational dataset's child table's row digests, one per column set (each sorted by
+    name, as ``digested_columns``; values as text): the same rows in another format, line
+    ends, quoting or column order give the same digests. Empty when the file cannot be read
+    (its validation refuses it then, naming the problem)."""
+    import pandas as pd
+
+    wanted = sorted({c for columns in column_sets for c in columns})
+    try:
+        if fmt == "parquet":
+            frame = pd.read_parquet(source, columns=wanted).astype("string")
+        else:
+            frame = pd.read_csv(source, usecols=wanted, dtype=str, keep_default_na=False,
+                                sep=delimiter, encoding=encoding)
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        LOG.info("a table could not be read for its row digest (%s)", type(exc).__name__)
+        return ()
+    frame = frame.mask(frame == "")
+    out: list[str] = []
+    for columns in column_sets:
+        columns = sorted(columns)
+        out.extend(digests_of(columns, frame_sums(frame, columns)))
+    return tuple(dict.fromkeys(out))
+
+
 def digest_of(columns: list[str], sums: RowSums) -> str:
     """The row digest (numbers in one spelling)."""
     return _digest(columns, sums.rows, sums.high, sums.low)

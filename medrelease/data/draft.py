@@ -1318,13 +1318,15 @@ def _table_name(path: Path, used: set[str]) -> tuple[str, bool]:
     """A table's name from its file (``config.table_name_of``: the stem, lower-case), made a
     valid table name (letters, digits, '_', a letter first) and distinct; whether it differs
     from the stem (then the YAML names it)."""
-    from medrelease.data.config import TABLE_NAME, table_name_of
+    from medrelease.data.config import RESERVED_TABLE_NAMES, TABLE_NAME, table_name_of
 
     stem = table_name_of(str(path))
     name = re.sub(r"[^a-z0-9_]+", "_", stem).strip("_")
     if not name or not name[0].isalpha():
         name = f"t_{name}".rstrip("_")
     name = name[:MAX_TABLE_NAME]
+    if name in RESERVED_TABLE_NAMES:  # a release folder's own files
+        name = f"{name}_table"
     base, number = name, 2
     while name in used:
         suffix = f"_{number}"
@@ -1732,6 +1734,8 @@ def _column_lines(columns: list[ColumnDraft], indent: str) -> list[str]:
             spec.append(f"taxonomy: {_yaml_scalar(column.taxonomy)}")
         if column.missing:
             spec.append(f"missing: {_yaml_scalar(column.missing)}")
+        if indent != "  " and column.read_from_data and column.values is not None:
+            spec.append("from_data: true")  # the guarantee says so until domain_reviewed
         note = column.reason + ("; read from the data" if column.read_from_data else "")
         lines.append(f"{indent}{(_yaml_key(column.name) + ':').ljust(width)} "
                      f"{{{', '.join(spec)}}}  # {note}")

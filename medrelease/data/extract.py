@@ -53,6 +53,7 @@ class ExtractFile:
     snapshot: str | None = None
     rows_by_count: bool = False
     text_rows_sha256: str | None = None
+    more_rows_sha256: tuple[str, ...] = ()  # a relational table's other row digests (claims)
 
     @property
     def read_from(self) -> Path:
@@ -85,7 +86,8 @@ class ResolvedExtract:
                                "the count (ResolvedExtract.counted)")
         return (*self.hashes,
                 *(ROWS_CLAIM + f.rows_sha256 for f in self.files if f.rows_sha256),
-                *(ROWS_CLAIM + f.text_rows_sha256 for f in self.files if f.text_rows_sha256))
+                *(ROWS_CLAIM + f.text_rows_sha256 for f in self.files if f.text_rows_sha256),
+                *(ROWS_CLAIM + d for f in self.files for d in f.more_rows_sha256))
 
     @property
     def rows_digest(self) -> str | None:
@@ -298,16 +300,31 @@ def resolve_extract(config: DatasetConfig, override: str | None = None,
             check_extract_bounds(config, path)  # its size and width, before the copy
             copy, sha256 = snapshot_file(path, folder)
             check_extract_bounds(config, copy)  # what is read: the copy
-            # (a relational dataset's row digest is its parent table's: the config's columns)
-            digests = () if later or (relational and resolved) else row_digests(config, copy)
+            # a relational dataset's parent table: the config's columns; each other table: its
+            # own (with and without its key, as a one-table config over it would read it)
+            digests = () if later else (child_digests(config, len(resolved), copy)
+                                        if relational and resolved else
+                                        row_digests(config, copy))
             resolved.append(ExtractFile(str(path), sha256, digests[0] if digests else None,
                                         str(copy), later,
-                                        digests[1] if len(digests) > 1 else None))
+                                        digests[1] if len(digests) > 1 else None,
+                                        tuple(digests[2:])))
         _refuse_identical_partitions(resolved)
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)
         raise
     return ResolvedExtract(str(pattern), tuple(resolved), str(folder))
+
+
+def child_digests(config: DatasetConfig, index: int, copy: Path) -> tuple[str, ...]:
+    """The row digests of a relational dataset's ``index``-th table (a child table): its
+    reference and released columns, and the same with its own key."""
+    from medrelease.data.content import table_digests
+
+    spec = config.relational.tables[index - 1]  # type: ignore[union-attr]
+    columns = [spec.references, *spec.columns]
+    sets = [columns] + ([[spec.key, *columns]] if spec.key else [])
+    return table_digests(copy, sets, spec.format, spec.delimiter, config.input.encoding)
 
 
 def snapshot_file(path: Path, folder: Path) -> tuple[Path, str]:

@@ -30,6 +30,7 @@ from medrelease.relational.intervals import relational_intervals
 from medrelease.relational.mechanism import (
     SYNTHETIC_NOTICE,
     RelationalParams,
+    chain_shares,
     release_relational,
 )
 from medrelease.storage.released_rows import ReleasedRows
@@ -91,6 +92,11 @@ class Relational(MechanismBase):
                 f"('relational:'); dataset {config.name!r} is one table: use aim, ipa or "
                 "another mechanism of its policy")
         schema = config.relational_schema
+        try:  # a declared share per model, checked before the charge
+            chain_shares(schema, params)
+        except ValueError as exc:
+            raise ParameterError(f"relational on dataset {config.name!r}: {exc}. Nothing was "
+                                 "read or spent.") from None
         models = max(1, len(schema.tables) - 1)
         columns = sum(len(t.columns) + 1 for t in schema.tables)
         rho = rho_for(params.epsilon, params.delta) / models

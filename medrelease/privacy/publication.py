@@ -567,7 +567,9 @@ def _synthetic_lines(manifest: dict[str, Any]) -> list[str]:
              f"- marginals measured with noise: {len(named)}"
              + (f" — {_markdown_text('; '.join(named))}" if named else ""),
              f"- synthetic rows sampled from the model fitted to those measurements: "
-             f"{manifest['released_rows']:,}"]
+             f"{manifest['released_rows']:,}" if not details.get("tables") else
+             "- synthetic rows drawn from the models fitted to those measurements: "
+             + ", ".join(f"{t['table']} {t['rows']:,}" for t in details["tables"])]
     if merged:
         lines.append("- rare values merged before sampling (from the noisy 1-way counts): "
                      + _markdown_text(", ".join(f"{c} {n:,}" for c, n in merged.items())))

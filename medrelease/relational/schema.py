@@ -157,6 +157,18 @@ def structure_problems(schema: RelSchema) -> list[str]:
         cols = table.column_names
         if len(set(cols)) != len(cols):
             out.append(f"table {table.name} names a column twice")
+        counts = {f"n_{t.name}" for t in schema.tables if t.parent == table.name}
+        clash = sorted(set(cols) & counts)
+        if clash:
+            out.append(f"table {table.name}: column(s) {', '.join(clash)} are named like the "
+                       "count of a child table the release measures; rename them")
+        ids = [c for c in (table.key, table.parent_key) if c]
+        if len(set(ids)) != len(ids):
+            out.append(f"table {table.name}: its key and the column that references "
+                       f"{table.parent} must be two columns")
+        if table.parent_key and table.parent_key in cols:
+            out.append(f"table {table.name}: the column that references {table.parent} is "
+                       "never released as a column")
         if not cols:
             out.append(f"table {table.name} releases no column")
         if table is root:

@@ -85,9 +85,9 @@ def test_the_output_checks_catch_broken_tables(released) -> None:
     assert relational_checks(config, chosen).success
     broken = {
         "references_resolve": lambda t: t["admissions"].assign(
-            subject_id=["patients-999999"] + list(t["admissions"]["subject_id"][1:])),
+            subject_id=["patients-999999", *t["admissions"]["subject_id"][1:]]),
         "keys_distinct_and_fresh": lambda t: t["admissions"].assign(
-            hadm_id=["H200000"] + list(t["admissions"]["hadm_id"][1:])),
+            hadm_id=["H200000", *t["admissions"]["hadm_id"][1:]]),
         "children_within_max_children": lambda t: t["admissions"].assign(
             subject_id=t["admissions"]["subject_id"].iloc[0]),
     }
@@ -130,3 +130,72 @@ def test_intervals_released_is_the_released_tables_own_figure(released) -> None:
     assert (intervals["lower"] <= intervals["upper"]).all()
     assert np.isin(intervals["what"], ["marginal"]).all()
     assert not intervals.empty and isinstance(intervals, pd.DataFrame)
+
+
+def test_a_copy_of_a_child_table_under_another_config_meets_its_claims(hospital: Path,
+                                                                       tmp_path: Path) -> None:
+    """The review's double budget: a child table converted to CRLF and drafted as a one-table
+    dataset of another source. Its row digest (the columns that config reads) is one of the
+    relational extract's claims, so the ledger refuses the second source."""
+    from medrelease.data.extract import resolve_extract
+
+    config = load_config(hospital)
+    extract = resolve_extract(config)
+    try:
+        claims = set(extract.claims)
+    finally:
+        extract.discard()
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    text = (hospital.parent / "admissions.csv").read_text()
+    (copy / "admissions.csv").write_text(text.replace("\n", "\r\n"))
+    for column in ("admission_type", "los_band", "readmitted_30d"):
+        values = sorted(set(pd.read_csv(copy / "admissions.csv", dtype=str)[column]))
+        (copy / f"{column}.csv").write_text("".join(f"{v};*\n" for v in values))
+    (copy / "dataset.yaml").write_text(json.dumps({
+        "name": "admonly", "input": {"path": "admissions.csv"},
+        "columns": {"hadm_id": {"role": "identifier"}, "subject_id": {"role": "identifier"},
+                    **{c: {"role": "dimension", "taxonomy": f"{c}.csv"}
+                       for c in ("admission_type", "los_band", "readmitted_30d")}},
+        "privacy": {"lifetime_epsilon": 1.0, "unit": "subject_id", "max_rows_per_unit": 3}}))
+    single = resolve_extract(load_config(copy / "dataset.yaml"))
+    try:
+        assert single.files[0].sha256 not in claims  # other bytes (CRLF) ...
+        assert set(single.claims) & claims            # ... the same rows: claimed
+    finally:
+        single.discard()
+
+
+def test_what_cannot_be_released_as_declared_is_refused_before_anything_is_read(
+        hospital: Path) -> None:
+    cases = {
+        "none of data, intervals": lambda d: d["relational"]["tables"][0].update(
+            name="intervals"),
+        "named like the count": lambda d: d["columns"].update(
+            n_admissions={"role": "dimension", "taxonomy": "sex.csv"}),
+        "two columns": lambda d: d["relational"]["tables"][0].update(key="subject_id"),
+    }
+    for said, edit in cases.items():
+        with pytest.raises(ConfigError, match=said):
+            load_config(_edited(hospital, edit)).relational_schema  # noqa: B018
+    with pytest.raises(ConfigError, match="replace the parent table alone"):
+        load_config(hospital).table_files(str(hospital.parent / "other.csv"))
+    config = load_config(_edited(hospital, lambda d: d["mechanism"]["params"].update(
+        chain_shares=[1.0, 2.0, 3.0])))  # three shares for two models
+    with pytest.raises(MedreleaseError, match="chain_shares needs 2"):
+        plan_for_config(config, "relational", dict(config.mechanism.params), seed=None)
+
+
+def test_the_guarantee_says_what_was_read_from_the_data(hospital: Path) -> None:
+    """Values init listed from the data and a max_children not marked reviewed: the
+    guarantee names them until the steward marks them reviewed."""
+    def drafted(data: dict) -> None:
+        data["relational"]["tables"][0]["columns"]["los_band"]["from_data"] = True
+        data["relational"]["tables"][1]["max_children_reviewed"] = False
+
+    config = load_config(_edited(hospital, drafted))
+    label = plan_for_config(config, "relational", {}, seed=None).guarantee.label
+    assert "admissions.los_band" in label and "max_children of diagnoses" in label
+    reviewed = load_config(hospital)
+    label = plan_for_config(reviewed, "relational", {}, seed=None).guarantee.label
+    assert "from the data" not in label and "max_children" not in label
