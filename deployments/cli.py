@@ -1093,6 +1093,16 @@ def watch(
     _PrefectUse.used = True
     from flows.watch import watch_loop
 
+    try:
+        if find_config(dataset).relational is not None:
+            console.print(f"[red]--dataset {escape(dataset)} is relational: its tables are "
+                          "read together from the files its config names, never from one "
+                          "arriving file[/]")
+            raise typer.Exit(2)
+    except MedreleaseError as exc:
+        console.print(f"[red]--dataset {escape(dataset)}: {escape(str(exc))}[/]")
+        raise typer.Exit(2) from None
+
     inbox.mkdir(parents=True, exist_ok=True)
     console.print(f"watching {inbox.resolve()} for extracts of {dataset} (Ctrl-C to stop)")
     try:

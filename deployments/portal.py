@@ -626,8 +626,7 @@ class Portal:
             # without a readable manifest nobody can say what guarantee the rows carry
             raise HTTPException(404, "this release's manifest cannot be read: its files are "
                                      "not offered")
-        stored = self._stored_name(name, release_id) if name not in PUBLIC_FILES else name
-        return self._file(folder, stored, f"{release_id}-{name}",
+        return self._file(folder, self._stored_name(name, release_id), f"{release_id}-{name}",
                           "this release has no such file")
 
     @staticmethod

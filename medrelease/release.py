@@ -182,7 +182,8 @@ def taxonomies_from_data_caveat(columns: Sequence[str]) -> str:
     names = quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} and {quoted[-1]}"
     one = len(quoted) == 1
     return (f"; the values of {names} were taken from the data ({'its' if one else 'their'} "
-            f"taxonomy file{'' if one else 's'}, drafted by medrelease init, "
+            f"taxonomy file{'' if one else 's'} or value list{'' if one else 's'}, drafted by "
+            "medrelease init, "
             f"list{'s' if one else ''} the values found or span{'s' if one else ''} the "
             f"smallest to the largest found, and {'is' if one else 'are'} not marked "
             "domain_reviewed), so which "

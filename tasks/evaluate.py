@@ -178,7 +178,7 @@ def evaluate_relational_release(release_path: str) -> dict[str, Any]:
     steward_folder = records.folder(manifest["dataset"], manifest["release_id"])
     config = DatasetConfig(**record["dataset_config"])
     schema = config.relational_schema
-    files = config.table_files(record["input_file"])
+    files = config.table_files()  # the record's config: its own files
     if extract_digest([(str(p), file_sha256(p)) for p in files.values()]) \
             != record["input_sha256"]:
         raise InputValidationError("the input tables are not the files this release was made "

@@ -619,7 +619,8 @@ class DatasetConfig(_Strict):
         spec = self.relational
         if spec is None:
             raise ConfigError(f"dataset {self.name!r} is not relational")
-        if override is not None and Path(override) != self.input_path:
+        if override is not None and Path(os.path.realpath(override)) != Path(
+                os.path.realpath(self.input_path)):
             raise ConfigError(
                 f"dataset {self.name!r} is relational: its tables are read together from the "
                 "files its config names, and another input path would replace the parent "

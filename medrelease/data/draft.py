@@ -1633,12 +1633,13 @@ def _child_review_notes(table: ChildDraft, profile: TableProfile, review: list[s
             review.append(f"{table.name}.{column.name}: the {found.distinct} value(s) found, "
                           "listed in dataset.yaml (read from the data): a value only this "
                           "table holds is disclosed if released; add the values any such "
-                          "table could hold, remove rare ones")
+                          "table could hold, remove rare ones, then set domain_reviewed: true "
+                          "(until then the guarantee says so)")
         elif column.read_from_data:
             review.append(f"{column.taxonomy}: {table.name}.{column.name}'s values or range, "
                           "read from the data: a value only this table holds is disclosed if "
                           "released; widen it to what any such table could hold, remove rare "
-                          "ones")
+                          "ones, then set domain_reviewed: true on the column")
         if found.blanks:
             review.append(f"{table.name}.{column.name}: {found.blanks} blank value(s): the "
                           f"category {BLANK!r}")

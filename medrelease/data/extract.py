@@ -54,6 +54,7 @@ class ExtractFile:
     rows_by_count: bool = False
     text_rows_sha256: str | None = None
     more_rows_sha256: tuple[str, ...] = ()  # a relational table's other row digests (claims)
+    claimed: bool = True  # False: a relational child table without rows (claims nothing)
 
     @property
     def read_from(self) -> Path:
@@ -84,7 +85,7 @@ class ResolvedExtract:
         if any(f.rows_by_count for f in self.files):
             raise RuntimeError("the extract's row digest is taken by its count: charge after "
                                "the count (ResolvedExtract.counted)")
-        return (*self.hashes,
+        return (*(f.sha256 for f in self.files if f.claimed),
                 *(ROWS_CLAIM + f.rows_sha256 for f in self.files if f.rows_sha256),
                 *(ROWS_CLAIM + f.text_rows_sha256 for f in self.files if f.text_rows_sha256),
                 *(ROWS_CLAIM + d for f in self.files for d in f.more_rows_sha256))
@@ -308,12 +309,29 @@ def resolve_extract(config: DatasetConfig, override: str | None = None,
             resolved.append(ExtractFile(str(path), sha256, digests[0] if digests else None,
                                         str(copy), later,
                                         digests[1] if len(digests) > 1 else None,
-                                        tuple(digests[2:])))
+                                        tuple(digests[2:]),
+                                        not (relational and resolved and not digests
+                                             and _no_rows(copy))))
         _refuse_identical_partitions(resolved)
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)
         raise
     return ResolvedExtract(str(pattern), tuple(resolved), str(folder))
+
+
+def _no_rows(copy: Path) -> bool:
+    """A relational child table's file holds a header and no row (its bytes are every such
+    file's: claiming them would tie unrelated sources together)."""
+    import pandas as pd
+
+    try:
+        if copy.suffix.lower() == ".parquet":
+            import pyarrow.parquet as pq
+
+            return pq.ParquetFile(copy).metadata.num_rows == 0
+        return pd.read_csv(copy, nrows=1, dtype=str).empty
+    except (OSError, ValueError, UnicodeDecodeError):
+        return False
 
 
 def child_digests(config: DatasetConfig, index: int, copy: Path) -> tuple[str, ...]:

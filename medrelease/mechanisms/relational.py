@@ -93,13 +93,12 @@ class Relational(MechanismBase):
                 "another mechanism of its policy")
         schema = config.relational_schema
         try:  # a declared share per model, checked before the charge
-            chain_shares(schema, params)
+            shares = chain_shares(schema, params)
         except ValueError as exc:
             raise ParameterError(f"relational on dataset {config.name!r}: {exc}. Nothing was "
                                  "read or spent.") from None
-        models = max(1, len(schema.tables) - 1)
         columns = sum(len(t.columns) + 1 for t in schema.tables)
-        rho = rho_for(params.epsilon, params.delta) / models
+        rho = rho_for(params.epsilon, params.delta) * min(shares)  # the smallest model's
         rounds = params.rounds_per_column * max(columns, 1)
         smallest = (0.8 * rho / rounds) ** 0.5 / max(schema.scale(p) for p in schema.paths)
         if smallest < MIN_NOISE_EPSILON:

@@ -30,13 +30,14 @@ def home(tmp_path: Path, monkeypatch) -> Path:
 
 
 def _release(config: Path, seed: int = 5, **extra) -> dict:
-    return release_flow(ReleaseRequest(dataset=str(config), seed=seed, evaluate=False, **extra))
+    return release_flow(ReleaseRequest(dataset=str(config), seed=seed,
+                                       **{"evaluate": False, **extra}))
 
 
 def test_a_relational_release_publishes_tables_that_join_and_passes_the_audit(
         home: Path, tmp_path: Path) -> None:
     config = write_hospital_dataset(tmp_path / "hospital", PATIENTS)
-    result = _release(config)
+    result = _release(config, evaluate=True)
     folder = Path(result["path"])
     names = sorted(p.name for p in folder.iterdir())
     assert names == sorted(["TEST-patients.csv", "TEST-patients.parquet",
@@ -69,6 +70,12 @@ def test_a_relational_release_publishes_tables_that_join_and_passes_the_audit(
         assert value_leaks(folder, key) == []
     [spend] = Ledger(home / "ledger.sqlite").spends()
     assert spend.status == "released" and spend.epsilon == pytest.approx(1.0)
+    # the steward's cross-table evidence, beside the record: never in the published folder
+    evidence = json.loads((home / "steward" / "hospital" / folder.name / "evaluation"
+                           / "evaluation.json").read_text())
+    assert sum(evidence["integrity"].values()) == 0
+    assert set(evidence["cross_table"]) == {"admissions", "diagnoses"}
+    assert evidence["children_per_parent"]["admissions"]["tvd"] < 0.5
 
 
 def test_neighbouring_databases_publish_alike_where_the_guarantee_says(

@@ -184,6 +184,9 @@ def test_what_cannot_be_released_as_declared_is_refused_before_anything_is_read(
         chain_shares=[1.0, 2.0, 3.0])))  # three shares for two models
     with pytest.raises(MedreleaseError, match="chain_shares needs 2"):
         plan_for_config(config, "relational", dict(config.mechanism.params), seed=None)
+    with pytest.raises(MedreleaseError, match="below the samplers' floor"):  # a tiny share
+        plan_for_config(load_config(hospital), "relational",
+                        {"epsilon": 1.0, "chain_shares": [1e-12, 1.0]}, seed=None)
 
 
 def test_the_guarantee_says_what_was_read_from_the_data(hospital: Path) -> None:
@@ -199,3 +202,22 @@ def test_the_guarantee_says_what_was_read_from_the_data(hospital: Path) -> None:
     reviewed = load_config(hospital)
     label = plan_for_config(reviewed, "relational", {}, seed=None).guarantee.label
     assert "from the data" not in label and "max_children" not in label
+
+
+def test_a_child_table_without_rows_claims_nothing(hospital: Path, tmp_path: Path) -> None:
+    """A header-only table's bytes and digest are every such table's: claiming them would tie
+    two unrelated sources together (the second review)."""
+    import shutil
+
+    from medrelease.data.extract import resolve_extract
+
+    folder = tmp_path / "empty"
+    shutil.copytree(hospital.parent, folder)
+    (folder / "diagnoses.csv").write_text("row_id,hadm_id,icd9,priority\n")
+    extract = resolve_extract(load_config(folder / "dataset.yaml"))
+    try:
+        empty = extract.files[2]
+        assert not empty.claimed and empty.sha256 not in extract.claims
+        assert extract.files[1].sha256 in extract.claims
+    finally:
+        extract.discard()
