@@ -470,6 +470,11 @@ def _show_relational_draft(draft: Any, written: list[Path]) -> None:
     console.print(f"[bold]privacy unit[/] {escape(draft.key)} (one {escape(draft.unit_noun)} "
                   f"with all their rows in every table)   [bold]mechanism[/] relational   "
                   f"[bold]files[/] {len(written)}", soft_wrap=True)
+    _review_and_next(draft)
+
+
+def _review_and_next(draft: Any) -> None:
+    """What init read from the data and the steward must review, then the next commands."""
     if draft.review:
         console.print("[yellow bold]review before a release that matters:[/]")
         for line in draft.review:
@@ -506,12 +511,7 @@ def _show_draft(draft: Any, written: list[Path]) -> None:
         console.print("[bold]analyses[/] none declared: dataset.yaml suggests the informative "
                       "column against each dimension, commented out (--analysis a,b declares "
                       "one)", soft_wrap=True, highlight=False)
-    if draft.review:
-        console.print("[yellow bold]review before a release that matters:[/]")
-        for line in draft.review:
-            console.print(f"  - {escape(line)}", soft_wrap=True, highlight=False)
-    console.print(f"next: [bold]medrelease check {draft.name}[/], then "
-                  f"[bold]medrelease release {draft.name}[/]", soft_wrap=True)
+    _review_and_next(draft)
 
 
 @app.command()
