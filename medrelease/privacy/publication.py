@@ -363,8 +363,8 @@ def how_to_use(manifest: dict[str, Any]) -> list[str]:
             "and their rows are drawn from models of the real tables, so a count of them is "
             "an estimate of the real count. `intervals.csv` lists every marginal the models "
             "measured, in patients, with the range the true figure lies in (95 %): "
-            "`released` is what the released tables say, `lower` to `upper` the interval. "
-            f"{_markdown_text((bars.get('statement') or '').split('. ', 1)[-1])}", "",
+            "`released` is what the released tables say, `lower` to `upper` the interval "
+            "(what a cell counts: \"Error bars\" below).", "",
             *joins_lines(tables, files), ""]
         return lines
     what = ("the synthetic rows are drawn from a model of the real table, so a count of them "
