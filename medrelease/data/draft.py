@@ -1280,9 +1280,8 @@ class ChildDraft:
         if self.lowered_from is None:
             return f"{found}; {kept}"
         return (f"{found} is {self.lowered_from}, lowered to {self.max_children}: the product "
-                "of lcm(1..max_children) along a chain of tables scales the noise, and the "
-                "relational mechanism's plan refuses a larger one at its default epsilon; "
-                f"{kept}")
+                "of lcm(1..max_children) along a chain of tables must stay within 2^32 (the "
+                f"counts' exact range); {kept}")
 
 
 @dataclass
@@ -1367,24 +1366,15 @@ def _kept_share(counts: Sequence[int], bound: int) -> float:
     return sum(min(c, bound) for c in counts) / total if total else 1.0
 
 
-def scale_limit(columns_per_table: Sequence[int]) -> int:
+def scale_limit(columns_per_table: Sequence[int] = ()) -> int:
     """The largest scale of a chain of tables (the product of lcm(1..max_children) along it,
-    ``RelSchema.scale``) that the schema accepts (``schema.MAX_SCALE``) and at which the
-    relational mechanism's plan passes at its default parameters, the ones a drafted config
-    releases with: every round's selection epsilon on the rows' scale stays above the samplers'
-    floor (``mechanisms/relational.py``, ``check_work``). ``columns_per_table``: the released
-    columns of each table, the parent table first."""
-    from medrelease.mechanisms import get_mechanism
-    from medrelease.privacy.randomness import MIN_NOISE_EPSILON
-    from medrelease.privacy.zcdp import rho_for
+    ``RelSchema.scale``) that the schema accepts (``schema.MAX_SCALE``: counts stay exact in
+    float64). The scale does not move the noise for one patient (every measurement is
+    calibrated at rho / L^2 for a patient of weight L), so nothing else bounds it.
+    ``columns_per_table`` is kept for callers; it does not enter."""
     from medrelease.relational.schema import MAX_SCALE
 
-    params = get_mechanism("relational").Params()
-    models = max(1, len(columns_per_table) - 1)
-    rounds = params.rounds_per_column * max(sum(n + 1 for n in columns_per_table), 1)
-    rho = rho_for(params.epsilon, params.delta) / models
-    fits = (0.8 * rho / rounds) ** 0.5 / MIN_NOISE_EPSILON
-    return max(1, min(MAX_SCALE, math.floor(fits * (1 - 1e-9))))
+    return MAX_SCALE
 
 
 def _fit_scale(tables: list[ChildDraft], limit: int) -> None:

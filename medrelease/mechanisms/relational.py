@@ -97,16 +97,24 @@ class Relational(MechanismBase):
         except ValueError as exc:
             raise ParameterError(f"relational on dataset {config.name!r}: {exc}. Nothing was "
                                  "read or spent.") from None
-        columns = sum(len(t.columns) + 1 for t in schema.tables)
+        # a model's rounds draw at its share of rho; the exponential mechanism is drawn with
+        # the epsilon for one patient (ScaledAIMRounds._select: the rows' epsilon times L), so
+        # the floor applies on the patient's scale, as aim's (AIM.smallest_round_epsilon):
+        # every round's epsilon is at least min(sqrt(0.8 rho_t / T), sqrt(0.8 rho_t (1 -
+        # 0.9 / rounds_per_column))), T the rounds of a model of at most every column
+        columns = sum(len(t.columns) + 1 for t in schema.tables)  # (+1: the table's count)
         rho = rho_for(params.epsilon, params.delta) * min(shares)  # the smallest model's
+        if schema.analyses:  # the rounds plan with what the analyses leave
+            rho *= 1 - params.analyses_share
         rounds = params.rounds_per_column * max(columns, 1)
-        smallest = (0.8 * rho / rounds) ** 0.5 / max(schema.scale(p) for p in schema.paths)
+        smallest = min((0.8 * rho / rounds) ** 0.5,
+                       (0.8 * rho * (1 - 0.9 / params.rounds_per_column)) ** 0.5)
         if smallest < MIN_NOISE_EPSILON:
             raise ParameterError(
                 f"relational at epsilon {params.epsilon:g} on dataset {config.name!r}: a "
-                f"round's selection could get epsilon {smallest:.3g} on the rows' scale, below "
-                f"the samplers' floor {MIN_NOISE_EPSILON:g}; raise epsilon or lower "
-                "rounds_per_column. Nothing was read or spent.")
+                f"round's selection could get epsilon {smallest:.3g}, below the samplers' "
+                f"floor {MIN_NOISE_EPSILON:g}; raise epsilon, give the smallest model a "
+                "larger chain_shares, or lower rounds_per_column. Nothing was read or spent.")
 
     def row_bounds(self, params: RelationalMechanismParams, shape: ReleaseShape
                    ) -> tuple[int, int]:

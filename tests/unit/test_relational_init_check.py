@@ -218,11 +218,10 @@ def test_init_refuses_keys_it_cannot_follow(tmp_path: Path, home: Path) -> None:
     assert not (root / "a").exists() and not (root / "b").exists() and not (root / "c").exists()
 
 
-def test_a_drafted_bound_is_lowered_until_the_plan_accepts_it() -> None:
+def test_a_drafted_bound_is_lowered_until_the_schema_accepts_it() -> None:
     """The MIMIC demo's shape: 95th percentiles 2 admissions per patient and 24 diagnoses per
-    admission; lcm(1..24) scales the noise past the relational plan's floor at its default
-    epsilon, so 24 is lowered to the largest value that passes (10, what the demo's steward
-    chose)."""
+    admission; 2 x lcm(1..24) is above 2^32 (the counts' exact range), so 24 is lowered to the
+    largest value that fits (22: lcm(1..23) = lcm(1..24) / 2 is still too large)."""
     def child(name: str, parent: str, percentile: int) -> ChildDraft:
         return ChildDraft(name=name, file_name=f"{name}.csv", path=f"{name}.csv",
                           delimiter=",", rows=1, parent=parent, references="k", named=False,
@@ -232,9 +231,9 @@ def test_a_drafted_bound_is_lowered_until_the_plan_accepts_it() -> None:
     admissions, diagnoses = child("admissions", "patients", 2), child("diagnoses",
                                                                        "admissions", 24)
     _fit_scale([admissions, diagnoses], scale_limit([2, 6, 2]))
-    assert (admissions.max_children, diagnoses.max_children) == (2, 10)
+    assert (admissions.max_children, diagnoses.max_children) == (2, 22)
     assert diagnoses.lowered_from == 24 and admissions.lowered_from is None
-    assert "is 24, lowered to 10" in diagnoses.max_children_note
+    assert "is 24, lowered to 22" in diagnoses.max_children_note
 
 
 MIMIC = ROOT / "var" / "mimic-demo" / "relational"
