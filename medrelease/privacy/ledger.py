@@ -51,7 +51,7 @@ import math
 import os
 import sqlite3
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import asdict, dataclass, fields
@@ -1302,10 +1302,9 @@ def reconcile_sqlite(ledger_path: Path, records: list[dict], manifests: list[dic
     release on record or differs from its journal, and a missing file whose journal holds
     changes (a new empty ledger would restart every budget from zero)."""
     known_spends, known_releases = _ledger_contents(ledger_path)
-    pending = Ledger(ledger_path).spends() if ledger_path.is_file() and manifests else []
     refuse_releases_not_in(str(ledger_path), "is missing" if not ledger_path.is_file()
                            else "does not hold", known_spends, known_releases, records,
-                           manifests, pending)
+                           manifests)
     if ledger_path.is_file():
         ledger = Ledger(ledger_path)
         ledger.verify()
@@ -1328,29 +1327,17 @@ def reconcile_sqlite(ledger_path: Path, records: list[dict], manifests: list[dic
 
 def refuse_releases_not_in(location: str, state: str, known_spends: set[str],
                            known_releases: set[str], records: list[dict],
-                           manifests: list[dict], pending: Sequence[Spend] = ()) -> None:
+                           manifests: list[dict]) -> None:
     """Refuse a ledger (``LedgerIntegrityError``) that lacks the spend of a release the
-    steward records or the published manifests show. ``pending``: the ledger's reserved
-    spends that no release id has finalized yet."""
+    steward records or the published manifests show."""
     lost = [r["release_id"] for r in records
             if r.get("ledger_spend_id") and r["ledger_spend_id"] not in known_spends]
     # a manifest counts by its release id, which the ledger takes only when the run finalizes
     # its spend, after publishing: a release published a moment ago is accounted for by its
-    # steward record's spend (written before the manifest, read after it), or — published by
-    # another host into a shared store, its record on that host — by a reservation of the
-    # same charge that is not finalized yet (each reservation accounts for one manifest)
+    # steward record's spend (written before the manifest, read after it)
     charged = {r["release_id"] for r in records if r.get("ledger_spend_id") in known_spends}
-    reserved = [_facts_of_spend(s) for s in pending
-                if s.status == "reserved" and not s.release_id]
-    for m in manifests:
-        if m["release_id"] in known_releases or m["release_id"] in charged \
-                or m["release_id"] in lost:
-            continue
-        facts = _facts_of_manifest(m)
-        if facts in reserved:
-            reserved.remove(facts)
-            continue
-        lost.append(m["release_id"])
+    lost += [m["release_id"] for m in manifests if m["release_id"] not in known_releases
+             and m["release_id"] not in charged and m["release_id"] not in lost]
     if lost:
         examples = ", ".join(sorted(lost)[:3])
         raise LedgerIntegrityError(

@@ -273,30 +273,3 @@ def test_a_release_published_while_the_ledger_is_checked_is_not_taken_for_a_lost
     with pytest.raises(LedgerIntegrityError, match=r"\(R2"):  # a manifest with no record
         refuse_releases_not_in("the ledger", "does not hold", {"S1"}, set(), records,
                                [*manifests, {"release_id": "R2"}])
-
-
-def test_another_hosts_release_is_accounted_for_by_its_reservation() -> None:
-    """Two hosts, one ledger, one shared release store, a steward folder each: host A's
-    release is in the store before its spend takes its release id, and its steward record is
-    on host A. Host B's check before its charge takes the manifest for a lost spend unless a
-    reservation of the same charge, not yet finalized, accounts for it (the two-hosts test
-    was refused so, on a slow machine). One reservation accounts for one manifest; a spend
-    already finalized, or of another charge, accounts for none."""
-    from medrelease.privacy.ledger import LedgerIntegrityError, Spend, refuse_releases_not_in
-
-    manifest = {"release_id": "RA", "source": "ward", "mechanism": "ipa",
-                "epsilon_spent": 1.0, "delta_spent": 1e-6, "guarantee": {"proven": True},
-                "test_release": False}
-
-    def spend(status: str = "reserved", release_id: str | None = None, epsilon: float = 1.0
-              ) -> Spend:
-        return Spend("SA", "ward", "ipa", epsilon, 1e-6, 3.0, 1e-5, None, status, release_id,
-                     None, "t", "t", "ward", False, True)
-
-    refuse_releases_not_in("L", "does not hold", {"SA"}, set(), [], [manifest], [spend()])
-    for wrong in ([], [spend(epsilon=0.5)], [spend("released", "RB")], [spend("failed")]):
-        with pytest.raises(LedgerIntegrityError, match=r"\(RA"):
-            refuse_releases_not_in("L", "does not hold", {"SA"}, set(), [], [manifest], wrong)
-    with pytest.raises(LedgerIntegrityError, match=r"1 release"):  # one reservation, one
-        refuse_releases_not_in("L", "does not hold", {"SA"}, set(), [],
-                               [manifest, {**manifest, "release_id": "RC"}], [spend()])
