@@ -50,8 +50,9 @@ import json
 import math
 import os
 import sqlite3
+import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import asdict, dataclass, fields
@@ -1301,10 +1302,9 @@ def reconcile_sqlite(ledger_path: Path, records: list[dict], manifests: list[dic
     """``ledger_backends.reconcile`` for a SQLite ledger file: refuse a file that lacks a
     release on record or differs from its journal, and a missing file whose journal holds
     changes (a new empty ledger would restart every budget from zero)."""
-    known_spends, known_releases = _ledger_contents(ledger_path)
-    refuse_releases_not_in(str(ledger_path), "is missing" if not ledger_path.is_file()
-                           else "does not hold", known_spends, known_releases, records,
-                           manifests)
+    refuse_releases_not_in_settled(str(ledger_path), "is missing" if not ledger_path.is_file()
+                                   else "does not hold", lambda: _ledger_contents(ledger_path),
+                                   records, list(manifests))
     if ledger_path.is_file():
         ledger = Ledger(ledger_path)
         ledger.verify()
@@ -1325,19 +1325,49 @@ def reconcile_sqlite(ledger_path: Path, records: list[dict], manifests: list[dic
             "(it replays the journal).")
 
 
-def refuse_releases_not_in(location: str, state: str, known_spends: set[str],
-                           known_releases: set[str], records: list[dict],
-                           manifests: list[dict]) -> None:
-    """Refuse a ledger (``LedgerIntegrityError``) that lacks the spend of a release the
-    steward records or the published manifests show."""
+# A manifest another host published a moment ago names a release id the ledger takes only
+# when that host's run finalizes its spend, and its steward record is on that host: the check
+# reads the ledger again, at most this many times this far apart, before it refuses for it.
+MANIFEST_SETTLE_TRIES, MANIFEST_SETTLE_S = 3, 1.0
+
+
+def releases_not_in(known_spends: set[str], known_releases: set[str], records: list[dict],
+                    manifests: list[dict]) -> tuple[list[str], list[str]]:
+    """(releases on record whose spend the ledger lacks, published releases it lacks)."""
     lost = [r["release_id"] for r in records
             if r.get("ledger_spend_id") and r["ledger_spend_id"] not in known_spends]
     # a manifest counts by its release id, which the ledger takes only when the run finalizes
     # its spend, after publishing: a release published a moment ago is accounted for by its
     # steward record's spend (written before the manifest, read after it)
     charged = {r["release_id"] for r in records if r.get("ledger_spend_id") in known_spends}
-    lost += [m["release_id"] for m in manifests if m["release_id"] not in known_releases
-             and m["release_id"] not in charged and m["release_id"] not in lost]
+    published = [m["release_id"] for m in manifests if m["release_id"] not in known_releases
+                 and m["release_id"] not in charged and m["release_id"] not in lost]
+    return lost, published
+
+
+def refuse_releases_not_in_settled(location: str, state: str,
+                                   contents: Callable[[], tuple[set[str], set[str]]],
+                                   records: list[dict], manifests: list[dict]) -> None:
+    """``refuse_releases_not_in`` on the ledger's ``contents`` (spend ids, release ids), read
+    again while the only releases it lacks are published ones (another host's, between its
+    publication and its finalized spend: the two-hosts test was refused so): a spend on
+    record that is missing, or a manifest still missing after the last read, is refused."""
+    for attempt in range(MANIFEST_SETTLE_TRIES):
+        known_spends, known_releases = contents()
+        lost, published = releases_not_in(known_spends, known_releases, records, manifests)
+        if lost or not published or attempt == MANIFEST_SETTLE_TRIES - 1:
+            break
+        time.sleep(MANIFEST_SETTLE_S)
+    refuse_releases_not_in(location, state, known_spends, known_releases, records, manifests)
+
+
+def refuse_releases_not_in(location: str, state: str, known_spends: set[str],
+                           known_releases: set[str], records: list[dict],
+                           manifests: list[dict]) -> None:
+    """Refuse a ledger (``LedgerIntegrityError``) that lacks the spend of a release the
+    steward records or the published manifests show."""
+    lost, published = releases_not_in(known_spends, known_releases, records, manifests)
+    lost += published
     if lost:
         examples = ", ".join(sorted(lost)[:3])
         raise LedgerIntegrityError(

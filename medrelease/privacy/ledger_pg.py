@@ -47,7 +47,7 @@ from medrelease.privacy.ledger import (
     LedgerConnection,
     LedgerIntegrityError,
     LedgerLockedError,
-    refuse_releases_not_in,
+    refuse_releases_not_in_settled,
 )
 from medrelease.privacy.ledger_url import redacted, scrubbed, with_user_and_database
 
@@ -496,10 +496,13 @@ class PostgresLedger(BudgetLedger):
     def reconcile(self, records: list[dict], manifests: list[dict] = ()) -> None:
         """Refuse a ledger that lacks a release on record, or whose journal, head or tables
         were altered (``verify``)."""
-        with self._connect() as conn:
-            rows = conn.execute("SELECT spend_id, release_id FROM spends").fetchall()
-        refuse_releases_not_in(self.location, "does not hold", {r[0] for r in rows},
-                               {r[1] for r in rows if r[1]}, records, list(manifests))
+        def contents() -> tuple[set[str], set[str]]:
+            with self._connect() as conn:
+                rows = conn.execute("SELECT spend_id, release_id FROM spends").fetchall()
+            return {r[0] for r in rows}, {r[1] for r in rows if r[1]}
+
+        refuse_releases_not_in_settled(self.location, "does not hold", contents, records,
+                                       list(manifests))
         self.verify()
 
 

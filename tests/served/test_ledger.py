@@ -258,6 +258,37 @@ def test_the_budget_artifact_shows_nothing_left_where_the_guarantee_is_void(ledg
     assert "above" not in text and "in its manifest, still holds" in text
 
 
+def test_another_hosts_release_is_waited_for_and_a_lost_one_still_refused(monkeypatch) -> None:
+    """Two hosts, one ledger, one shared release store, a steward folder each: host A's
+    manifest is out before its spend takes its release id, and its record is on host A (the
+    two-hosts test was refused so, on a slow machine). Host B's check reads the ledger again
+    while only published releases are missing: A's finalized spend is then found. A manifest
+    still missing after the last read, or a spend on record that is missing, is refused at
+    once or then, as before."""
+    from medrelease.privacy import ledger as module
+    from medrelease.privacy.ledger import LedgerIntegrityError, refuse_releases_not_in_settled
+
+    monkeypatch.setattr(module, "MANIFEST_SETTLE_S", 0.01)
+    reads: list[int] = []
+
+    def finalized_on_the_second_read() -> tuple[set[str], set[str]]:
+        reads.append(1)
+        return {"SA"}, ({"RA"} if len(reads) >= 2 else set())
+
+    refuse_releases_not_in_settled("L", "does not hold", finalized_on_the_second_read, [],
+                                   [{"release_id": "RA"}])
+    assert len(reads) == 2
+    with pytest.raises(LedgerIntegrityError, match=r"\(RB"):  # never finalized: refused
+        refuse_releases_not_in_settled("L", "does not hold", lambda: ({"SA"}, set()), [],
+                                       [{"release_id": "RB"}])
+    reads.clear()
+    with pytest.raises(LedgerIntegrityError, match=r"\(R1"):  # a lost spend: no second read
+        refuse_releases_not_in_settled(
+            "L", "does not hold", lambda: reads.append(1) or (set(), set()),
+            [{"release_id": "R1", "ledger_spend_id": "S1"}], [{"release_id": "R2"}])
+    assert len(reads) == 1
+
+
 def test_a_release_published_while_the_ledger_is_checked_is_not_taken_for_a_lost_spend() -> None:
     """Another run's release, between its publishing and its finalized spend: its manifest is
     out, the ledger holds its spend without its release id yet. The check before a charge
