@@ -148,7 +148,9 @@ def _dataset_units(schema: dict[str, Any]) -> None:
         if config.relational is not None:
             tables = config.relational_schema.tables
             units.append(f"{config.name} (one {privacy.unit_words} with all their rows: "
-                         + ", ".join(f"at most {t.max_children} {t.name} per {t.parent} row"
+                         + ", ".join(f"at most {t.max_children} {t.name} per "
+                                     + (privacy.unit_words if t.parent == tables[0].name
+                                        else f"row of {t.parent}")
                                      for t in tables[1:]) + ")")
         elif config.unit_column:
             units.append(f"{config.name} (one {privacy.unit_words}, at most "

@@ -313,9 +313,9 @@ def relational_checks(config: DatasetConfig, chosen: MaterializedRelease) -> Che
             over = int((ref.value_counts() > int(table.max_children or 0)).sum())
             results.append({"check": "children_within_max_children", "column": table.name,
                             "success": over == 0, "unexpected": {"count": over}})
-            words.append(f"{table.name}: every {table.parent_key} names a released "
-                         f"{parent.name} row, at most {table.max_children} per {parent.name} "
-                         "row")
+            words.append(f"{table.name}: every {table.parent_key} names a released row of "
+                         f"{parent.name}, at most {table.max_children} per row of "
+                         f"{parent.name}")
     patients = len(tables.get(schema.root.name, ()))
     low, high = chosen.row_bounds
     results.append({"check": "patients_between", "column": schema.root.name,
