@@ -27,21 +27,12 @@ sys.path.insert(0, str(ROOT))
 from medrelease.data.config import find_config, load_config  # noqa: E402
 from medrelease.relational.hospital import write_hospital_dataset  # noqa: E402
 from medrelease.relational.mechanism import RelationalParams, release_relational  # noqa: E402
-from medrelease.relational.reading import read_table, table_reading  # noqa: E402
-
-
-def tables_of(config):
-    schema = config.relational_schema
-    formats = table_reading(config)
-    files = config.table_files()
-    return {t.name: read_table(files[t.name], [c for c in (t.key, t.parent_key) if c]
-                               + list(t.column_names), *formats[t.name], "utf-8", t.name)
-            for t in schema.tables}
+from medrelease.relational.reading import read_table_files  # noqa: E402
 
 
 def measure(name: str, config_path: Path, seed: int, home: Path) -> None:
     config = load_config(config_path)
-    frames = tables_of(config)
+    frames = read_table_files(config, config.table_files())
     params = RelationalParams(**config.mechanism.params)
     started = time.perf_counter()
     release_relational(config.relational_schema, frames, params, seed=seed)

@@ -573,10 +573,11 @@ class Portal:
     def _public_files(self, folder: Path, release_id: str) -> list[dict[str, Any]]:
         """The release's files a researcher may download, with what each is and its size (a
         relational release: one pair per table first, each saying what it references)."""
-        notes = {**table_file_notes(folder), **FILE_NOTES}
+        tables = table_file_notes(folder)
+        notes = {**tables, **FILE_NOTES}
         return [{"name": name, "size": (folder / stored).stat().st_size,
                  "note": notes[name]}
-                for name in [*table_file_notes(folder), *PUBLIC_FILES]
+                for name in [*tables, *PUBLIC_FILES]
                 if (stored := self._stored_name(name, release_id)) and _inside(
                     folder, stored) is not None]
 

@@ -293,20 +293,16 @@ def _table_findings(config: DatasetConfig, schema, extract) -> list[Finding]:
     """What ``read_tables`` refused, one finding per problem: each table read on its own (a
     file that cannot be read is its own finding), then ``schema.problems`` on the tables
     read."""
-    from medrelease.relational.reading import read_table, table_reading
+    from medrelease.relational.reading import read_config_table
     from medrelease.relational.schema import problems
 
-    formats = table_reading(config)
     frames = {}
     findings = []
     where = {}
     for table, file in zip(schema.tables, extract.files, strict=True):
-        needed = [c for c in (table.key, table.parent_key) if c] + list(table.column_names)
-        fmt, delimiter = formats[table.name]
         where[table.name] = f"input {Path(file.path).name}"
         try:
-            frames[table.name] = read_table(file.read_from, needed, fmt, delimiter,
-                                            config.input.encoding, table.name)
+            frames[table.name] = read_config_table(config, table, file.read_from)
         except MedreleaseError as exc:
             findings.append(Finding(where[table.name],
                                     str(exc).replace(str(file.read_from), file.path)))

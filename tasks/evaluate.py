@@ -169,7 +169,7 @@ def evaluate_relational_release(release_path: str) -> dict[str, Any]:
 
     from medrelease.data.extract import extract_digest
     from medrelease.relational.evaluate import evaluate_relational
-    from medrelease.relational.reading import read_table, table_reading
+    from medrelease.relational.reading import read_table_files
 
     folder = Path(release_path)
     manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
@@ -183,12 +183,7 @@ def evaluate_relational_release(release_path: str) -> dict[str, Any]:
             != record["input_sha256"]:
         raise InputValidationError("the input tables are not the files this release was made "
                                    "from (their digest differs from the steward record)")
-    formats = table_reading(config)
-    truth = {}
-    for table in schema.tables:
-        needed = [c for c in (table.key, table.parent_key) if c] + list(table.column_names)
-        truth[table.name] = read_table(files[table.name], needed, *formats[table.name],
-                                       config.input.encoding, table.name)
+    truth = read_table_files(config, files)
     prefix = "TEST-" if manifest.get("test_release") else ""
     released = {t.name: pd.read_parquet(folder / f"{prefix}{t.name}.parquet").astype(str)
                 for t in schema.tables}

@@ -15,7 +15,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
-import numpy as np
 import pandas as pd
 from pydantic.json_schema import SkipJsonSchema
 
@@ -162,17 +161,4 @@ def relational_tables_summary(config: DatasetConfig, tables: Mapping[str, pd.Dat
             entry.update(parent=table.parent, references=table.parent_key,
                          max_children=table.max_children)
         out.append(entry)
-    return out
-
-
-def children_per_parent(tables: Mapping[str, pd.DataFrame], config: DatasetConfig
-                        ) -> dict[str, list[int]]:
-    """Released rows only: for each child table, how many parents have 0, 1, ... children."""
-    schema = config.relational_schema
-    out = {}
-    for table in schema.tables[1:]:
-        parent = schema.table(table.parent or "")
-        counts = tables[table.name][table.parent_key].value_counts()
-        per = counts.reindex(tables[parent.name][parent.key], fill_value=0).to_numpy()
-        out[table.name] = np.bincount(per, minlength=int(table.max_children or 0) + 1).tolist()
     return out

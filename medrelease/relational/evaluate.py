@@ -52,20 +52,27 @@ def tvd(p: np.ndarray, q: np.ndarray) -> float:
     return 0.5 * float(np.abs(np.asarray(p, float) - np.asarray(q, float)).sum())
 
 
-def joined(schema: RelSchema, frames: Mapping[str, pd.DataFrame], grain: str) -> pd.DataFrame:
+def joined(schema: RelSchema, frames: Mapping[str, pd.DataFrame], grain: str,
+           counts: bool = False) -> pd.DataFrame:
     """The rows of ``grain`` joined with their parent, grandparent ... (inner joins: the join a
-    researcher runs), every released column named ``<table>.<column>``."""
+    researcher runs), every released column named ``<table>.<column>``; with ``counts``, each
+    table's ``n_<child>`` columns too (``with_counts``)."""
+    if counts:
+        frames = with_counts(schema, frames)
     lineage = (*schema.ancestors(grain), schema.table(grain))
-    out = _prefixed(lineage[-1], frames[grain])
+    out = _prefixed(schema, lineage[-1], frames[grain], counts)
     for child, parent in zip(lineage[::-1], lineage[-2::-1], strict=False):
-        right = _prefixed(parent, frames[parent.name])
+        right = _prefixed(schema, parent, frames[parent.name], counts)
         out = out.merge(right, left_on=f"{child.name}{SEPARATOR}{child.parent_key}",
                         right_on=f"{parent.name}{SEPARATOR}{parent.key}", how="inner")
     return out
 
 
-def _prefixed(table: RelTable, frame: pd.DataFrame) -> pd.DataFrame:
+def _prefixed(schema: RelSchema, table: RelTable, frame: pd.DataFrame,
+              counts: bool = False) -> pd.DataFrame:
     keep = [c for c in (table.key, table.parent_key) if c] + list(table.column_names)
+    if counts:
+        keep += [f"n_{c.name}" for c in schema.children(table.name)]
     return frame[keep].rename(columns={c: f"{table.name}{SEPARATOR}{c}" for c in keep})
 
 
@@ -118,26 +125,6 @@ def with_counts(schema: RelSchema, frames: Mapping[str, pd.DataFrame]
     return out
 
 
-def joined_with_counts(schema: RelSchema, frames: Mapping[str, pd.DataFrame], grain: str
-                       ) -> pd.DataFrame:
-    """``joined`` at ``grain``'s rows, each table's ``n_<child>`` columns included."""
-    frames = with_counts(schema, frames)
-    lineage = (*schema.ancestors(grain), schema.table(grain))
-
-    def prefixed(table: RelTable) -> pd.DataFrame:
-        counts = [f"n_{c.name}" for c in schema.children(table.name)]
-        keep = [c for c in (table.key, table.parent_key) if c] + list(table.column_names) \
-            + counts
-        return frames[table.name][keep].rename(
-            columns={c: f"{table.name}{SEPARATOR}{c}" for c in keep})
-
-    out = prefixed(lineage[-1])
-    for child, parent in zip(lineage[::-1], lineage[-2::-1], strict=False):
-        out = out.merge(prefixed(parent), left_on=f"{child.name}{SEPARATOR}{child.parent_key}",
-                        right_on=f"{parent.name}{SEPARATOR}{parent.key}", how="inner")
-    return out
-
-
 def analysis_tvd(truth: pd.DataFrame, released: pd.DataFrame, columns: list[str]) -> float:
     """TVD of one declared analysis's distribution on the join (an empty release: 1)."""
     a = truth.astype(str).groupby(columns, observed=True).size()
@@ -174,7 +161,7 @@ def evaluate_relational(schema: RelSchema, truth: Mapping[str, pd.DataFrame],
     for analysis in schema.analyses:
         deepest = max((c.split(SEPARATOR, 1)[0] for c in analysis),
                       key=lambda t: len(schema.ancestors(t)))
-        value = analysis_tvd(joined_with_counts(schema, truth, deepest),
-                             joined_with_counts(schema, released, deepest), list(analysis))
+        value = analysis_tvd(joined(schema, truth, deepest, counts=True),
+                             joined(schema, released, deepest, counts=True), list(analysis))
         out["analyses"].append({"columns": list(analysis), "grain": deepest, "tvd": value})
     return out

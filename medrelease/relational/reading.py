@@ -5,6 +5,7 @@ anything is counted or spent."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import pandas as pd
@@ -12,7 +13,7 @@ import pandas as pd
 from medrelease.data.config import DatasetConfig
 from medrelease.data.extract import InputInfo, ResolvedExtract
 from medrelease.errors import InputValidationError
-from medrelease.relational.schema import check
+from medrelease.relational.schema import RelTable, check
 
 
 def table_reading(config: DatasetConfig) -> dict[str, tuple[str, str]]:
@@ -44,21 +45,32 @@ def read_table(path: Path, columns: list[str], fmt: str, delimiter: str, encodin
                                    "or spent.") from None
 
 
+def read_config_table(config: DatasetConfig, table: RelTable, path: Path) -> pd.DataFrame:
+    """One table of a relational dataset from ``path``, as the release reads it: its key,
+    its reference and its released columns, as text, in its declared format."""
+    fmt, delimiter = table_reading(config)[table.name]
+    needed = [c for c in (table.key, table.parent_key) if c] + list(table.column_names)
+    return read_table(path, needed, fmt, delimiter, config.input.encoding, table.name)
+
+
+def read_table_files(config: DatasetConfig, paths: Mapping[str, Path]
+                     ) -> dict[str, pd.DataFrame]:
+    """Every table of a relational dataset from its file (``paths`` by table name; not
+    checked: ``check`` does that)."""
+    return {t.name: read_config_table(config, t, paths[t.name])
+            for t in config.relational_schema.tables}
+
+
 def read_tables(config: DatasetConfig, extract: ResolvedExtract
                 ) -> tuple[dict[str, pd.DataFrame], InputInfo]:
     """The extract's tables, validated (every problem at once, counts only), and the read's
     facts (steward side: the parent table's path and digests, the patients read)."""
     schema = config.relational_schema
-    formats = table_reading(config)
     if len(extract.files) != len(schema.tables):
         raise InputValidationError(f"dataset {config.name!r} has {len(schema.tables)} tables "
                                    f"but the extract {len(extract.files)} file(s)")
-    frames = {}
-    for table, file in zip(schema.tables, extract.files, strict=True):
-        needed = [c for c in (table.key, table.parent_key) if c] + list(table.column_names)
-        fmt, delimiter = formats[table.name]
-        frames[table.name] = read_table(file.read_from, needed, fmt, delimiter,
-                                        config.input.encoding, table.name)
+    frames = read_table_files(config, {t.name: f.read_from for t, f in zip(
+        schema.tables, extract.files, strict=True)})
     check(schema, frames)
     root = extract.files[0]
     return frames, InputInfo(path=root.path, sha256=extract.digest,
